@@ -1,0 +1,136 @@
+"""Strict yaml -> frozen dataclass loading, and the training hyper-parameters (hyp yaml)."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from detect.errors import ConfigError
+
+T = TypeVar("T")
+
+CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a yaml file whose top level is a mapping; a missing or malformed file is a ConfigError."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: file not found")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid yaml ({error})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of keys to values")
+    return data
+
+
+def resolve_config(name: str | Path, kind: str) -> Path:
+    """A bare file name is looked up in configs/<kind>/; anything else is taken as a path."""
+    path = Path(name)
+    if path.is_file() or len(path.parts) > 1:
+        return path
+    bundled = CONFIGS_DIR / kind / path.name
+    if not bundled.suffix:
+        bundled = bundled.with_suffix(".yaml")
+    if bundled.is_file():
+        return bundled
+    choices = ", ".join(sorted(p.name for p in (CONFIGS_DIR / kind).glob("*.yaml")))
+    raise ConfigError(f"{name}: no such file, and not one of configs/{kind}/ ({choices})")
+
+
+def _type_ok(value: Any, annotation: Any) -> bool:
+    origin = typing.get_origin(annotation)
+    if annotation is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, arg) for arg in typing.get_args(annotation))
+    if annotation is type(None):
+        return value is None
+    if annotation is float:  # yaml writes 1.0 as 1 often enough; an int is a fine float
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if origin in (list, tuple):
+        args = [a for a in typing.get_args(annotation) if a is not Ellipsis]
+        return isinstance(value, (list, tuple)) and all(_type_ok(v, args[0]) for v in value) if args else True
+    if origin is dict:
+        return isinstance(value, dict)
+    return isinstance(value, annotation)
+
+
+def from_mapping(cls: type[T], data: dict[str, Any], source: str | Path) -> T:
+    """Build dataclass `cls` from `data`; an unknown key, missing key or wrong type names key and source."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(f"{source}: unknown key '{unknown[0]}' (known: {', '.join(fields)})")
+    values = {}
+    for name, field in fields.items():
+        if name not in data:
+            if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+                raise ConfigError(f"{source}: missing key '{name}'")
+            continue
+        value = data[name]
+        if not _type_ok(value, hints[name]):
+            expected = getattr(hints[name], "__name__", str(hints[name]))
+            raise ConfigError(f"{source}: key '{name}' must be {expected}, got {type(value).__name__} {value!r}")
+        values[name] = float(value) if hints[name] is float else value
+    return cls(**values)
+
+
+def load_dataclass(cls: type[T], path: str | Path) -> T:
+    """Read yaml file `path` into dataclass `cls`, strictly (see from_mapping)."""
+    return from_mapping(cls, read_yaml(path), path)
+
+
+@dataclasses.dataclass(frozen=True)
+class Hyp:
+    """Training hyper-parameters; names and meanings as in ultralytics/yolov5 hyp yamls (YOLOV5-FACTS.md)."""
+
+    lr0: float = 0.01
+    lrf: float = 0.01
+    momentum: float = 0.937
+    weight_decay: float = 0.0005
+    warmup_epochs: float = 3.0
+    warmup_momentum: float = 0.8
+    warmup_bias_lr: float = 0.1
+    box: float = 0.05
+    cls: float = 0.5
+    cls_pw: float = 1.0
+    obj: float = 1.0
+    obj_pw: float = 1.0
+    iou_t: float = 0.20
+    anchor_t: float = 4.0
+    fl_gamma: float = 0.0
+    hsv_h: float = 0.015
+    hsv_s: float = 0.7
+    hsv_v: float = 0.4
+    degrees: float = 0.0
+    translate: float = 0.1
+    scale: float = 0.5
+    shear: float = 0.0
+    perspective: float = 0.0
+    flipud: float = 0.0
+    fliplr: float = 0.5
+    mosaic: float = 1.0
+    mixup: float = 0.0
+    copy_paste: float = 0.0
+    # Ours: probability of each albumentations op (blur, median blur, gray, CLAHE); 0 turns the stage off.
+    albumentations_p: float = 0.01
+    # Ours: the AMP GradScaler (torch.amp defaults).
+    amp_init_scale: float = 65536.0
+    amp_growth_factor: float = 2.0
+    amp_growth_interval: int = 2000
+
+
+def load_hyp(name: str | Path = "scratch-low.yaml") -> Hyp:
+    """Load a hyp yaml by bare name (configs/hyps/) or path."""
+    return load_dataclass(Hyp, resolve_config(name, "hyps"))

@@ -1,0 +1,9 @@
+"""Errors a user can cause and fix: the CLIs print them as one line and exit with code 2."""
+
+
+class UserError(Exception):
+    """A problem with the user's input, environment or files, stated in one line."""
+
+
+class ConfigError(UserError):
+    """A config file (model, data or hyp yaml) that is missing, malformed or has a bad key."""
