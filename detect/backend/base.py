@@ -1,0 +1,139 @@
+"""The Backend base class: everything the cpu, cuda and npu backends share."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import torchvision
+
+from detect.errors import UserError
+
+if TYPE_CHECKING:
+    from detect.config import Hyp
+
+# Names a user may give for the AMP dtype.
+AMP_DTYPES: dict[str, torch.dtype] = {
+    "fp16": torch.float16,
+    "float16": torch.float16,
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+}
+
+
+class BackendUnavailable(UserError):
+    """The device that was asked for cannot be used here (missing package, driver or device)."""
+
+
+@dataclass(frozen=True)
+class MemoryStats:
+    """Memory in use now and at its peak since the last reset, in bytes."""
+
+    current_bytes: int
+    peak_bytes: int
+
+
+def scaler_kwargs(hyp: Hyp) -> dict[str, Any]:
+    """GradScaler keyword arguments from the hyp's amp_* fields."""
+    return {
+        "init_scale": float(hyp.amp_init_scale),
+        "growth_factor": float(hyp.amp_growth_factor),
+        "growth_interval": int(hyp.amp_growth_interval),
+    }
+
+
+class Backend:
+    """One device kind: its torch.device, AMP, RNG, memory, sync and device-side ops."""
+
+    name: ClassVar[str] = ""
+    distributed_backend: ClassVar[str] = ""
+    amp_by_default: ClassVar[bool] = False
+    default_amp_dtype: ClassVar[str] = "fp16"
+    supported_amp_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float16, torch.bfloat16)
+
+    def __init__(self, device: torch.device, *, amp: bool | None = None, amp_dtype: str | None = None) -> None:
+        self.device = device
+        self.amp_dtype: torch.dtype | None = self._resolve_amp(amp, amp_dtype)
+        self.amp_enabled = self.amp_dtype is not None
+
+    def _resolve_amp(self, amp: bool | None, amp_dtype: str | None) -> torch.dtype | None:
+        """The autocast dtype for these options, or None when AMP is off; naming a dtype turns AMP on."""
+        if amp_dtype is not None and amp_dtype.lower() not in AMP_DTYPES:
+            raise UserError(f"amp_dtype '{amp_dtype}' is not one of {', '.join(AMP_DTYPES)}")
+        if amp is False or (amp is None and amp_dtype is None and not self.amp_by_default):
+            return None
+        dtype = AMP_DTYPES[(amp_dtype or self.default_amp_dtype).lower()]
+        if dtype not in self.supported_amp_dtypes:
+            names = ", ".join(str(d).removeprefix("torch.") for d in self.supported_amp_dtypes)
+            raise UserError(f"AMP dtype {amp_dtype} is not supported on {self.name} (supported: {names})")
+        return dtype
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(device={self.device}, amp_dtype={self.amp_dtype})"
+
+    # --- device and RNG ---------------------------------------------------------------------------
+    def set_device(self) -> None:
+        """Make this backend's device the current one for this process (call before allocating)."""
+
+    def seed(self, seed: int) -> None:
+        """Seed python random, numpy, torch and the device RNG."""
+        random.seed(seed)
+        np.random.seed(seed % 2**32)  # numpy accepts 32-bit seeds only
+        torch.manual_seed(seed)
+        self._seed_device(seed)
+
+    def _seed_device(self, seed: int) -> None:
+        """Seed the accelerator's own generators (the cpu has none beyond torch.manual_seed)."""
+
+    def synchronize(self) -> None:
+        """Wait until queued device work has finished."""
+
+    # --- memory -----------------------------------------------------------------------------------
+    def memory_stats(self) -> MemoryStats:
+        """Current and peak memory of this device, in bytes."""
+        raise NotImplementedError
+
+    def reset_peak_memory(self) -> None:
+        """Start a new peak-memory measurement."""
+
+    def empty_cache(self) -> None:
+        """Return cached, unused device memory to the driver."""
+
+    def to_device(self, tensor: torch.Tensor, non_blocking: bool = True) -> torch.Tensor:
+        """The tensor on this backend's device (asynchronous from pinned memory when non_blocking)."""
+        return tensor.to(self.device, non_blocking=non_blocking)
+
+    # --- AMP --------------------------------------------------------------------------------------
+    def autocast(self) -> contextlib.AbstractContextManager[None]:
+        """Autocast context for the forward pass and loss; a no-op when AMP is off."""
+        if not self.amp_enabled:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
+
+    def grad_scaler(self, hyp: Hyp) -> torch.amp.GradScaler:
+        """Loss scaler from the hyp's amp_* fields; a disabled (no-op) scaler unless AMP is fp16."""
+        if self.amp_dtype != torch.float16:
+            # bf16 has fp32's exponent range, so it needs no loss scaling (NPU.md §2.2).
+            return torch.amp.GradScaler(self.device.type, enabled=False)
+        return self._fp16_scaler(hyp)
+
+    def _fp16_scaler(self, hyp: Hyp) -> torch.amp.GradScaler:
+        """The device's dynamic loss scaler for fp16 AMP."""
+        raise NotImplementedError
+
+    # --- ops --------------------------------------------------------------------------------------
+    def resize(self, images: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+        """Bilinear resize of (B, C, H, W) images to size (height, width); integer images come back float32."""
+        if not images.is_floating_point():
+            images = images.float()  # uint8 interpolate is unverified on NPU (NPU.md §1.2)
+        return F.interpolate(images, size=tuple(size), mode="bilinear", align_corners=False)
+
+    def nms(self, boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torch.Tensor:
+        """Indices (int64, decreasing score) kept by NMS of (N, 4) xyxy boxes with (N,) scores."""
+        return torchvision.ops.nms(boxes, scores, iou_threshold)
+

@@ -1,0 +1,63 @@
+"""The CPU backend: AMP off unless asked for (then bf16), gloo, process RSS as memory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from detect.backend.base import Backend, MemoryStats
+
+_STATUS = Path("/proc/self/status")
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+def _status_kib(field: str) -> int | None:
+    """A 'kB' field of /proc/self/status (Linux), or None where there is no /proc."""
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _max_rss_kib() -> int:
+    """Peak RSS from getrusage (KiB on Linux), 0 where the resource module does not exist."""
+    try:
+        import resource  # Unix only
+    except ImportError:
+        return 0
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
+class CpuBackend(Backend):
+    """Runs everything on the host CPU."""
+
+    name = "cpu"
+    distributed_backend = "gloo"
+    amp_by_default = False
+    # fp16 autocast on CPU would need loss scaling and is emulated here (ENV-NOTES.md); bf16 needs no scaler.
+    default_amp_dtype = "bf16"
+    supported_amp_dtypes = (torch.bfloat16,)
+
+    def __init__(self, *, amp: bool | None = None, amp_dtype: str | None = None) -> None:
+        super().__init__(torch.device("cpu"), amp=amp, amp_dtype=amp_dtype)
+
+    def memory_stats(self) -> MemoryStats:
+        """Resident set size of this process now and at its peak (VmRSS / VmHWM)."""
+        current = _status_kib("VmRSS")
+        peak = _status_kib("VmHWM")
+        if peak is None:
+            peak = _max_rss_kib()
+        if current is None:
+            current = peak
+        return MemoryStats(current_bytes=current * 1024, peak_bytes=max(peak, current) * 1024)
+
+    def reset_peak_memory(self) -> None:
+        """Reset the process's peak RSS where the kernel allows it (writing 5 to clear_refs resets VmHWM)."""
+        try:
+            _CLEAR_REFS.write_text("5")
+        except OSError:
+            pass  # not Linux, or not permitted: the peak then covers the whole process lifetime

@@ -1,0 +1,66 @@
+"""The CUDA backend: fp16 AMP with torch.amp.GradScaler("cuda"), nccl, torch.cuda memory stats."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from detect.backend.base import Backend, BackendUnavailable, MemoryStats, scaler_kwargs
+
+if TYPE_CHECKING:
+    from detect.config import Hyp
+
+
+def is_available() -> bool:
+    """Whether torch sees at least one CUDA device."""
+    return torch.cuda.is_available()
+
+
+class CudaBackend(Backend):
+    """One NVIDIA GPU, cuda:index."""
+
+    name = "cuda"
+    distributed_backend = "nccl"
+    amp_by_default = True
+    default_amp_dtype = "fp16"
+
+    def __init__(self, index: int = 0, *, amp: bool | None = None, amp_dtype: str | None = None) -> None:
+        if not torch.cuda.is_available():
+            raise BackendUnavailable(
+                "CUDA was asked for but torch sees no CUDA device (check the driver, CUDA_VISIBLE_DEVICES and "
+                "that torch is a CUDA build); choose cpu or auto instead"
+            )
+        count = torch.cuda.device_count()
+        if index >= count:
+            raise BackendUnavailable(f"cuda:{index} was asked for but only {count} CUDA device(s) are visible")
+        super().__init__(torch.device("cuda", index), amp=amp, amp_dtype=amp_dtype)
+
+    def set_device(self) -> None:
+        """Make this GPU current, so that stray allocations and NCCL land on it."""
+        torch.cuda.set_device(self.device)
+
+    def _seed_device(self, seed: int) -> None:
+        torch.cuda.manual_seed_all(seed)
+
+    def synchronize(self) -> None:
+        """Wait for this GPU's queued kernels."""
+        torch.cuda.synchronize(self.device)
+
+    def memory_stats(self) -> MemoryStats:
+        """Bytes held by tensors on this GPU now and at peak (the caching allocator's view)."""
+        return MemoryStats(
+            current_bytes=int(torch.cuda.memory_allocated(self.device)),
+            peak_bytes=int(torch.cuda.max_memory_allocated(self.device)),
+        )
+
+    def reset_peak_memory(self) -> None:
+        """Start a new peak measurement on this GPU."""
+        torch.cuda.reset_peak_memory_stats(self.device)
+
+    def empty_cache(self) -> None:
+        """Release the caching allocator's unused blocks."""
+        torch.cuda.empty_cache()
+
+    def _fp16_scaler(self, hyp: Hyp) -> torch.amp.GradScaler:
+        return torch.amp.GradScaler("cuda", **scaler_kwargs(hyp))
