@@ -1,0 +1,1 @@
+"""Pure tensor operations: box math and non-maximum suppression."""

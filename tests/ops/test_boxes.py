@@ -1,0 +1,46 @@
+"""Box math against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from detect.ops.boxes import bbox_iou, box_area, box_iou, clip_boxes, xywh_to_xyxy, xyxy_to_coco, xyxy_to_xywh
+
+
+def test_conversions_round_trip() -> None:
+    xywh = torch.tensor([[10.0, 20.0, 4.0, 6.0]])
+    xyxy = xywh_to_xyxy(xywh)
+    assert xyxy.tolist() == [[8.0, 17.0, 12.0, 23.0]]
+    assert xyxy_to_xywh(xyxy).tolist() == xywh.tolist()
+    assert xyxy_to_coco(xyxy).tolist() == [[8.0, 17.0, 4.0, 6.0]]
+
+
+def test_box_iou_known_values() -> None:
+    a = torch.tensor([[0.0, 0.0, 2.0, 2.0], [0.0, 0.0, 0.0, 0.0]])
+    b = torch.tensor([[1.0, 1.0, 3.0, 3.0], [0.0, 0.0, 2.0, 2.0], [5.0, 5.0, 6.0, 6.0]])
+    iou = box_iou(a, b)
+    assert iou.shape == (2, 3)
+    assert torch.allclose(iou[0], torch.tensor([1 / 7, 1.0, 0.0]))
+    assert torch.equal(iou[1], torch.zeros(3))  # degenerate box: zero, not NaN
+    assert box_area(a).tolist() == [4.0, 0.0]
+
+
+def test_clip_does_not_mutate() -> None:
+    boxes = torch.tensor([[-5.0, -1.0, 700.0, 300.0]])
+    clipped = clip_boxes(boxes, height=200, width=640)
+    assert clipped.tolist() == [[0.0, 0.0, 640.0, 200.0]]
+    assert boxes.tolist() == [[-5.0, -1.0, 700.0, 300.0]]
+
+
+def test_bbox_iou_and_ciou() -> None:
+    a = torch.tensor([[0.0, 0.0, 2.0, 2.0]])
+    b = torch.tensor([[1.0, 1.0, 3.0, 3.0]])
+    assert torch.allclose(bbox_iou(a, b), torch.tensor([1 / 7]), atol=1e-6)
+    # Same aspect ratio so v = 0; centre distance^2 = 2, enclosing diagonal^2 = 18.
+    assert torch.allclose(bbox_iou(a, b, ciou=True), torch.tensor([1 / 7 - 2 / 18]), atol=1e-6)
+    assert torch.allclose(bbox_iou(a, a, ciou=True), torch.tensor([1.0]), atol=1e-6)
+    wide = torch.tensor([[0.0, 0.0, 4.0, 1.0]])
+    v = 4 / math.pi**2 * (math.atan(4.0) - math.atan(1.0)) ** 2
+    assert bbox_iou(a, wide, ciou=True).item() < bbox_iou(a, wide).item() - 0.5 * v

@@ -1,0 +1,135 @@
+"""NMS: torchvision, the NPU path (CPU stand-in) and a slow reference keep the same detections."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from detect.ops.nms import non_max_suppression, torchvision_nms
+from tests.ops.reference_nms import reference_kernel, reference_non_max_suppression
+
+STANDIN = Path(__file__).resolve().parents[1] / "npu_standin.py"
+
+
+@pytest.fixture(params=["torchvision", "reference", "npu"])
+def kernel(request, monkeypatch):
+    """Each single-class NMS kernel the pipeline can be given."""
+    if request.param == "torchvision":
+        return torchvision_nms
+    if request.param == "reference":
+        return reference_kernel
+    if not STANDIN.exists():
+        pytest.skip("tests/npu_standin.py (the NPU CPU stand-in) is not written yet")
+    from tests.npu_standin import npu_backend
+
+    return npu_backend(monkeypatch).nms
+
+
+def make_prediction(
+    generator: torch.Generator, images: int, boxes: int, classes: int, size: float = 640.0
+) -> torch.Tensor:
+    """Random decoded head output (B, N, 5 + nc): centres in the image, sizes 4..160 px, sigmoided scores."""
+    centres = torch.rand(images, boxes, 2, generator=generator) * size
+    sizes = 4 + torch.rand(images, boxes, 2, generator=generator) * 156
+    scores = torch.rand(images, boxes, 1 + classes, generator=generator) ** 2
+    return torch.cat((centres, sizes, scores), dim=2)
+
+
+def assert_same_detections(actual: list[torch.Tensor], expected: list[np.ndarray]) -> None:
+    """Both lists hold the same rows per image, in the same (decreasing score) order, up to float32 rounding."""
+    assert len(actual) == len(expected)
+    for got, want in zip(actual, expected):
+        assert got.shape == (len(want), 6), (got.shape, want.shape)
+        np.testing.assert_allclose(got.double().numpy(), want, rtol=0, atol=1e-4)
+
+
+def run_both(kernel, prediction: torch.Tensor, conf: float, iou: float, **options) -> None:
+    """Run the pipeline with the kernel and the reference pipeline and compare."""
+    actual = non_max_suppression(prediction, conf, iou, nms=kernel, **options)
+    expected = reference_non_max_suppression(prediction, conf, iou, **options)
+    assert_same_detections(actual, expected)
+
+
+@pytest.mark.parametrize("classes", [1, 3, 80])
+@pytest.mark.parametrize("multi_label", [True, False])
+def test_random_inputs_match_reference(kernel, classes: int, multi_label: bool) -> None:
+    generator = torch.Generator().manual_seed(classes * 10 + multi_label)
+    prediction = make_prediction(generator, images=2, boxes=300, classes=classes)
+    run_both(kernel, prediction, 0.05, 0.45, multi_label=multi_label)
+
+
+def test_agnostic_and_max_det(kernel) -> None:
+    prediction = make_prediction(torch.Generator().manual_seed(7), images=2, boxes=400, classes=5)
+    run_both(kernel, prediction, 0.01, 0.6, agnostic=True)
+    run_both(kernel, prediction, 0.01, 0.6, max_det=17)
+
+
+@pytest.fixture(scope="module")
+def crowded() -> tuple[torch.Tensor, list[np.ndarray]]:
+    """16,000 boxes x 2 classes that all pass: 32,000 candidates, and the reference result (computed once)."""
+    generator = torch.Generator().manual_seed(3)
+    prediction = make_prediction(generator, images=1, boxes=16000, classes=2)
+    prediction[..., 4:] = 0.5 + 0.5 * torch.rand(1, 16000, 3, generator=generator)
+    expected = reference_non_max_suppression(prediction, 0.001, 0.6, max_candidates=30000, max_det=100000)
+    return prediction, expected
+
+
+def test_thirty_thousand_candidates_are_capped(kernel, crowded) -> None:
+    prediction, expected = crowded
+    actual = non_max_suppression(prediction, 0.001, 0.6, max_candidates=30000, max_det=100000, nms=kernel)
+    assert_same_detections(actual, expected)
+    # The cap really bites: 32,000 candidates, of which the 30,000 best enter NMS.
+    capped = non_max_suppression(prediction, 0.001, 0.0, agnostic=True, max_candidates=30000, max_det=10**6)
+    wide = non_max_suppression(prediction, 0.001, 0.0, agnostic=True, max_candidates=10**6, max_det=10**6)
+    assert capped[0][0, 4] == wide[0][0, 4]
+
+
+def test_identical_boxes_and_tied_scores(kernel) -> None:
+    # Five copies of one box with the same score in class 0, the same box in class 1, and a far box.
+    row = [100.0, 100.0, 50.0, 50.0, 0.9, 0.8, 0.0]
+    other_class = [100.0, 100.0, 50.0, 50.0, 0.9, 0.0, 0.8]
+    far = [400.0, 400.0, 50.0, 50.0, 0.9, 0.8, 0.0]
+    prediction = torch.tensor([[row] * 5 + [other_class, far]])
+    result = non_max_suppression(prediction, 0.25, 0.45, nms=kernel)[0]
+    assert result.shape == (3, 6)
+    assert sorted(result[:, 5].tolist()) == [0.0, 0.0, 1.0]
+    run_both(kernel, prediction, 0.25, 0.45)
+
+
+def test_tied_scores_overlapping_boxes_keep_the_first(kernel) -> None:
+    # Equal scores, overlapping boxes: the earlier one (stable order) survives on every kernel.
+    prediction = torch.tensor([[[100.0, 100, 50, 50, 1.0, 0.5], [105.0, 100, 50, 50, 1.0, 0.5]]])
+    result = non_max_suppression(prediction, 0.25, 0.45, nms=kernel)[0]
+    assert result.shape == (1, 6)
+    assert result[0, 0].item() == pytest.approx(75.0)
+
+
+def test_empty_input_and_nothing_above_threshold(kernel) -> None:
+    assert non_max_suppression(torch.zeros(2, 0, 85), nms=kernel)[0].shape == (0, 6)
+    result = non_max_suppression(torch.full((3, 10, 85), 0.1), 0.25, nms=kernel)
+    assert [r.shape for r in result] == [(0, 6)] * 3
+
+
+def test_class_filter_and_output_format() -> None:
+    prediction = make_prediction(torch.Generator().manual_seed(11), images=1, boxes=200, classes=4)
+    result = non_max_suppression(prediction, 0.05, 0.5, classes=[2])[0]
+    assert len(result) > 0 and set(result[:, 5].tolist()) == {2.0}
+    full = non_max_suppression(prediction, 0.05, 0.5)[0]
+    assert torch.all(full[:-1, 4] >= full[1:, 4])
+    assert torch.all(full[:, 2] >= full[:, 0]) and torch.all(full[:, 3] >= full[:, 1])
+
+
+def test_input_is_not_mutated() -> None:
+    prediction = make_prediction(torch.Generator().manual_seed(5), images=2, boxes=100, classes=3)
+    before = prediction.clone()
+    non_max_suppression(prediction, 0.01, 0.5)
+    assert torch.equal(prediction, before)
+
+
+def test_bad_shape_is_rejected() -> None:
+    with pytest.raises(ValueError, match="5 \\+ nc"):
+        non_max_suppression(torch.zeros(10, 85))
