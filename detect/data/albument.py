@@ -1,0 +1,22 @@
+"""Optional albumentations stage: blur, median blur, gray and CLAHE, each with probability hyp.albumentations_p."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+
+def build_albumentations(probability: float) -> Callable[[np.ndarray], np.ndarray] | None:
+    """A function image -> image, or None when the probability is 0 (the stage is off)."""
+    if probability <= 0:
+        return None
+    import albumentations  # imported only when the stage is on: it is slow to import
+
+    compose = albumentations.Compose([
+        albumentations.Blur(p=probability),
+        albumentations.MedianBlur(p=probability),
+        albumentations.ToGray(p=probability),
+        albumentations.CLAHE(p=probability),
+    ])
+    return lambda image: compose(image=image)["image"]

@@ -1,0 +1,72 @@
+"""One sample, one batch (the type the engine receives), and the collate that builds fixed-shape targets."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import torch
+
+from detect.data.letterbox import LetterboxInfo
+
+# Padded targets hold a multiple of this many rows per image, so their shape stays fixed for nearly every batch
+# (static shapes: DESIGN.md); a batch with more targets grows to the next multiple instead of dropping any.
+TARGET_BUCKET = 128
+
+
+@dataclasses.dataclass
+class Sample:
+    """One network input: (3, H, W) uint8 RGB, (n, 5) labels [cls, cx, cy, w, h] normalised to this input."""
+
+    image: np.ndarray
+    labels: np.ndarray
+    path: str
+    image_id: int
+    letterbox: LetterboxInfo | None = None
+
+
+@dataclasses.dataclass
+class Batch:
+    """images (B, 3, H, W) uint8 RGB; targets (T, 6) [batch_index, cls, cx, cy, w, h] normalised;
+    padded_targets (B, M, 5) [cls, cx, cy, w, h] with cls -1 on padding rows; target_counts (B,) int64."""
+
+    images: torch.Tensor
+    targets: torch.Tensor
+    padded_targets: torch.Tensor
+    target_counts: torch.Tensor
+    paths: tuple[str, ...]
+    image_ids: tuple[int, ...]
+    letterbox: tuple[LetterboxInfo | None, ...]
+
+    def pin_memory(self) -> Batch:
+        """The same batch in pinned host memory (DataLoader calls this when pin_memory=True)."""
+        tensors = {name: getattr(self, name).pin_memory()
+                   for name in ("images", "targets", "padded_targets", "target_counts")}
+        return dataclasses.replace(self, **tensors)
+
+    def __len__(self) -> int:
+        return self.images.shape[0]
+
+
+def collate(samples: list[Sample]) -> Batch:
+    """Stack samples into a Batch; all images of a batch have the same shape."""
+    images = torch.from_numpy(np.stack([sample.image for sample in samples]))
+    counts = [len(sample.labels) for sample in samples]
+    rows = max(TARGET_BUCKET, math.ceil(max(counts, default=0) / TARGET_BUCKET) * TARGET_BUCKET)
+    padded = torch.zeros((len(samples), rows, 5), dtype=torch.float32)
+    padded[:, :, 0] = -1
+    flat = []
+    for index, sample in enumerate(samples):
+        labels = torch.from_numpy(np.asarray(sample.labels, np.float32).reshape(-1, 5))
+        padded[index, :len(labels)] = labels
+        flat.append(torch.cat([torch.full((len(labels), 1), float(index)), labels], dim=1))
+    return Batch(
+        images=images,
+        targets=torch.cat(flat, dim=0) if flat else torch.zeros((0, 6)),
+        padded_targets=padded,
+        target_counts=torch.tensor(counts, dtype=torch.int64),
+        paths=tuple(sample.path for sample in samples),
+        image_ids=tuple(sample.image_id for sample in samples),
+        letterbox=tuple(sample.letterbox for sample in samples),
+    )

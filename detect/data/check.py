@@ -1,0 +1,158 @@
+"""Check one image and its label rows: every problem gets a name, a count and a line in the details file."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import cv2
+import numpy as np
+from PIL import Image
+
+# Problem names (the summary table and the tests use these exact strings).
+ZERO_BYTE = "zero-byte image"
+UNREADABLE = "unreadable image"
+TRUNCATED = "truncated image"
+TOO_SMALL = "image too small"
+COLUMNS = "wrong column count"
+NON_NUMERIC = "non-numeric value"
+CLASS_RANGE = "class id out of range"
+OUTSIDE = "coordinates outside [0,1]"
+ZERO_AREA = "zero-area box"
+DUPLICATE = "duplicate rows"
+MISSING_LABELS = "missing label file"
+TRUNCATED_USED = "truncated JPEG, decodable, used"
+
+SKIP_KINDS = (ZERO_BYTE, UNREADABLE, TRUNCATED, TOO_SMALL, COLUMNS, NON_NUMERIC, CLASS_RANGE, OUTSIDE)
+FIX_KINDS = (ZERO_AREA, DUPLICATE)
+
+MIN_SIDE = 10  # pixels; yolov5 rejects images with a side under 10
+# Normalised coordinates this far outside [0, 1] are rounding by a labelling tool and are clipped; beyond is an error.
+TOLERANCE = 0.01
+EXIF_ORIENTATION = 274
+
+
+@dataclasses.dataclass
+class CheckResult:
+    """What the check found for one image: size, kept label rows (n, 5) cls cx cy w h, crowd flags, problems."""
+
+    path: str
+    width: int = 0
+    height: int = 0
+    rows: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 5), np.float32))
+    crowd: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, bool))
+    skipped: str | None = None
+    fixes: list[str] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
+    details: list[str] = dataclasses.field(default_factory=list)
+    background: bool = False
+
+
+def _image_size(path: Path, result: CheckResult) -> tuple[int, int] | None:
+    """(width, height) after EXIF rotation (as cv2.imread returns it), or None with the problem recorded."""
+    if path.stat().st_size == 0:
+        result.skipped = ZERO_BYTE
+        return None
+    try:
+        with Image.open(path) as image:
+            image.verify()
+        with Image.open(path) as image:
+            width, height = image.size
+            image_format = image.format
+            orientation = image.getexif().get(EXIF_ORIENTATION, 1)
+    except Exception as error:  # PIL raises many types for bad files
+        result.skipped, result.details = UNREADABLE, [f"{path}: {UNREADABLE} ({error})"]
+        return None
+    if image_format in ("JPEG", "MPO"):
+        with open(path, "rb") as handle:
+            handle.seek(-2, 2)
+            complete = handle.read() == b"\xff\xd9"
+        if not complete:
+            if cv2.imdecode(np.fromfile(str(path), np.uint8), cv2.IMREAD_COLOR) is None:
+                result.skipped = TRUNCATED
+                return None
+            result.notes.append(TRUNCATED_USED)
+    if orientation in (5, 6, 7, 8):  # rotated by 90 degrees
+        width, height = height, width
+    if width < MIN_SIDE or height < MIN_SIDE:
+        result.skipped, result.details = TOO_SMALL, [f"{path}: {TOO_SMALL} ({width}x{height})"]
+        return None
+    return width, height
+
+
+def parse_label_text(text: str, num_classes: int) -> tuple[np.ndarray | None, str | None, str]:
+    """Label file text -> ((n, 5) float32 rows, None, "") or (None, problem, detail). Polygons become boxes."""
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) != 5 and (len(fields) < 7 or len(fields) % 2 == 0):
+            return None, COLUMNS, f"line {number}: {len(fields)} columns"
+        try:
+            values = [float(field) for field in fields]
+        except ValueError:
+            return None, NON_NUMERIC, f"line {number}: {line.strip()!r}"
+        if len(values) > 5:  # a segment polygon: its bounding box (yolov5 accepts these)
+            xs, ys = np.array(values[1::2]), np.array(values[2::2])
+            values = [values[0], (xs.min() + xs.max()) / 2, (ys.min() + ys.max()) / 2, xs.max() - xs.min(), ys.max() - ys.min()]
+        rows.append(values)
+    return np.array(rows, np.float32).reshape(-1, 5), None, ""
+
+
+def validate_rows(rows: np.ndarray, crowd: np.ndarray, num_classes: int, result: CheckResult) -> None:
+    """Check (n, 5) rows; fills result.rows/crowd, or result.skipped. Clips within TOLERANCE, drops bad boxes."""
+    classes = rows[:, 0]
+    bad_class = (classes != np.round(classes)) | (classes < 0) | (classes >= num_classes)
+    if bad_class.any():
+        result.skipped = CLASS_RANGE
+        result.details.append(f"class {classes[bad_class][0]:g} with {num_classes} classes")
+        return
+    corners = np.concatenate([rows[:, 1:3] - rows[:, 3:5] / 2, rows[:, 1:3] + rows[:, 3:5] / 2], axis=1)
+    if ((corners < -TOLERANCE) | (corners > 1 + TOLERANCE)).any() or (rows[:, 3:5] < 0).any():
+        result.skipped = OUTSIDE
+        return
+    corners = corners.clip(0, 1)
+    boxes = np.concatenate([(corners[:, :2] + corners[:, 2:]) / 2, corners[:, 2:] - corners[:, :2]], axis=1)
+    rows = np.concatenate([classes[:, None], boxes], axis=1).astype(np.float32)
+    positive = (rows[:, 3] > 0) & (rows[:, 4] > 0)
+    if not positive.all():
+        result.fixes.append(ZERO_AREA)
+        result.details.append(f"{ZERO_AREA}: {int((~positive).sum())} rows dropped")
+        rows, crowd = rows[positive], crowd[positive]
+    _, first = np.unique(np.concatenate([rows, crowd[:, None]], axis=1), axis=0, return_index=True)
+    if len(first) < len(rows):
+        result.fixes.append(DUPLICATE)
+        result.details.append(f"{DUPLICATE}: {len(rows) - len(first)} rows dropped")
+        first.sort()
+        rows, crowd = rows[first], crowd[first]
+    result.rows, result.crowd = rows, crowd
+
+
+def check_image(
+    image: str, label_file: str | None, num_classes: int, given: tuple[np.ndarray, np.ndarray] | None = None
+) -> CheckResult:
+    """Check an image and its labels: a YOLO txt file, or `given` (rows, crowd) from a COCO json."""
+    path, result = Path(image), CheckResult(path=image)
+    size = _image_size(path, result)
+    if size is None:
+        return result
+    result.width, result.height = size
+    if given is not None:
+        rows, crowd = given
+    elif label_file is None or not Path(label_file).is_file():
+        result.background, result.notes = True, result.notes + [MISSING_LABELS]
+        return result
+    else:
+        parsed, problem, detail = parse_label_text(Path(label_file).read_text(errors="replace"), num_classes)
+        if parsed is None:
+            result.skipped, result.details = problem, [f"{label_file}: {detail}"]
+            return result
+        rows, crowd = parsed, np.zeros(len(parsed), bool)
+    validate_rows(rows, crowd, num_classes, result)
+    if result.skipped is not None:
+        result.details = [f"{label_file or image}: {result.skipped} {' '.join(result.details)}".rstrip()]
+    else:
+        result.details = [f"{label_file or image}: {detail}" for detail in result.details]
+        result.background = len(result.rows) == 0
+    return result

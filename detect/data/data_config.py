@@ -1,0 +1,93 @@
+"""The dataset yaml (yolov5 layout plus optional COCO json label sources), loaded strictly and resolved."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from detect.config import from_mapping, read_yaml, resolve_config
+from detect.errors import ConfigError
+
+SPLITS = ("train", "val", "test")
+
+
+@dataclasses.dataclass(frozen=True)
+class DataYaml:
+    """The keys of a data yaml as written (ultralytics/yolov5 names; *_json and builtin are ours)."""
+
+    train: str | list[str]
+    val: str | list[str]
+    names: list[str] | dict[int, str]
+    path: str | None = None
+    test: str | list[str] | None = None
+    nc: int | None = None
+    train_json: str | None = None
+    val_json: str | None = None
+    test_json: str | None = None
+    # Ours: the name of a dataset this project generates itself when `path` is missing (see builtin.py).
+    builtin: str | None = None
+    # Accepted so ultralytics yamls load unchanged; never run (no network, ever: DESIGN.md).
+    download: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """A resolved dataset: root folder, per-split sources (absolute), class names."""
+
+    source: Path
+    root: Path
+    names: tuple[str, ...]
+    splits: dict[str, tuple[Path, ...]]
+    json_files: dict[str, Path]
+    builtin: str | None = None
+
+    @property
+    def num_classes(self) -> int:
+        """Number of classes."""
+        return len(self.names)
+
+
+def _names_list(names: list[str] | dict[int, str], nc: int | None, source: Path) -> tuple[str, ...]:
+    if isinstance(names, dict):
+        if sorted(names) != list(range(len(names))):
+            raise ConfigError(f"{source}: key 'names' must map 0..{len(names) - 1} to names, got keys {sorted(names)}")
+        names = [names[index] for index in range(len(names))]
+    if nc is not None and nc != len(names):
+        raise ConfigError(f"{source}: nc is {nc} but 'names' lists {len(names)} classes")
+    return tuple(str(name) for name in names)
+
+
+def _resolve_root(raw: str | None, source: Path) -> Path:
+    """`path` from the yaml's folder, else from the working directory (where yolov5 looks)."""
+    if raw is None:
+        return source.parent.resolve()
+    path = Path(raw).expanduser()
+    if path.is_absolute():
+        return path
+    beside = (source.parent / path).resolve()
+    if beside.exists():
+        return beside
+    from_cwd = path.resolve()
+    return from_cwd if from_cwd.exists() else beside
+
+
+def load_data_config(name_or_path: str | Path) -> DataConfig:
+    """Load a data yaml by bare name (configs/data/) or path; relative paths resolved, nothing read yet."""
+    source = resolve_config(name_or_path, "data").resolve()
+    raw = from_mapping(DataYaml, read_yaml(source), source)
+    names = _names_list(raw.names, raw.nc, source)
+    root = _resolve_root(raw.path, source)
+    if raw.builtin is not None and raw.path is not None and not (source.parent / raw.path).exists():
+        root = (source.parent / raw.path).resolve()  # generated there on first use
+    splits: dict[str, tuple[Path, ...]] = {}
+    json_files: dict[str, Path] = {}
+    for split in SPLITS:
+        value = getattr(raw, split)
+        if value is not None:
+            entries = [value] if isinstance(value, str) else value
+            splits[split] = tuple(root / entry for entry in entries)
+        json_name = getattr(raw, f"{split}_json")
+        if json_name is not None:
+            json_files[split] = root / json_name
+    return DataConfig(source=source, root=root, names=names, splits=splits, json_files=json_files, builtin=raw.builtin)

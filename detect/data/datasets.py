@@ -1,0 +1,115 @@
+"""torch Datasets: augmented training samples (mosaic etc.) and letterboxed rectangular validation samples."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from detect.config import Hyp
+from detect.data import augment
+from detect.data.albument import build_albumentations
+from detect.data.batch import Sample
+from detect.data.boxes_np import xywhn_to_xyxy, xyxy_to_xywhn
+from detect.data.image_load import load_resized, resize_to_imgsz, read_image
+from detect.data.letterbox import LetterboxInfo, letterbox, rect_batch_shapes
+from detect.data.mosaic import mosaic4
+from detect.data.records import ImageRecord
+
+
+def to_network_layout(image: np.ndarray) -> np.ndarray:
+    """(h, w, 3) BGR -> (3, h, w) RGB, contiguous."""
+    return np.ascontiguousarray(image[:, :, ::-1].transpose(2, 0, 1))
+
+
+class TrainDataset(torch.utils.data.Dataset):
+    """Training samples of imgsz x imgsz: mosaic (or letterbox), warp, mixup, albumentations, HSV, flips."""
+
+    def __init__(self, records: list[ImageRecord], hyp: Hyp, imgsz: int, seed: int,
+                 cached: list[np.ndarray] | None = None) -> None:
+        self.records, self.hyp, self.imgsz, self.seed, self.cached = records, hyp, imgsz, seed, cached
+        self.rng = np.random.default_rng(seed)
+        self.albumentations = build_albumentations(hyp.albumentations_p)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def reseed(self, *keys: int) -> None:
+        """A fresh generator from (seed, *keys)."""
+        self.rng = np.random.default_rng([self.seed, *keys])
+
+    def load(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """(image resized to imgsz, (n, 5) non-crowd labels [cls, cx, cy, w, h] normalised)."""
+        record = self.records[index]
+        image = self.cached[index] if self.cached is not None else load_resized(record.path, self.imgsz, augment=True)
+        classes, boxes = record.train_boxes
+        return image, np.concatenate([classes[:, None].astype(np.float32), boxes], axis=1)
+
+    def _base(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """Mosaic or single letterboxed image, warped; labels (n, 5) pixels xyxy."""
+        hyp = self.hyp
+        warp = (hyp.degrees, hyp.translate, hyp.scale, hyp.shear, hyp.perspective)
+        if self.rng.random() < hyp.mosaic:
+            indices = [index, *self.rng.integers(0, len(self.records), size=3).tolist()]
+            return mosaic4(self.load, indices, self.imgsz, self.rng, *warp)
+        image, labels = self.load(index)
+        height, width = image.shape[:2]
+        image, ratio, pad = letterbox(image, (self.imgsz, self.imgsz), scale_up=True)
+        pixels = xywhn_to_xyxy(labels[:, 1:], ratio * width, ratio * height, pad[0], pad[1])
+        return augment.random_warp(image, np.concatenate([labels[:, :1], pixels], axis=1), self.rng, *warp)
+
+    def __getitem__(self, key: int | tuple[int, int]) -> Sample:
+        """Sample `key`: an index, or (epoch, index) from EpochSampler, whose randomness is then a function of
+        (seed, epoch, index) alone, so a run is the same for any number of workers and on resume."""
+        if isinstance(key, tuple):
+            epoch, index = key
+            self.reseed(epoch, index)
+        else:
+            index = key
+        hyp, rng = self.hyp, self.rng
+        image, labels = self._base(index)
+        if hyp.mosaic and rng.random() < hyp.mixup:
+            image, labels = augment.mixup((image, labels), self._base(int(rng.integers(0, len(self.records)))), rng)
+        if self.albumentations is not None:
+            image = self.albumentations(image)
+        image = augment.hsv_jitter(image, rng, hyp.hsv_h, hyp.hsv_s, hyp.hsv_v)
+        if rng.random() < hyp.flipud:
+            image, labels = augment.flip(image, labels, horizontal=False)
+        if rng.random() < hyp.fliplr:
+            image, labels = augment.flip(image, labels, horizontal=True)
+        labels = augment.degenerate_free(labels)
+        height, width = image.shape[:2]
+        normalised = np.concatenate([labels[:, :1], xyxy_to_xywhn(labels[:, 1:], width, height)], axis=1)
+        record = self.records[index]
+        return Sample(image=to_network_layout(image), labels=normalised, path=str(record.path), image_id=record.image_id)
+
+
+class ValDataset(torch.utils.data.Dataset):
+    """Validation samples in aspect-ratio order, letterboxed to their batch's shape (YOLOV5-FACTS.md)."""
+
+    def __init__(self, records: list[ImageRecord], imgsz: int, batch_size: int, stride: int = 32,
+                 rect: bool = True, pad: float = 0.5) -> None:
+        heights = np.array([record.height for record in records], np.float64)
+        widths = np.array([record.width for record in records], np.float64)
+        order, shapes = rect_batch_shapes(heights, widths, batch_size, imgsz, stride, pad)
+        self.records = [records[index] for index in order] if rect else list(records)
+        self.shapes = shapes if rect else np.full((len(shapes), 2), imgsz)
+        self.imgsz, self.batch_size = imgsz, batch_size
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, index: int) -> Sample:
+        record = self.records[index]
+        original = read_image(record.path)
+        original_height, original_width = original.shape[:2]
+        image = resize_to_imgsz(original, self.imgsz, augment=False)
+        height, width = image.shape[:2]
+        shape = tuple(int(side) for side in self.shapes[index // self.batch_size])
+        image, ratio, pad = letterbox(image, shape, scale_up=False)
+        info = LetterboxInfo(original=(original_height, original_width), gain=ratio * height / original_height, pad=pad)
+        classes, boxes = record.train_boxes
+        pixels = xywhn_to_xyxy(boxes, ratio * width, ratio * height, pad[0], pad[1])
+        normalised = xyxy_to_xywhn(pixels, shape[1], shape[0])
+        labels = np.concatenate([classes[:, None].astype(np.float32), normalised], axis=1)
+        return Sample(image=to_network_layout(image), labels=labels, path=str(record.path),
+                      image_id=record.image_id, letterbox=info)

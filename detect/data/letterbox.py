@@ -1,0 +1,69 @@
+"""Letterbox (fit, centre, pad with 114 grey), rectangular val batch shapes, and the exact inverse mapping."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import cv2
+import numpy as np
+import torch
+
+PAD_VALUE = 114  # grey, YOLOV5-FACTS.md
+
+
+@dataclasses.dataclass(frozen=True)
+class LetterboxInfo:
+    """How an original image became a network input: original (h, w), gain (input px per original px), pad (x, y)."""
+
+    original: tuple[int, int]
+    gain: float
+    pad: tuple[float, float]
+
+
+def letterbox(image: np.ndarray, shape: tuple[int, int], scale_up: bool = False) -> tuple[np.ndarray, float, tuple[float, float]]:
+    """Fit `image` into (h, w) `shape` keeping aspect, centred, padded with 114; returns (image, ratio, (pad_x, pad_y)).
+
+    pad is the float half-padding; the image is placed at its rounded value (round(pad - 0.1)), as yolov5 does.
+    """
+    height, width = image.shape[:2]
+    ratio = min(shape[0] / height, shape[1] / width)
+    if not scale_up:
+        ratio = min(ratio, 1.0)
+    new_width, new_height = int(round(width * ratio)), int(round(height * ratio))
+    pad_x, pad_y = (shape[1] - new_width) / 2, (shape[0] - new_height) / 2
+    if (new_width, new_height) != (width, height):
+        image = cv2.resize(image, (new_width, new_height), interpolation=cv2.INTER_LINEAR)
+    top, bottom = int(round(pad_y - 0.1)), int(round(pad_y + 0.1))
+    left, right = int(round(pad_x - 0.1)), int(round(pad_x + 0.1))
+    image = cv2.copyMakeBorder(image, top, bottom, left, right, cv2.BORDER_CONSTANT, value=(PAD_VALUE,) * 3)
+    return image, ratio, (pad_x, pad_y)
+
+
+def rect_batch_shapes(heights: np.ndarray, widths: np.ndarray, batch_size: int, imgsz: int, stride: int = 32,
+                      pad: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+    """(order, shapes): image order sorted by aspect h/w, and per-batch (h, w) input shapes (YOLOV5-FACTS.md)."""
+    aspect = heights / widths
+    order = np.argsort(aspect, kind="stable")
+    aspect = aspect[order]
+    count = math.ceil(len(order) / batch_size)
+    shapes = np.ones((count, 2))
+    for batch in range(count):
+        chunk = aspect[batch * batch_size:(batch + 1) * batch_size]
+        smallest, largest = chunk.min(), chunk.max()
+        if largest < 1:
+            shapes[batch] = [largest, 1]
+        elif smallest > 1:
+            shapes[batch] = [1, 1 / smallest]
+    return order, (np.ceil(shapes * imgsz / stride + pad).astype(int) * stride)
+
+
+def boxes_to_original(boxes: torch.Tensor, info: LetterboxInfo) -> torch.Tensor:
+    """(n, 4) xyxy pixels in the letterboxed input -> (n, 4) xyxy pixels in the original image, clipped."""
+    out = boxes.clone()
+    out[:, [0, 2]] -= info.pad[0]
+    out[:, [1, 3]] -= info.pad[1]
+    out /= info.gain
+    out[:, [0, 2]] = out[:, [0, 2]].clamp(0, info.original[1])
+    out[:, [1, 3]] = out[:, [1, 3]].clamp(0, info.original[0])
+    return out

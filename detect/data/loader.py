@@ -1,0 +1,119 @@
+"""build_train_loader / build_val_loader: DataLoaders with seeded (distributed) samplers and fixed batch shapes."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import torch
+from torch.utils.data import DataLoader, DistributedSampler, Sampler
+
+from detect.config import Hyp
+from detect.data.batch import Batch, collate
+from detect.data.data_config import DataConfig
+from detect.data.datasets import TrainDataset, ValDataset
+from detect.data.ram_cache import cache_images
+from detect.data.split import LabelledSplit, load_split
+from detect.errors import UserError
+
+
+def default_workers(world_size: int = 1) -> int:
+    """CPU workers per rank: the cores shared between ranks, at most 8."""
+    return max(0, min(8, (os.cpu_count() or 1) // max(world_size, 1)))
+
+
+class ShuffleSampler(Sampler[int]):
+    """A permutation drawn from seed + epoch (the single-process twin of DistributedSampler)."""
+
+    def __init__(self, size: int, seed: int) -> None:
+        self.size, self.seed, self.epoch = size, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Pick the permutation of this epoch."""
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        return iter(torch.randperm(self.size, generator=generator).tolist())
+
+    def __len__(self) -> int:
+        return self.size
+
+
+class EpochSampler(Sampler[tuple[int, int]]):
+    """Yields (epoch, index) so each sample's augmentation is seeded by (seed, epoch, index)."""
+
+    def __init__(self, base: ShuffleSampler | DistributedSampler) -> None:
+        self.base, self.epoch = base, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch of the shuffle and of the augmentation seeds."""
+        self.epoch = epoch
+        self.base.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return ((self.epoch, index) for index in self.base)
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+
+class Loader:
+    """A DataLoader of Batch with its split (records, names) and set_epoch."""
+
+    def __init__(self, loader: DataLoader, split: LabelledSplit, dataset: torch.utils.data.Dataset,
+                 sampler: EpochSampler | None = None) -> None:
+        self.loader, self.split, self.dataset, self.sampler = loader, split, dataset, sampler
+
+    def set_epoch(self, epoch: int) -> None:
+        """Reshuffle (training); a no-op for validation."""
+        if self.sampler is not None:
+            self.sampler.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[Batch]:
+        return iter(self.loader)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+
+def _loader_options(workers: int, pin_memory: bool, prefetch_factor: int) -> dict:
+    options: dict = {"num_workers": workers, "pin_memory": pin_memory, "collate_fn": collate}
+    if workers > 0:
+        options.update(persistent_workers=True, prefetch_factor=prefetch_factor)
+    return options
+
+
+def build_train_loader(data_config: DataConfig, hyp: Hyp, imgsz: int, batch_size: int, workers: int, seed: int,
+                       rank: int = 0, world_size: int = 1, cache: str | None = None, pin_memory: bool = True,
+                       prefetch_factor: int = 2, split: str = "train") -> Loader:
+    """Augmented imgsz x imgsz batches of batch_size per rank, drop_last (one shape), reshuffled by set_epoch."""
+    labelled = load_split(data_config, split)
+    if cache not in (None, "ram"):
+        raise UserError(f"--cache {cache}: only 'ram' is supported")
+    cached = cache_images(labelled.records, imgsz, augment=True) if cache == "ram" else None
+    dataset = TrainDataset(labelled.records, hyp, imgsz, seed, cached)
+    if world_size > 1:
+        base = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True)
+    else:
+        base = ShuffleSampler(len(dataset), seed)
+    if len(base) < batch_size:
+        raise UserError(f"{data_config.source}: {len(base)} training images per rank, fewer than batch size {batch_size}")
+    sampler = EpochSampler(base)
+    loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True,
+                        **_loader_options(workers, pin_memory, prefetch_factor))
+    return Loader(loader, labelled, dataset, sampler)
+
+
+def build_val_loader(data_config: DataConfig, split: str = "val", imgsz: int = 640, batch_size: int = 32,
+                     workers: int | None = None, stride: int = 32, rank: int = 0, world_size: int = 1,
+                     rect: bool = True, pin_memory: bool = True, prefetch_factor: int = 2) -> Loader:
+    """Letterboxed rectangular batches in aspect order; with world_size > 1 rank r gets batches r, r+W, ..."""
+    labelled = load_split(data_config, split)
+    dataset = ValDataset(labelled.records, imgsz, batch_size, stride, rect=rect)
+    size = len(dataset)
+    batches = [list(range(start, min(start + batch_size, size))) for start in range(0, size, batch_size)]
+    workers = default_workers(world_size) if workers is None else workers
+    loader = DataLoader(dataset, batch_sampler=batches[rank::world_size],
+                        **_loader_options(workers, pin_memory, prefetch_factor))
+    return Loader(loader, labelled, dataset)
