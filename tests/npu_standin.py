@@ -1,0 +1,130 @@
+"""A CPU stand-in for the few torch_npu names detect.backend.npu calls, enforcing their documented contracts.
+
+Tests built on it are contract tests of our glue against a CPU stand-in, not the hardware. The contracts
+come from docs/NPU.md (checked against the torch_npu 2.14.0 sources); nothing here was run on an NPU.
+
+Use it with pytest's monkeypatch fixture, which undoes the sys.modules change after the test:
+
+    from tests.npu_standin import npu_backend
+
+    def test_something(monkeypatch):
+        backend = npu_backend(monkeypatch, amp=True)   # an NpuBackend whose tensors live on the CPU
+        backend.torch_npu.calls                         # (name, args, kwargs) of each stand-in call
+"""
+
+from __future__ import annotations
+
+import sys
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+import torchvision
+
+from detect.backend.npu import NpuBackend
+
+
+def _require(condition: bool, message: str) -> None:
+    """Raise AssertionError (even under python -O) when a documented contract is broken."""
+    if not condition:
+        raise AssertionError(f"torch_npu stand-in: {message}")
+
+
+def npu_nms_v4(
+    boxes: torch.Tensor,
+    scores: torch.Tensor,
+    max_output_size: int,
+    iou_threshold: torch.Tensor,
+    scores_threshold: torch.Tensor,
+    pad_to_max_output_size: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """npu_nms_v4 on the CPU: (selected int32 [M], valid int32 0-D), valid entries first (NPU.md §1.1)."""
+    _require(boxes.dtype == torch.float32 and scores.dtype == torch.float32, "boxes and scores must be float32")
+    _require(boxes.dim() == 2 and boxes.shape[1] == 4, f"boxes must be (N, 4), got {tuple(boxes.shape)}")
+    _require(scores.shape == (boxes.shape[0],), f"scores must be (N,), got {tuple(scores.shape)}")
+    _require(boxes.shape[0] > 0 and boxes.shape[0] % 1024 == 0, f"candidates must be a multiple of 1024 (our bucket rule), got {boxes.shape[0]}")
+    for name, value in (("iou_threshold", iou_threshold), ("scores_threshold", scores_threshold)):
+        _require(isinstance(value, torch.Tensor) and value.dim() == 0, f"{name} must be a 0-D tensor, got {value!r}")
+        _require(value.device == boxes.device, f"{name} must be on the boxes' device")
+    _require(isinstance(max_output_size, int) and max_output_size > 0, "max_output_size must be a positive int")
+    candidates = torch.nonzero(scores > scores_threshold).flatten()
+    keep = candidates[torchvision.ops.nms(boxes[candidates], scores[candidates], float(iou_threshold))]
+    keep = keep[:max_output_size].to(torch.int32)
+    valid = torch.tensor(keep.numel(), dtype=torch.int32)
+    if pad_to_max_output_size:
+        # Pad with index 0, a real row, so a caller that forgets to trim to `valid` gets wrong answers.
+        keep = torch.cat([keep, torch.zeros(max_output_size - keep.numel(), dtype=torch.int32)])
+    return keep.to(boxes.device), valid.to(boxes.device)
+
+
+class GradScaler(torch.amp.GradScaler):
+    """torch_npu.npu.amp.GradScaler's signature (NPU.md §1 #3), scaling on the CPU."""
+
+    def __init__(
+        self,
+        init_scale: float = 2.0**16,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+        dynamic: bool = True,
+        enabled: bool = True,
+    ) -> None:
+        super().__init__("cpu", init_scale, growth_factor, backoff_factor, growth_interval, enabled)
+        self.dynamic = dynamic
+
+
+def make_torch_npu() -> ModuleType:
+    """A fresh fake torch_npu; `.calls` records (name, args, kwargs) of each npu.* call and of npu_nms_v4."""
+    calls: list[tuple[Any, ...]] = []
+    module = ModuleType("torch_npu")
+    module.__doc__ = "CPU stand-in for torch_npu (tests/npu_standin.py)"
+
+    def record(name: str, result: Any = None) -> Any:
+        def function(*args: Any, **kwargs: Any) -> Any:
+            calls.append((name, args, kwargs))
+            return result
+        return function
+
+    def nms(boxes: torch.Tensor, scores: torch.Tensor, max_output_size: int, *args: Any, **kwargs: Any) -> Any:
+        calls.append(("npu_nms_v4", (boxes.shape[0], max_output_size), kwargs))
+        return npu_nms_v4(boxes, scores, max_output_size, *args, **kwargs)
+
+    module.npu_nms_v4 = nms
+    module.npu = SimpleNamespace(
+        is_available=record("is_available", True),
+        device_count=record("device_count", 1),
+        is_bf16_supported=record("is_bf16_supported", True),
+        set_device=record("set_device"),
+        set_compile_mode=record("set_compile_mode"),
+        manual_seed_all=record("manual_seed_all"),
+        synchronize=record("synchronize"),
+        empty_cache=record("empty_cache"),
+        memory_allocated=record("memory_allocated", 1000),
+        max_memory_allocated=record("max_memory_allocated", 2000),
+        reset_peak_memory_stats=record("reset_peak_memory_stats"),
+        # 910B (A2) defaults: conv HF32 on, matmul HF32 off (NPU.md §2.1).
+        conv=SimpleNamespace(allow_hf32=True),
+        matmul=SimpleNamespace(allow_hf32=False),
+        amp=SimpleNamespace(GradScaler=GradScaler),
+    )
+    module.calls = calls
+    return module
+
+
+def install(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """Put a fresh stand-in at sys.modules['torch_npu'] for the current test; returns it."""
+    module = make_torch_npu()
+    monkeypatch.setitem(sys.modules, "torch_npu", module)
+    return module
+
+
+def npu_backend(monkeypatch: pytest.MonkeyPatch, **options: Any) -> NpuBackend:
+    """An NpuBackend on the stand-in, its tensors on the CPU; options go to NpuBackend (amp, jit_compile, ...)."""
+    install(monkeypatch)
+    return NpuBackend(0, device=torch.device("cpu"), **options)
+
+
+def call_names(module: ModuleType) -> list[str]:
+    """The names of the stand-in functions called so far, in order."""
+    return [call[0] for call in module.calls]
