@@ -1,0 +1,8 @@
+"""YOLOv5 models: layers, the Detect head, the yaml builder, summaries and checkpoint loading."""
+
+from detect.models.spec import ModelSpec, load_model_spec, parse_model_spec
+from detect.models.summary import ModelSummary, summarize
+from detect.models.yolo import DetectionModel, build_model
+
+__all__ = ["DetectionModel", "ModelSpec", "ModelSummary", "build_model", "load_model_spec", "parse_model_spec",
+           "summarize"]

@@ -1,0 +1,88 @@
+"""YOLOv5 building blocks (YOLOV5-FACTS.md, "Architecture"); attribute names match ultralytics checkpoints."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class Conv(nn.Module):
+    """Conv2d (no bias) + BatchNorm2d + SiLU; BatchNorm can be folded into the conv with `fuse`."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel: int = 1, stride: int = 1, padding: int | None = None):
+        super().__init__()
+        padding = kernel // 2 if padding is None else padding
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel, stride, padding, bias=False)
+        self.bn = nn.BatchNorm2d(out_channels, eps=1e-3, momentum=0.03)
+        self.act = nn.SiLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.bn(self.conv(x)))
+
+    @torch.no_grad()
+    def fuse(self) -> None:
+        """Fold the BatchNorm into the convolution's weight and bias (inference only)."""
+        if isinstance(self.bn, nn.Identity):
+            return
+        bn = self.bn
+        scale = bn.weight / torch.sqrt(bn.running_var + bn.eps)
+        fused = nn.Conv2d(self.conv.in_channels, self.conv.out_channels, self.conv.kernel_size,
+                          self.conv.stride, self.conv.padding, groups=self.conv.groups, bias=True)
+        fused = fused.to(self.conv.weight.device, self.conv.weight.dtype)
+        fused.weight.copy_(self.conv.weight * scale.view(-1, 1, 1, 1))
+        fused.bias.copy_(bn.bias - bn.running_mean * scale)
+        self.conv, self.bn = fused, nn.Identity()
+
+
+class Bottleneck(nn.Module):
+    """1x1 conv to hidden channels, 3x3 conv back, residual add when shapes allow."""
+
+    def __init__(self, in_channels: int, out_channels: int, shortcut: bool = True, expansion: float = 0.5):
+        super().__init__()
+        hidden = int(out_channels * expansion)
+        self.cv1 = Conv(in_channels, hidden, 1)
+        self.cv2 = Conv(hidden, out_channels, 3)
+        self.add = shortcut and in_channels == out_channels
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.cv2(self.cv1(x))
+        return x + y if self.add else y
+
+
+class C3(nn.Module):
+    """CSP block: two 1x1 branches, one through `repeats` bottlenecks, concatenated and mixed."""
+
+    def __init__(self, in_channels: int, out_channels: int, repeats: int = 1, shortcut: bool = True):
+        super().__init__()
+        hidden = out_channels // 2
+        self.cv1 = Conv(in_channels, hidden, 1)
+        self.cv2 = Conv(in_channels, hidden, 1)
+        self.cv3 = Conv(2 * hidden, out_channels, 1)
+        self.m = nn.Sequential(*(Bottleneck(hidden, hidden, shortcut, expansion=1.0) for _ in range(repeats)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.cv3(torch.cat((self.m(self.cv1(x)), self.cv2(x)), dim=1))
+
+
+class SPPF(nn.Module):
+    """Spatial pyramid pooling, fast: three chained max-pools concatenated with their input."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel: int = 5):
+        super().__init__()
+        hidden = in_channels // 2
+        self.cv1 = Conv(in_channels, hidden, 1)
+        self.cv2 = Conv(hidden * 4, out_channels, 1)
+        self.m = nn.MaxPool2d(kernel, stride=1, padding=kernel // 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.cv1(x)
+        y1 = self.m(x)
+        y2 = self.m(y1)
+        return self.cv2(torch.cat((x, y1, y2, self.m(y2)), dim=1))
+
+
+class Concat(nn.Module):
+    """Concatenate a list of feature maps along channels."""
+
+    def forward(self, xs: list[torch.Tensor]) -> torch.Tensor:
+        return torch.cat(xs, dim=1)

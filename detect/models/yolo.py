@@ -1,0 +1,101 @@
+"""Build a YOLOv5 detection model from a ModelSpec; parameters are named model.<layer index>.<...>."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from detect.models.head import Detect
+from detect.models.layers import C3, SPPF, Concat, Conv
+from detect.models.spec import LayerSpec, ModelSpec, load_model_spec
+
+
+def scale_channels(channels: int, width_multiple: float) -> int:
+    """Channels after the width multiple, rounded up to a multiple of 8 (YOLOV5-FACTS.md)."""
+    return math.ceil(channels * width_multiple / 8) * 8
+
+
+def scale_repeats(repeats: int, depth_multiple: float) -> int:
+    """Block repeats after the depth multiple, at least one (YOLOV5-FACTS.md)."""
+    return max(round(repeats * depth_multiple), 1)
+
+
+def _build_layer(layer: LayerSpec, in_channels: list[int], spec: ModelSpec, num_classes: int) -> tuple[nn.Module, int]:
+    """One nn.Module and its output channel count."""
+    args, first = layer.args, in_channels[0]
+    if layer.module == "Conv":
+        out = scale_channels(args.channels, spec.width_multiple)
+        return Conv(first, out, args.kernel, args.stride, args.padding), out
+    if layer.module == "C3":
+        out = scale_channels(args.channels, spec.width_multiple)
+        return C3(first, out, scale_repeats(args.repeat, spec.depth_multiple), args.shortcut), out
+    if layer.module == "SPPF":
+        out = scale_channels(args.channels, spec.width_multiple)
+        return SPPF(first, out, args.kernel), out
+    if layer.module == "Upsample":
+        return nn.Upsample(scale_factor=args.scale, mode="nearest"), first
+    if layer.module == "Concat":
+        return Concat(), sum(in_channels)
+    return Detect(num_classes, spec.anchors, in_channels), 0
+
+
+class DetectionModel(nn.Module):
+    """A YOLOv5 network: layers run in order, each reading the outputs named by its `inputs`."""
+
+    def __init__(self, spec: ModelSpec, num_classes: int | None = None, names: list[str] | None = None):
+        super().__init__()
+        self.nc = num_classes or spec.num_classes
+        self.names = names or [str(i) for i in range(self.nc)]
+        self.yaml_source = spec.source
+        channels, modules, self.inputs = [3], [], []
+        for index, layer in enumerate(spec.layers):
+            absolute = [index + i if i < 0 else i for i in layer.inputs]
+            module, out = _build_layer(layer, [channels[i + 1] for i in absolute], spec, self.nc)
+            modules.append(module)
+            self.inputs.append(absolute)
+            channels.append(out)
+        self.model = nn.Sequential(*modules)
+        self._kept = {i for ins in self.inputs for i in ins if i >= 0}
+        detect = self.detect
+        with torch.no_grad():  # strides from one forward pass of a small image
+            self.train()
+            outputs = self.forward(torch.zeros(1, 3, 256, 256))
+        detect.set_strides(torch.tensor([256 / o.shape[2] for o in outputs]))
+        detect.initialize_biases()
+
+    @property
+    def detect(self) -> Detect:
+        return self.model[-1]
+
+    @property
+    def stride(self) -> torch.Tensor:
+        return self.detect.stride
+
+    def forward(self, images: torch.Tensor):
+        """Train mode: raw per-level outputs. Eval mode: (decoded (B, N, 5+nc), raw); see Detect.forward."""
+        x, saved = images, {}
+        for index, (module, inputs) in enumerate(zip(self.model, self.inputs)):
+            if len(inputs) > 1 or inputs[0] != index - 1:
+                x = [saved[i] if i >= 0 else images for i in inputs]
+                x = x if isinstance(module, (Concat, Detect)) else x[0]
+            x = module(x)
+            if index in self._kept:
+                saved[index] = x
+        return x
+
+    def fuse(self) -> DetectionModel:
+        """Fold every BatchNorm into its convolution, for inference."""
+        for module in self.modules():
+            if isinstance(module, Conv):
+                module.fuse()
+        return self
+
+
+def build_model(cfg: str | Path | ModelSpec, num_classes: int | None = None,
+                names: list[str] | None = None) -> DetectionModel:
+    """A model from a yaml name (configs/models/), a path or a parsed spec; `num_classes` overrides nc."""
+    spec = cfg if isinstance(cfg, ModelSpec) else load_model_spec(cfg)
+    return DetectionModel(spec, num_classes, names)

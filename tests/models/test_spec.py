@@ -1,0 +1,50 @@
+"""Bad model yamls end in one clear error that names the file and the key."""
+
+import pytest
+import yaml
+
+from detect.errors import ConfigError
+from detect.models import build_model
+from detect.config import CONFIGS_DIR
+
+
+def write_variant(tmp_path, edit):
+    data = yaml.safe_load((CONFIGS_DIR / "models" / "yolov5n.yaml").read_text())
+    edit(data)
+    path = tmp_path / "variant.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["backbone"][2].update(module="C4"), "backbone[2]: key 'module' must be one of"),
+    (lambda d: d["head"][3].update(chanels=5), "head[3] (C3): unknown key 'chanels'"),
+    (lambda d: d["backbone"][0].pop("channels"), "backbone[0] (Conv): missing key 'channels'"),
+    (lambda d: d["backbone"][1].update(kernel="3"), "backbone[1] (Conv): key 'kernel' must be int"),
+    (lambda d: d.pop("anchors"), "missing key 'anchors'"),
+    (lambda d: d.update(width_multiple="wide"), "key 'width_multiple' must be float"),
+    (lambda d: d.update(depth=1), "unknown key 'depth'"),
+    (lambda d: d["head"][2].update({"from": [-1, 30]}), "layer 12 key 'from' [-1, 30] must name earlier layers"),
+    (lambda d: d["head"].pop(), "must end with a Detect layer"),
+])
+def test_bad_yaml_names_file_and_key(tmp_path, edit, message):
+    path = write_variant(tmp_path, edit)
+    with pytest.raises(ConfigError) as error:
+        build_model(path)
+    assert str(path) in str(error.value) and message in str(error.value)
+
+
+def test_bare_name_resolves_to_configs_and_path_is_a_path(tmp_path):
+    assert build_model("yolov5n").yaml_source.endswith("configs/models/yolov5n.yaml")
+    path = write_variant(tmp_path, lambda d: d.update(nc=4))
+    assert build_model(path).nc == 4
+    with pytest.raises(ConfigError, match="not one of configs/models/"):
+        build_model("yolov5q.yaml")
+
+
+def test_cli_prints_the_summary(capsys):
+    from detect.models.__main__ import main
+    assert main(["--cfg", "yolov5n.yaml"]) == 0
+    assert "1,872,157 parameters" in capsys.readouterr().out
+    assert main(["--cfg", "missing.yaml"]) == 2
+    assert "missing.yaml" in capsys.readouterr().err

@@ -1,0 +1,77 @@
+"""The model zoo against the published facts (YOLOV5-FACTS.md), generated over configs/models."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from detect.models import build_model, summarize
+
+CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs" / "models").glob("yolov5*.yaml"))
+# size -> (exact parameters at nc=80, published unfused GFLOPs at 640)
+PUBLISHED = {"n": (1_872_157, 4.6), "s": (7_235_389, 16.6), "m": (21_190_557, 49.2),
+             "l": (46_563_709, 109.6), "x": (86_749_405, 206.3)}
+
+
+def test_every_published_size_has_a_config():
+    assert sorted(p.stem[-1] for p in CONFIGS) == sorted(PUBLISHED)
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_parameters_and_gflops_match_the_reference(path):
+    parameters, gflops = PUBLISHED[path.stem[-1]]
+    summary = summarize(build_model(path.name))
+    assert summary.parameters == parameters
+    assert summary.gflops == pytest.approx(gflops, rel=0.02)
+
+
+def test_class_count_override_changes_only_the_head():
+    model = build_model("yolov5n.yaml", num_classes=3)
+    assert model.nc == 3 and len(model.names) == 3
+    assert model.detect.m[0].out_channels == 3 * (3 + 5)
+    assert all(a.shape == b.shape for a, b in zip(model.model[:24].parameters(),
+                                                     build_model("yolov5n.yaml").model[:24].parameters()))
+
+
+def test_parameter_names_follow_the_layer_index():
+    names = list(build_model("yolov5n.yaml").state_dict())
+    assert names[0] == "model.0.conv.weight"
+    assert "model.2.m.0.cv1.conv.weight" in names and "model.24.m.2.bias" in names
+    assert "model.24.anchors" in names
+
+
+@pytest.mark.parametrize("imgsz", [320, 640])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_output_shapes_in_train_and_eval_mode(imgsz, batch):
+    model = build_model("yolov5n.yaml", num_classes=7)
+    images = torch.rand(batch, 3, imgsz, imgsz)
+    raw = model.train()(images)
+    assert [tuple(r.shape) for r in raw] == [(batch, 3, imgsz // s, imgsz // s, 12) for s in (8, 16, 32)]
+    with torch.no_grad():
+        decoded, raw_eval = model.eval()(images)
+    cells = sum(3 * (imgsz // s) ** 2 for s in (8, 16, 32))
+    assert decoded.shape == (batch, cells, 12)
+    assert len(raw_eval) == 3
+
+
+def test_rectangular_input():
+    with torch.no_grad():
+        decoded, _ = build_model("yolov5n.yaml").eval()(torch.rand(2, 3, 256, 416))
+    assert decoded.shape == (2, 3 * (32 * 52 + 16 * 26 + 8 * 13), 85)
+
+
+def test_fused_model_gives_the_same_output():
+    torch.manual_seed(0)
+    model = build_model("yolov5n.yaml").eval()
+    for module in model.modules():  # non-trivial BatchNorm statistics, or fusing proves nothing
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.running_mean.uniform_(-0.5, 0.5)
+            module.running_var.uniform_(0.5, 2.0)
+            module.weight.data.uniform_(0.5, 1.5)
+            module.bias.data.uniform_(-0.5, 0.5)
+    images = torch.rand(2, 3, 320, 320)
+    with torch.no_grad():
+        expected, _ = model(images)
+        fused, _ = model.fuse()(images)
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())
+    torch.testing.assert_close(fused, expected, atol=1e-4, rtol=1e-4)
