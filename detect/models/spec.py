@@ -64,6 +64,7 @@ class ModelSpec:
     num_classes: int
     layers: tuple[LayerSpec, ...]
     source: str
+    mapping: dict  # the yaml mapping it was parsed from, stored in checkpoints to rebuild the model
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,7 +104,7 @@ def parse_model_spec(data: dict, source: str) -> ModelSpec:
         raise ConfigError(f"{source}: key 'head' must end with a Detect layer")
     if len(layers[-1].inputs) != len(raw.anchors) or any(len(a) % 2 or not a for a in raw.anchors):
         raise ConfigError(f"{source}: key 'anchors' needs one list of (w, h) pairs per Detect input")
-    return ModelSpec(raw.depth_multiple, raw.width_multiple, raw.anchors, raw.nc, layers, source)
+    return ModelSpec(raw.depth_multiple, raw.width_multiple, raw.anchors, raw.nc, layers, source, data)
 
 
 def load_model_spec(name: str | Path) -> ModelSpec:

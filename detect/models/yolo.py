@@ -50,6 +50,7 @@ class DetectionModel(nn.Module):
         self.nc = num_classes or spec.num_classes
         self.names = names or [str(i) for i in range(self.nc)]
         self.yaml_source = spec.source
+        self.spec = spec
         channels, modules, self.inputs = [3], [], []
         for index, layer in enumerate(spec.layers):
             absolute = [index + i if i < 0 else i for i in layer.inputs]
