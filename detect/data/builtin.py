@@ -1,0 +1,102 @@
+"""The built-in "shapes" dataset: procedural scenes generated deterministically on first use (no download)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from detect.data.data_config import DataConfig
+from detect.errors import UserError
+
+LOGGER = logging.getLogger(__name__)
+
+SHAPE_NAMES = ("circle", "rectangle", "triangle", "cross", "ring")
+SPLIT_SIZES = {"train": 300, "val": 100}
+GENERATOR_VERSION = "shapes-1"  # bump when the scenes change: an old folder is then regenerated
+
+
+def _background(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
+    """Clutter: a smooth colour field, random strokes and pixel noise."""
+    coarse = rng.integers(40, 215, size=(4, 4, 3), dtype=np.uint8)
+    image = cv2.resize(coarse, (width, height), interpolation=cv2.INTER_CUBIC)
+    for _ in range(int(rng.integers(5, 15))):
+        start = (int(rng.integers(0, width)), int(rng.integers(0, height)))
+        end = (int(rng.integers(0, width)), int(rng.integers(0, height)))
+        cv2.line(image, start, end, rng.integers(0, 255, 3).tolist(), int(rng.integers(1, 4)))
+    noise = rng.normal(0, 8, image.shape)
+    return np.clip(image + noise, 0, 255).astype(np.uint8)
+
+
+def _shape_mask(rng: np.random.Generator, kind: int, height: int, width: int) -> np.ndarray:
+    """A filled mask of one shape of random size, aspect ratio and place."""
+    mask = np.zeros((height, width), np.uint8)
+    size = rng.uniform(0.06, 0.45) * min(height, width)
+    aspect = rng.uniform(0.5, 2.0)
+    half_w, half_h = max(4, size * np.sqrt(aspect) / 2), max(4, size / np.sqrt(aspect) / 2)
+    cx, cy = rng.uniform(half_w, width - half_w), rng.uniform(half_h, height - half_h)
+    centre, axes = (int(cx), int(cy)), (int(half_w), int(half_h))
+    if kind == 0:
+        cv2.ellipse(mask, centre, axes, 0, 0, 360, 255, -1)
+    elif kind == 1:
+        cv2.rectangle(mask, (int(cx - half_w), int(cy - half_h)), (int(cx + half_w), int(cy + half_h)), 255, -1)
+    elif kind == 2:
+        points = np.array([[cx, cy - half_h], [cx - half_w, cy + half_h], [cx + half_w, cy + half_h]], np.int32)
+        cv2.fillPoly(mask, [points], 255)
+    elif kind == 3:
+        bar_w, bar_h = max(2, int(half_w / 3)), max(2, int(half_h / 3))
+        cv2.rectangle(mask, (int(cx - half_w), int(cy) - bar_h), (int(cx + half_w), int(cy) + bar_h), 255, -1)
+        cv2.rectangle(mask, (int(cx) - bar_w, int(cy - half_h)), (int(cx) + bar_w, int(cy + half_h)), 255, -1)
+    else:
+        cv2.ellipse(mask, centre, axes, 0, 0, 360, 255, max(2, int(min(half_w, half_h) / 3)))
+    return mask
+
+
+def _scene(rng: np.random.Generator) -> tuple[np.ndarray, list[str]]:
+    """One image and its YOLO label lines."""
+    height, width = int(rng.integers(224, 417)), int(rng.integers(256, 417))
+    image = _background(rng, height, width)
+    lines = []
+    for _ in range(int(rng.integers(1, 7))):
+        kind = int(rng.integers(len(SHAPE_NAMES)))
+        mask = _shape_mask(rng, kind, height, width)
+        image[mask > 0] = rng.integers(0, 255, 3)
+        ys, xs = np.nonzero(mask)
+        x1, y1, x2, y2 = xs.min(), ys.min(), xs.max() + 1, ys.max() + 1  # pixel-exact extent of the drawn shape
+        lines.append(f"{kind} {(x1 + x2) / 2 / width:.6f} {(y1 + y2) / 2 / height:.6f} "
+                     f"{(x2 - x1) / width:.6f} {(y2 - y1) / height:.6f}")
+    return image, lines
+
+
+def generate_shapes(root: Path, seed: int = 0) -> None:
+    """Write images/{train,val} and labels/{train,val} under root (atomically: a temp folder renamed)."""
+    staging = root.with_name(f"{root.name}.{os.getpid()}.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    rng = np.random.default_rng(seed)
+    for split, count in SPLIT_SIZES.items():
+        (staging / "images" / split).mkdir(parents=True)
+        (staging / "labels" / split).mkdir(parents=True)
+        for index in range(count):
+            image, lines = _scene(rng)
+            cv2.imwrite(str(staging / "images" / split / f"{index:06d}.jpg"), image, [cv2.IMWRITE_JPEG_QUALITY, 92])
+            (staging / "labels" / split / f"{index:06d}.txt").write_text("\n".join(lines) + "\n")
+    (staging / "VERSION").write_text(GENERATOR_VERSION + "\n")
+    if root.exists():
+        shutil.rmtree(root)
+    os.replace(staging, root)
+
+
+def ensure_builtin(config: DataConfig) -> None:
+    """Generate the built-in dataset named by the yaml's `builtin` key if it is missing or from another version."""
+    if config.builtin != "shapes":
+        raise UserError(f"{config.source}: unknown builtin dataset '{config.builtin}' (known: shapes)")
+    marker = config.root / "VERSION"
+    if marker.is_file() and marker.read_text().strip() == GENERATOR_VERSION:
+        return
+    LOGGER.info("generating the built-in shapes dataset in %s", config.root)
+    config.root.parent.mkdir(parents=True, exist_ok=True)
+    generate_shapes(config.root)

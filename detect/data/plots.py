@@ -1,0 +1,69 @@
+"""PNG plots: label statistics of a split and a grid of an augmented batch with its boxes."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import cv2
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from detect.data.batch import Batch
+from detect.data.records import ImageRecord
+
+
+def plot_label_stats(records: list[ImageRecord], names: list[str], path: Path) -> Path:
+    """Class counts, box-centre and box-size histograms (normalised coordinates) as one PNG."""
+    classes = np.concatenate([record.classes for record in records] or [np.zeros(0, np.int64)])
+    boxes = np.concatenate([record.boxes for record in records] or [np.zeros((0, 4), np.float32)])
+    figure = Figure(figsize=(12, 4), dpi=100)
+    FigureCanvasAgg(figure)
+    counts_axis, centre_axis, size_axis = figure.subplots(1, 3)
+    counts = np.bincount(classes, minlength=len(names))
+    counts_axis.bar(np.arange(len(names)), counts)
+    counts_axis.set_title(f"{len(classes)} boxes, {len(records)} images")
+    if len(names) <= 30:
+        counts_axis.set_xticks(np.arange(len(names)), names, rotation=90, fontsize=7)
+    centre_axis.hist2d(boxes[:, 0], boxes[:, 1], bins=50, range=[[0, 1], [0, 1]], cmap="Blues")
+    centre_axis.set(title="box centre", xlabel="x", ylabel="y")
+    centre_axis.invert_yaxis()
+    size_axis.hist2d(boxes[:, 2], boxes[:, 3], bins=50, range=[[0, 1], [0, 1]], cmap="Blues")
+    size_axis.set(title="box size", xlabel="width", ylabel="height")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path)
+    return path
+
+
+def _colour(class_index: int) -> tuple[int, int, int]:
+    """A stable, distinct BGR colour per class (golden-ratio hue steps)."""
+    hue = int((class_index * 0.618034 % 1) * 179)
+    pixel = cv2.cvtColor(np.uint8([[[hue, 220, 255]]]), cv2.COLOR_HSV2BGR)[0, 0]
+    return int(pixel[0]), int(pixel[1]), int(pixel[2])
+
+
+def plot_batch(batch: Batch, names: list[str], path: Path, max_images: int = 16) -> Path:
+    """A grid of up to max_images batch images with their target boxes and class names, as PNG."""
+    count = min(len(batch), max_images)
+    columns = math.ceil(math.sqrt(count))
+    rows = math.ceil(count / columns)
+    height, width = batch.images.shape[2:]
+    grid = np.full((rows * height, columns * width, 3), 255, np.uint8)
+    targets = batch.targets.numpy()
+    for index in range(count):
+        tile = np.ascontiguousarray(batch.images[index].numpy().transpose(1, 2, 0)[:, :, ::-1])
+        for _, class_index, cx, cy, box_w, box_h in targets[targets[:, 0] == index]:
+            top_left = (int((cx - box_w / 2) * width), int((cy - box_h / 2) * height))
+            bottom_right = (int((cx + box_w / 2) * width), int((cy + box_h / 2) * height))
+            colour = _colour(int(class_index))
+            cv2.rectangle(tile, top_left, bottom_right, colour, 2)
+            label = names[int(class_index)] if int(class_index) < len(names) else str(int(class_index))
+            cv2.putText(tile, label, (top_left[0], max(top_left[1] - 3, 10)), cv2.FONT_HERSHEY_SIMPLEX, 0.4, colour, 1)
+        row, column = divmod(index, columns)
+        grid[row * height:(row + 1) * height, column * width:(column + 1) * width] = tile
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not cv2.imwrite(str(path), grid):
+        raise OSError(f"{path}: cannot write the batch plot")
+    return path
