@@ -43,7 +43,8 @@ def npu_nms_v4(
     _require(boxes.dtype == torch.float32 and scores.dtype == torch.float32, "boxes and scores must be float32")
     _require(boxes.dim() == 2 and boxes.shape[1] == 4, f"boxes must be (N, 4), got {tuple(boxes.shape)}")
     _require(scores.shape == (boxes.shape[0],), f"scores must be (N,), got {tuple(scores.shape)}")
-    _require(boxes.shape[0] > 0 and boxes.shape[0] % 1024 == 0, f"candidates must be a multiple of 1024 (our bucket rule), got {boxes.shape[0]}")
+    count = boxes.shape[0]
+    _require(count > 0 and count % 1024 == 0, f"candidates must be a multiple of 1024 (our bucket rule), got {count}")
     for name, value in (("iou_threshold", iou_threshold), ("scores_threshold", scores_threshold)):
         _require(isinstance(value, torch.Tensor) and value.dim() == 0, f"{name} must be a 0-D tensor, got {value!r}")
         _require(value.device == boxes.device, f"{name} must be on the boxes' device")

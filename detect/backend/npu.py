@@ -33,7 +33,8 @@ def import_torch_npu() -> ModuleType:
     try:
         import torch_npu  # registers the "npu" device and the "hccl" process-group backend (NPU.md §2.1)
     except (ImportError, OSError, RuntimeError) as error:  # OSError/RuntimeError: CANN libraries not found
-        raise BackendUnavailable(f"NPU was asked for but torch_npu cannot be imported ({error}); {INSTALL_HINT}") from None
+        message = f"NPU was asked for but torch_npu cannot be imported ({error}); {INSTALL_HINT}"
+        raise BackendUnavailable(message) from None
     return torch_npu
 
 
@@ -69,7 +70,8 @@ class NpuBackend(Backend):
         self.npu = self.torch_npu.npu  # the same module as torch.npu (NPU.md §2.1)
         if device is None:
             if not self.npu.is_available():
-                raise BackendUnavailable(f"NPU was asked for but torch_npu sees no NPU (check npu-smi info); {INSTALL_HINT}")
+                message = f"NPU was asked for but torch_npu sees no NPU (check npu-smi info); {INSTALL_HINT}"
+                raise BackendUnavailable(message)
             count = self.npu.device_count()
             if index >= count:
                 raise BackendUnavailable(f"npu:{index} was asked for but only {count} NPU(s) are visible")
@@ -101,7 +103,7 @@ class NpuBackend(Backend):
         self.npu.synchronize()
 
     def memory_stats(self) -> MemoryStats:
-        """Bytes held by tensors on this NPU now and at peak (torch_npu.npu mirrors torch.cuda's memory API)."""
+        """Bytes held by tensors on this NPU now and at peak (torch_npu.npu mirrors torch.cuda's memory API, NPU.md §1 #9b)."""
         return MemoryStats(
             current_bytes=int(self.npu.memory_allocated(self.device)),
             peak_bytes=int(self.npu.max_memory_allocated(self.device)),
@@ -124,7 +126,8 @@ class NpuBackend(Backend):
         count = boxes.shape[0]
         if count == 0:
             return torch.empty(0, dtype=torch.long, device=boxes.device)  # no kernel launch for nothing
-        bucket = -(-count // NMS_BUCKET) * NMS_BUCKET
+        bucket = -(-count // NMS_BUCKET) * NMS_BUCKET  # also max_output_size, so the op's attributes are bucketed too
+        # Padded on the device (the port pads on the host); a pad is one cheap op and saves two copies.
         padded_boxes = F.pad(boxes.float(), (0, 0, 0, bucket - count))  # zero boxes have zero area: IoU 0
         padded_scores = F.pad(scores.float(), (0, bucket - count))  # zero scores sort last, below the floor
         # Both thresholds must be 0-D device tensors, not Python floats (NPU.md §1.1).
