@@ -103,7 +103,7 @@ class NpuBackend(Backend):
         self.npu.synchronize()
 
     def memory_stats(self) -> MemoryStats:
-        """Bytes held by tensors on this NPU now and at peak (torch_npu.npu mirrors torch.cuda's memory API, NPU.md §1 #9b)."""
+        """Bytes held by tensors on this NPU now and at peak (same API as torch.cuda, NPU.md §1 #9b)."""
         return MemoryStats(
             current_bytes=int(self.npu.memory_allocated(self.device)),
             peak_bytes=int(self.npu.max_memory_allocated(self.device)),
