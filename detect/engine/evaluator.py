@@ -1,0 +1,272 @@
+"""COCO mAP by pycocotools' COCOeval (the metric of record), or faster-coco-eval with the same numbers."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any, Iterable, Optional, Protocol, Sequence
+
+import numpy as np
+import torch
+
+from detect.errors import UserError
+
+logger = logging.getLogger(__name__)
+
+# The 12 numbers COCOeval.summarize() prints, in its order.
+COCO_STAT_NAMES = (
+    "AP", "AP50", "AP75", "AP_small", "AP_medium", "AP_large",
+    "AR1", "AR10", "AR100", "AR_small", "AR_medium", "AR_large",
+)  # fmt: skip
+BACKENDS = ("pycocotools", "faster-coco-eval")
+
+
+class LabelledImage(Protocol):
+    """What the evaluator reads from a dataset record (detect.data.records.ImageRecord fits)."""
+
+    path: Path
+    image_id: int
+    width: int
+    height: int
+    classes: np.ndarray  # (n,) int64
+    boxes: np.ndarray  # (n, 4) float32, normalised cx cy w h
+    crowd: np.ndarray  # (n,) bool
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Metrics:
+    """Evaluation result; per-class tuples are indexed by class id, NaN where a class has no ground truth."""
+
+    map50_95: float
+    map50: float
+    precision: float  # mean over classes at the best-F1 confidence (see best_f1_precision_recall)
+    recall: float
+    stats: tuple[float, ...]  # the 12 COCO stats, COCO_STAT_NAMES order
+    class_names: tuple[str, ...]
+    class_ap50_95: tuple[float, ...]
+    class_ap50: tuple[float, ...]
+    class_precision: tuple[float, ...]
+    class_recall: tuple[float, ...]
+    class_instances: tuple[int, ...]  # non-crowd ground-truth boxes per class
+    f1_confidence: float
+    recall_thresholds: np.ndarray  # (101,) COCO recall grid
+    precision_curves: np.ndarray  # (nc, 101) interpolated precision at IoU 0.5, all areas; -1 without GT
+
+    @property
+    def fitness(self) -> float:
+        """0.1 * mAP@0.5 + 0.9 * mAP@0.5:0.95, the score for "best" (YOLOV5-FACTS.md, training recipe)."""
+        return 0.1 * self.map50 + 0.9 * self.map50_95
+
+
+def _coco_classes(backend: str) -> tuple[Any, Any]:
+    """(COCO, COCOeval) classes of the chosen backend."""
+    if backend == "pycocotools":
+        from pycocotools.coco import COCO
+        from pycocotools.cocoeval import COCOeval
+
+        return COCO, COCOeval
+    if backend == "faster-coco-eval":
+        try:
+            from faster_coco_eval import COCO, COCOeval_faster
+        except ImportError as error:
+            raise UserError("evaluator backend faster-coco-eval: install it with `pip install faster-coco-eval`") from error
+        return COCO, COCOeval_faster
+    raise UserError(f"unknown evaluator backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterable[None]:
+    """Capture what pycocotools prints and pass it to the debug log instead of stdout."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        yield
+    if buffer.getvalue().strip():
+        logger.debug("%s", buffer.getvalue().rstrip())
+
+
+def ground_truth_from_records(records: Sequence[LabelledImage], class_names: Sequence[str]) -> dict:
+    """COCO ground-truth dict (pixel xywh boxes, area w*h, iscrowd) with category id k+1 for class k."""
+    images, annotations = [], []
+    for record in records:
+        images.append({"id": int(record.image_id), "width": int(record.width), "height": int(record.height),
+                       "file_name": Path(record.path).name})  # fmt: skip
+        scale = np.array([record.width, record.height, record.width, record.height], dtype=np.float64)
+        pixels = np.asarray(record.boxes, dtype=np.float64).reshape(-1, 4) * scale
+        for cls, (cx, cy, w, h), crowd in zip(record.classes, pixels, record.crowd):
+            annotations.append({"id": len(annotations) + 1, "image_id": int(record.image_id),
+                                "category_id": int(cls) + 1, "bbox": [cx - w / 2, cy - h / 2, w, h],
+                                "area": w * h, "iscrowd": int(bool(crowd))})  # fmt: skip
+    categories = [{"id": index + 1, "name": name} for index, name in enumerate(class_names)]
+    return {"images": images, "annotations": annotations, "categories": categories}
+
+
+class CocoEvaluator:
+    """Accumulates detections per image and scores them with COCOeval against in-memory ground truth."""
+
+    def __init__(self, ground_truth: dict, category_ids: Sequence[int], class_names: Sequence[str],
+                 backend: str = "pycocotools") -> None:  # fmt: skip
+        """ground_truth: a COCO instances dict; class k is category_ids[k] and is called class_names[k]."""
+        if len(category_ids) != len(class_names):
+            raise ValueError(f"{len(category_ids)} category ids for {len(class_names)} class names")
+        self.coco_class, self.eval_class = _coco_classes(backend)
+        self.backend = backend
+        self.category_ids = tuple(int(c) for c in category_ids)
+        self.class_names = tuple(class_names)
+        self._category_index = {category: index for index, category in enumerate(self.category_ids)}
+        with _quiet():
+            self.ground_truth = self.coco_class()
+            self.ground_truth.dataset = ground_truth
+            self.ground_truth.createIndex()
+        self._results: list[dict] = []
+
+    @classmethod
+    def from_coco_json(cls, path: Path | str, backend: str = "pycocotools") -> "CocoEvaluator":
+        """Ground truth from a COCO instances json; class k is the k-th smallest category id."""
+        path = Path(path)
+        if not path.is_file():
+            raise UserError(f"COCO annotations not found: {path} (put the instances_*.json there)")
+        with open(path, encoding="utf-8") as handle:
+            dataset = json.load(handle)
+        categories = sorted(dataset.get("categories", []), key=lambda category: category["id"])
+        return cls(dataset, [c["id"] for c in categories], [c["name"] for c in categories], backend)
+
+    @classmethod
+    def from_records(cls, records: Sequence[LabelledImage], class_names: Sequence[str],
+                     backend: str = "pycocotools") -> "CocoEvaluator":  # fmt: skip
+        """Ground truth built from YOLO-format records; class k is category id k+1."""
+        ground_truth = ground_truth_from_records(records, class_names)
+        return cls(ground_truth, range(1, len(class_names) + 1), class_names, backend)
+
+    def add(self, image_id: int, detections: torch.Tensor | np.ndarray) -> None:
+        """Add one image's (n, 6) detections [x1, y1, x2, y2 (original-image pixels), score, class]."""
+        rows = detections.detach().cpu().double().numpy() if isinstance(detections, torch.Tensor) else detections
+        for x1, y1, x2, y2, score, cls in np.asarray(rows, dtype=np.float64).reshape(-1, 6):
+            self._results.append({"image_id": int(image_id), "category_id": self.category_ids[int(cls)],
+                                  "bbox": [x1, y1, x2 - x1, y2 - y1], "score": score})  # fmt: skip
+
+    def add_coco_results(self, results: Iterable[dict]) -> None:
+        """Add detections already in COCO results format (image_id, category_id, bbox xywh, score)."""
+        self._results.extend(dict(result) for result in results)
+
+    def results(self) -> list[dict]:
+        """The accumulated detections as a COCO results list, boxes rounded to 3 decimals, scores to 5."""
+        return [{"image_id": r["image_id"], "category_id": r["category_id"],
+                 "bbox": [round(float(v), 3) for v in r["bbox"]], "score": round(float(r["score"]), 5)}
+                for r in self._results]  # fmt: skip
+
+    def save_json(self, path: Path | str) -> Path:
+        """Write the COCO results json (what --save-json produces) and return its path."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(self.results(), handle)
+        return path
+
+    def evaluate(self) -> Metrics:
+        """Run COCOeval (bbox, default parameters) over every ground-truth image and summarise."""
+        if not self._results:
+            return self._empty_metrics()
+        with _quiet():
+            detections = self.ground_truth.loadRes([dict(r) for r in self._results])
+            coco_eval = self.eval_class(self.ground_truth, detections, "bbox")
+            coco_eval.evaluate()
+            coco_eval.accumulate()
+            coco_eval.summarize()
+        return self._metrics(coco_eval)
+
+    def _instances(self) -> tuple[int, ...]:
+        """Non-crowd ground-truth boxes per class."""
+        counts = [0] * len(self.category_ids)
+        for annotation in self.ground_truth.dataset["annotations"]:
+            index = self._category_index.get(annotation["category_id"])
+            if index is not None and not annotation.get("iscrowd", 0):
+                counts[index] += 1
+        return tuple(counts)
+
+    def _metrics(self, coco_eval: Any) -> Metrics:
+        """Metrics from an accumulated COCOeval; per-class AP averages its precision array like summarize()."""
+        # precision and scores: (iou thresholds 10, recall 101, categories, areas 4, max dets 3); -1 = no GT.
+        precision = np.asarray(coco_eval.eval["precision"])[:, :, :, 0, -1]
+        scores = np.asarray(coco_eval.eval["scores"])[:, :, :, 0, -1]
+        order = [list(coco_eval.params.catIds).index(c) for c in self.category_ids]
+        precision, scores = precision[:, :, order], scores[:, :, order]
+        class_ap50_95 = tuple(_mean_valid(precision[:, :, k]) for k in range(len(order)))
+        class_ap50 = tuple(_mean_valid(precision[0, :, k]) for k in range(len(order)))
+        recall_thresholds = np.asarray(coco_eval.params.recThrs, dtype=np.float64)
+        best = best_f1_precision_recall(precision[0].T, scores[0].T, recall_thresholds)
+        stats = tuple(float(s) for s in coco_eval.stats)
+        return Metrics(
+            map50_95=stats[0], map50=stats[1], precision=best.precision, recall=best.recall, stats=stats,
+            class_names=self.class_names, class_ap50_95=class_ap50_95, class_ap50=class_ap50,
+            class_precision=best.class_precision, class_recall=best.class_recall,
+            class_instances=self._instances(), f1_confidence=best.confidence,
+            recall_thresholds=recall_thresholds, precision_curves=precision[0].T.copy(),
+        )  # fmt: skip
+
+    def _empty_metrics(self) -> Metrics:
+        """Zero metrics when there is not a single detection (COCOeval's loadRes cannot take an empty list)."""
+        instances = self._instances()
+        per_class = tuple(0.0 if count else math.nan for count in instances)
+        recall_thresholds = np.linspace(0.0, 1.0, 101)
+        curves = np.where(np.array(instances)[:, None] > 0, 0.0, -1.0) * np.ones((len(instances), 101))
+        return Metrics(
+            map50_95=0.0, map50=0.0, precision=0.0, recall=0.0, stats=(0.0,) * len(COCO_STAT_NAMES),
+            class_names=self.class_names, class_ap50_95=per_class, class_ap50=per_class,
+            class_precision=per_class, class_recall=per_class, class_instances=instances, f1_confidence=0.0,
+            recall_thresholds=recall_thresholds, precision_curves=curves,
+        )  # fmt: skip
+
+
+def _mean_valid(values: np.ndarray) -> float:
+    """Mean of the entries that are not -1 (COCOeval's "no ground truth" mark); NaN when there are none."""
+    valid = values[values > -1]
+    return float(valid.mean()) if valid.size else math.nan
+
+
+@dataclasses.dataclass(frozen=True)
+class BestF1:
+    """Precision and recall at the confidence that maximises the class-mean F1."""
+
+    confidence: float
+    precision: float
+    recall: float
+    class_precision: tuple[float, ...]
+    class_recall: tuple[float, ...]
+
+
+def best_f1_precision_recall(
+    precision: np.ndarray, scores: np.ndarray, recall_thresholds: np.ndarray, grid_points: int = 1000
+) -> BestF1:
+    """P and R at the best-F1 confidence, from COCOeval's accumulated curves at IoU 0.5, all areas.
+
+    precision, scores: (nc, R) COCOeval eval["precision"] / eval["scores"] slices: at recall threshold j the
+    interpolated precision reached and the score of the detection that reaches it (-1 / 0 when unreached).
+    So a confidence c reaches the largest recall threshold whose score is >= c; P(c) is the precision there.
+    F1 is averaged over classes with ground truth on a 1000-point confidence grid (as yolov5 does).
+    """
+    has_truth = precision[:, 0] > -1
+    confidences = np.linspace(0.0, 1.0, grid_points)
+    reached = (scores[:, None, :] >= confidences[None, :, None]) & (precision[:, None, :] > 0)  # (nc, C, R)
+    any_reached = reached.any(axis=2)
+    last = np.where(any_reached, reached.shape[2] - 1 - np.argmax(reached[:, :, ::-1], axis=2), 0)
+    class_recall = np.where(any_reached, recall_thresholds[last], 0.0)
+    class_precision = np.where(any_reached, np.take_along_axis(precision, last, axis=1), 0.0)
+    if not has_truth.any():
+        nan = tuple(math.nan for _ in has_truth)
+        return BestF1(0.0, 0.0, 0.0, nan, nan)
+    f1 = 2 * class_precision * class_recall / np.maximum(class_precision + class_recall, 1e-16)
+    best = int(np.argmax(f1[has_truth].mean(axis=0)))
+    per_precision = tuple(float(p) if t else math.nan for p, t in zip(class_precision[:, best], has_truth))
+    per_recall = tuple(float(r) if t else math.nan for r, t in zip(class_recall[:, best], has_truth))
+    return BestF1(
+        confidence=float(confidences[best]),
+        precision=float(class_precision[has_truth, best].mean()),
+        recall=float(class_recall[has_truth, best].mean()),
+        class_precision=per_precision,
+        class_recall=per_recall,
+    )
