@@ -48,30 +48,43 @@ class CheckResult:
     background: bool = False
 
 
+def decode_truncated_jpeg(data: bytes) -> np.ndarray | None:
+    """Decode a JPEG whose end is missing: with the end-of-image marker appended, libjpeg keeps what it has."""
+    return cv2.imdecode(np.frombuffer(data + b"\xff\xd9", np.uint8), cv2.IMREAD_COLOR)
+
+
+def _jpeg_complete(path: Path, result: CheckResult) -> bool:
+    """False (problem recorded) for a JPEG that is cut short and cannot be decoded; a decodable one gets a note."""
+    with open(path, "rb") as handle:
+        start = handle.read(2)
+        handle.seek(-2, 2)
+        end = handle.read(2)
+    if start != b"\xff\xd8" or end == b"\xff\xd9":
+        return True
+    if decode_truncated_jpeg(path.read_bytes()) is None:
+        result.skipped = TRUNCATED
+        return False
+    result.notes.append(TRUNCATED_USED)
+    return True
+
+
 def _image_size(path: Path, result: CheckResult) -> tuple[int, int] | None:
     """(width, height) after EXIF rotation (as cv2.imread returns it), or None with the problem recorded."""
     if path.stat().st_size == 0:
         result.skipped = ZERO_BYTE
         return None
+    if not _jpeg_complete(path, result):
+        return None
     try:
         with Image.open(path) as image:
-            image.verify()
+            if not result.notes:  # PIL's verify rejects a truncated JPEG that we chose to use
+                image.verify()
         with Image.open(path) as image:
             width, height = image.size
-            image_format = image.format
             orientation = image.getexif().get(EXIF_ORIENTATION, 1)
     except Exception as error:  # PIL raises many types for bad files
         result.skipped, result.details = UNREADABLE, [f"{path}: {UNREADABLE} ({error})"]
         return None
-    if image_format in ("JPEG", "MPO"):
-        with open(path, "rb") as handle:
-            handle.seek(-2, 2)
-            complete = handle.read() == b"\xff\xd9"
-        if not complete:
-            if cv2.imdecode(np.fromfile(str(path), np.uint8), cv2.IMREAD_COLOR) is None:
-                result.skipped = TRUNCATED
-                return None
-            result.notes.append(TRUNCATED_USED)
     if orientation in (5, 6, 7, 8):  # rotated by 90 degrees
         width, height = height, width
     if width < MIN_SIDE or height < MIN_SIDE:

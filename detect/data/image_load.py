@@ -8,12 +8,15 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from detect.data.check import decode_truncated_jpeg
 from detect.errors import UserError
 
 
 def read_image(path: Path) -> np.ndarray:
     """(h, w, 3) uint8 BGR with EXIF rotation applied (cv2.imread's default)."""
     image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    if image is None:  # a JPEG cut short that the label check accepted (with a note)
+        image = decode_truncated_jpeg(path.read_bytes())
     if image is None:
         raise UserError(f"{path}: cannot decode the image (it passed the label check; was it changed since?)")
     return image

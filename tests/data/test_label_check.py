@@ -1,0 +1,118 @@
+"""Label check and cache: every problem kind is named and counted, the rest loads; caches are never trusted stale."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from detect.data import check, load_data_config, load_split
+from detect.data.image_load import read_image
+from detect.data.label_cache import CACHE_VERSION
+from detect.errors import UserError
+from tests.data.helpers import simple_dataset, write_sample, write_yaml
+
+GOOD = "0 0.5 0.5 0.2 0.2\n"
+
+
+def _bad_dataset(root: Path) -> Path:
+    """One image per problem kind plus good ones."""
+    for index in range(3):
+        write_sample(root, "train", f"good{index}", 100, 120, [(10, 10, 40, 50)])
+    images, labels = root / "images" / "train", root / "labels" / "train"
+    (images / "zero.png").write_bytes(b"")
+    (images / "garbage.png").write_bytes(b"not an image at all" * 10)
+    noise = np.random.default_rng(0).integers(0, 255, (100, 120, 3), dtype=np.uint8)
+    jpeg = cv2.imencode(".jpg", noise)[1].tobytes()
+    (images / "cut.jpg").write_bytes(jpeg[:-200])  # decodable but missing its end: used, with a note
+    (images / "stub.jpg").write_bytes(jpeg[:300])  # header only: not decodable
+    (labels / "cut.txt").write_text(GOOD)
+    (labels / "stub.txt").write_text(GOOD)
+    write_sample(root, "train", "tiny", 8, 40, [])
+    rows = {"columns": "0 0.5 0.5 0.2\n", "text": "0 0.5 abc 0.2 0.2\n", "class": "7 0.5 0.5 0.2 0.2\n",
+            "outside": "0 0.9 0.5 0.4 0.2\n", "zeroarea": GOOD + "1 0.5 0.5 0.0 0.2\n", "duplicate": GOOD + GOOD,
+            "nearedge": "0 0.5 0.5 1.004 0.2\n"}
+    for name, text in rows.items():
+        write_sample(root, "train", name, 100, 120, [])
+        (labels / f"{name}.txt").write_text(text)
+    write_sample(root, "train", "background", 100, 120, [])
+    (labels / "background.txt").unlink()
+    return write_yaml(root)
+
+
+def test_every_problem_kind_is_named_and_counted(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    config = load_data_config(_bad_dataset(tmp_path))
+    with caplog.at_level(logging.INFO):
+        split = load_split(config, "train")
+    counts = split.counts
+    for kind in (check.ZERO_BYTE, check.UNREADABLE, check.TRUNCATED, check.TOO_SMALL, check.COLUMNS,
+                 check.NON_NUMERIC, check.CLASS_RANGE, check.OUTSIDE):
+        assert counts[f"skipped: {kind}"] == 1, kind
+        assert kind in caplog.text
+    assert counts["fixed: " + check.ZERO_AREA] == 1 and counts["fixed: " + check.DUPLICATE] == 1
+    assert counts["background: " + check.MISSING_LABELS] == 1
+    assert counts["note: " + check.TRUNCATED_USED] == 1
+    assert counts["skipped"] == 8 and counts["found"] == 16 and counts["usable"] == 8
+    names = sorted(record.path.stem for record in split.records)
+    assert set(names) == {"background", "cut", "duplicate", "good0", "good1", "good2", "nearedge", "zeroarea"}
+    by_name = {record.path.stem: record for record in split.records}
+    assert len(by_name["duplicate"].boxes) == 1 and len(by_name["zeroarea"].boxes) == 1
+    assert len(by_name["background"].boxes) == 0
+    np.testing.assert_allclose(by_name["nearedge"].boxes[0], [0.5, 0.5, 1.0, 0.2], atol=1e-6)  # clipped
+    assert read_image(by_name["cut"].path).shape == (100, 120, 3)
+    details = split.details_file.read_text()
+    assert "stub.jpg" in details and "class.txt" in details and "line 1" in details
+
+
+def test_no_usable_image_is_one_clear_error(tmp_path: Path) -> None:
+    write_sample(tmp_path, "train", "only", 100, 120, [])
+    (tmp_path / "labels" / "train" / "only.txt").write_text("9 0.5 0.5 0.1 0.1\n")
+    with pytest.raises(UserError, match="no usable image"):
+        load_split(load_data_config(write_yaml(tmp_path)), "train")
+
+
+def test_cache_is_used_then_rebuilt_after_a_label_edit(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    config = load_data_config(simple_dataset(tmp_path))
+    first = load_split(config, "train")
+    cache = tmp_path / "labels" / "train.cache"
+    assert cache.is_file() and CACHE_VERSION in cache.read_text()
+    label = tmp_path / "labels" / "train" / "0000.txt"
+    label.write_text("2 0.5 0.5 0.25 0.25\n")
+    os.utime(label, ns=(label.stat().st_mtime_ns + 10**9,) * 2)  # a same-second edit would still change the size
+    with caplog.at_level(logging.INFO):
+        second = load_split(config, "train")
+    assert "stale label cache" in caplog.text
+    assert len(first.records[0].classes) == 2
+    assert second.records[0].classes.tolist() == [2]
+    np.testing.assert_allclose(second.records[0].boxes, [[0.5, 0.5, 0.25, 0.25]])
+    with caplog.at_level(logging.INFO):
+        caplog.clear()
+        load_split(config, "train")
+    assert "cache loaded" in caplog.text
+
+
+def test_unreadable_cache_is_rebuilt(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    config = load_data_config(simple_dataset(tmp_path))
+    load_split(config, "train")
+    (tmp_path / "labels" / "train.cache").write_text("{not json")
+    with caplog.at_level(logging.INFO):
+        split = load_split(config, "train")
+    assert "unreadable label cache" in caplog.text and "cache written" in caplog.text
+    assert len(split.records) == 8
+
+
+def test_read_only_folder_warns_and_runs_without_cache(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    config = load_data_config(simple_dataset(tmp_path))
+    labels = tmp_path / "labels"
+    labels.chmod(0o555)
+    try:
+        with caplog.at_level(logging.WARNING):
+            split = load_split(config, "train")
+    finally:
+        labels.chmod(0o755)
+    assert "not writable" in caplog.text
+    assert not (labels / "train.cache").exists() and len(split.records) == 8
