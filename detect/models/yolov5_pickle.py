@@ -1,0 +1,154 @@
+"""Read an ultralytics/yolov5 .pt checkpoint without running any of the code its pickle names."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import pickle
+import zipfile
+from collections import OrderedDict
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from detect.errors import UserError
+
+logger = logging.getLogger(__name__)
+
+# Module prefixes whose classes become inert placeholders: yolov5's own code and torch.nn modules.
+PLACEHOLDER_PREFIXES = ("models.", "utils.", "torch.nn.modules.")
+# Functions torch's zip format uses to rebuild tensors; they only build tensors from storages.
+TENSOR_REBUILDERS = {
+    ("torch._utils", "_rebuild_tensor"),
+    ("torch._utils", "_rebuild_tensor_v2"),
+    ("torch._utils", "_rebuild_parameter"),
+    ("torch._utils", "_rebuild_parameter_with_state"),
+}
+PLAIN_GLOBALS = {
+    ("collections", "OrderedDict"): OrderedDict,
+    ("builtins", "set"): set, ("__builtin__", "set"): set,
+    ("builtins", "frozenset"): frozenset, ("__builtin__", "frozenset"): frozenset,
+    ("builtins", "slice"): slice, ("__builtin__", "slice"): slice,
+    ("torch", "Size"): torch.Size,
+}  # fmt: skip
+
+
+class Placeholder:
+    """Stands in for a pickled class: keeps the object's state and does nothing else."""
+
+    source = "?"
+
+    def __setstate__(self, state: Any) -> None:
+        """Store the pickled state; a dict becomes attributes, anything else is kept as `state`."""
+        if isinstance(state, dict):
+            self.__dict__.update(state)
+        else:
+            self.__dict__["state"] = state
+
+    def __repr__(self) -> str:
+        return f"<placeholder for {self.source}>"
+
+
+class RestrictedUnpickler(pickle.Unpickler):
+    """Resolves only tensor rebuilders, plain containers and placeholder classes; refuses everything else."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.placeholders: dict[str, type] = {}
+
+    def find_class(self, module: str, name: str) -> Any:
+        """Map a pickled global to a safe object, or raise UserError naming it."""
+        if (module, name) in TENSOR_REBUILDERS:
+            return getattr(torch._utils, name)
+        if (module, name) in PLAIN_GLOBALS:
+            return PLAIN_GLOBALS[(module, name)]
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        if module.startswith(PLACEHOLDER_PREFIXES) and name.isidentifier() and name[0].isupper():
+            source = f"{module}.{name}"
+            if source not in self.placeholders:
+                self.placeholders[source] = type(name, (Placeholder,), {"source": source})
+            return self.placeholders[source]
+        raise UserError(f"refused to load: the checkpoint's pickle asks for {module}.{name}, which is not allowed")
+
+
+def _restricted_load(file: Any, **kwargs: Any) -> Any:
+    """pickle.load through RestrictedUnpickler (torch.load's legacy format calls pickle_module.load)."""
+    return RestrictedUnpickler(file, **kwargs).load()
+
+
+# What torch.load needs from a pickle_module.
+RESTRICTED_PICKLE = SimpleNamespace(Unpickler=RestrictedUnpickler, load=_restricted_load, __name__="restricted_pickle")
+
+
+@dataclasses.dataclass(frozen=True)
+class YoloV5Checkpoint:
+    """Tensors and plain values of a yolov5 checkpoint; tensors keep their stored dtype (fp16 for releases)."""
+
+    state_dict: dict[str, torch.Tensor]  # model.0.conv.weight ... model.24.m.2.bias, as nn.Module.state_dict names
+    names: list[str]
+    yaml: dict  # the model yaml: depth_multiple, width_multiple, nc, anchors, backbone, head
+    stride: list[float]
+    nc: int
+
+
+def module_state_dict(module: Placeholder, prefix: str = "") -> dict[str, torch.Tensor]:
+    """State dict of a placeholder module tree, in nn.Module.state_dict order (params, buffers, children)."""
+    state: dict[str, torch.Tensor] = {}
+    non_persistent = set(getattr(module, "_non_persistent_buffers_set", ()))
+    for name, value in getattr(module, "_parameters", {}).items():
+        if value is not None:
+            state[prefix + name] = value.detach()
+    for name, value in getattr(module, "_buffers", {}).items():
+        if value is not None and name not in non_persistent:
+            state[prefix + name] = value.detach()
+    for name, child in getattr(module, "_modules", {}).items():
+        if child is not None:
+            state.update(module_state_dict(child, f"{prefix}{name}."))
+    return state
+
+
+def _load_pickle(path: Path) -> Any:
+    """torch.load through the restricted unpickler; any failure becomes one UserError line."""
+    if not path.is_file():
+        raise UserError(f"checkpoint not found: {path} (give the path of a yolov5 .pt file)")
+    try:
+        # weights_only=False is safe here only because RESTRICTED_PICKLE resolves no foreign globals.
+        return torch.load(path, map_location="cpu", pickle_module=RESTRICTED_PICKLE, weights_only=False)
+    except UserError as error:
+        raise UserError(f"{path}: {error}") from None
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, KeyError, IndexError,
+            AttributeError, TypeError, zipfile.BadZipFile, OSError) as error:  # fmt: skip
+        raise UserError(f"{path} is not a readable PyTorch checkpoint ({type(error).__name__}: {error})") from None
+
+
+def _names_list(names: Any) -> list[str]:
+    """Class names from a list or an {index: name} dict (newer yolov5 releases)."""
+    if isinstance(names, dict):
+        return [str(names[key]) for key in sorted(names)]
+    return [str(name) for name in names]
+
+
+def read_yolov5_checkpoint(path: Path | str) -> YoloV5Checkpoint:
+    """Read a yolov5 checkpoint's state dict, names, yaml and stride ('ema' weights when present)."""
+    path = Path(path)
+    payload = _load_pickle(path)
+    if not isinstance(payload, dict):
+        raise UserError(f"{path} is not a yolov5 checkpoint (its pickle holds a {type(payload).__name__}, not a dict)")
+    model = payload.get("ema") if payload.get("ema") is not None else payload.get("model")
+    if not isinstance(model, Placeholder) or not model.source.startswith("models."):
+        raise UserError(f"{path} is not a yolov5 checkpoint (no 'model' or 'ema' entry holding a yolov5 model)")
+    state_dict = module_state_dict(model)
+    names = _names_list(getattr(model, "names", []))
+    yaml = getattr(model, "yaml", None)
+    if not isinstance(yaml, dict) or not state_dict:
+        raise UserError(f"{path} is not a yolov5 checkpoint (the model has no yaml dict or no tensors)")
+    stride = getattr(model, "stride", None)
+    stride_list = [float(s) for s in stride.tolist()] if isinstance(stride, torch.Tensor) else list(stride or [])
+    num_classes = int(yaml.get("nc", len(names)))
+    if names and len(names) != num_classes:
+        raise UserError(f"{path}: {len(names)} class names but nc={num_classes} in its yaml")
+    logger.debug("read %d tensors from %s (%s)", len(state_dict), path, model.source)
+    return YoloV5Checkpoint(state_dict=state_dict, names=names, yaml=dict(yaml), stride=stride_list, nc=num_classes)

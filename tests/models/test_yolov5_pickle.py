@@ -1,0 +1,98 @@
+"""Import of yolov5 checkpoints: the real release file, and pickles that must be refused unexecuted."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from detect.errors import UserError
+from detect.models.yolov5_pickle import read_yolov5_checkpoint
+
+WEIGHTS = Path(__file__).resolve().parents[2].parent / "shared" / "weights" / "yolov5n.pt"
+
+
+@pytest.mark.skipif(not WEIGHTS.is_file(), reason=f"yolov5n release checkpoint absent: {WEIGHTS}")
+def test_release_checkpoint_reads_tensors_names_yaml_stride() -> None:
+    checkpoint = read_yolov5_checkpoint(WEIGHTS)
+    names = list(checkpoint.state_dict)
+    # 349 = every nn.Module.state_dict entry, BN running stats, num_batches_tracked and Detect's anchors.
+    assert len(names) == 349
+    assert names[0] == "model.0.conv.weight" and names[-1] == "model.24.m.2.bias"
+    assert "model.24.anchors" in names and "model.0.bn.num_batches_tracked" in names
+    learnable = [n for n in names if not n.endswith(("running_mean", "running_var", "num_batches_tracked", "anchors"))]
+    # The exact yolov5n parameter count (YOLOV5-FACTS.md).
+    assert sum(checkpoint.state_dict[n].numel() for n in learnable) == 1_872_157
+    assert all(isinstance(t, torch.Tensor) and not isinstance(t, torch.nn.Parameter) for t in checkpoint.state_dict.values())
+    assert len(checkpoint.names) == 80 and checkpoint.names[0] == "person" and checkpoint.nc == 80
+    assert checkpoint.yaml["depth_multiple"] == 0.33 and checkpoint.yaml["width_multiple"] == 0.25
+    assert {"backbone", "head", "anchors"} <= set(checkpoint.yaml)
+    assert checkpoint.stride == [8.0, 16.0, 32.0]
+    # Detect's anchors buffer is stored in grid units: pixels / stride (P3 (10,13) / 8).
+    assert checkpoint.state_dict["model.24.anchors"][0, 0].float().tolist() == [1.25, 1.625]
+
+
+class WritesMarker:
+    """An object whose unpickling would call os.system to create a marker file."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_pickle_that_runs_code_is_refused_and_not_run(tmp_path: Path) -> None:
+    marker = tmp_path / "executed"
+    path = tmp_path / "evil.pt"
+    torch.save({"model": WritesMarker(marker), "weights": torch.zeros(2)}, path)
+    with pytest.raises(UserError, match="system"):
+        read_yolov5_checkpoint(path)
+    assert not marker.exists()
+    # The proof that the file really would have run the command with an unrestricted loader.
+    torch.load(path, weights_only=False)
+    assert marker.exists()
+
+
+@pytest.mark.parametrize("target", [eval, exec, getattr, __import__])
+def test_builtin_callables_are_refused(tmp_path: Path, target) -> None:
+    class Calls:
+        def __reduce__(self):
+            return (target, ("1",))
+
+    path = tmp_path / "builtin.pt"
+    torch.save({"model": Calls()}, path)
+    # torch.save writes pickle protocol 2, which spells the module __builtin__.
+    with pytest.raises(UserError, match=f"__builtin__\\.{target.__name__}, which is not allowed"):
+        read_yolov5_checkpoint(path)
+
+
+def test_legacy_pickle_is_refused(tmp_path: Path) -> None:
+    marker = tmp_path / "executed"
+    path = tmp_path / "legacy.pt"
+    torch.save({"model": WritesMarker(marker)}, path, _use_new_zipfile_serialization=False)
+    with pytest.raises(UserError):
+        read_yolov5_checkpoint(path)
+    assert not marker.exists()
+
+
+def test_files_that_are_not_checkpoints(tmp_path: Path) -> None:
+    noise = tmp_path / "noise.pt"
+    noise.write_bytes(os.urandom(4096))
+    with pytest.raises(UserError, match="not a readable PyTorch checkpoint"):
+        read_yolov5_checkpoint(noise)
+    with pytest.raises(UserError, match="not found"):
+        read_yolov5_checkpoint(tmp_path / "missing.pt")
+    plain = tmp_path / "plain.pt"
+    torch.save({"weights": torch.zeros(3)}, plain)
+    with pytest.raises(UserError, match="not a yolov5 checkpoint"):
+        read_yolov5_checkpoint(plain)
+    broken = tmp_path / "broken.pt"
+    with zipfile.ZipFile(broken, "w") as archive:
+        archive.writestr("archive/data.pkl", b"\x80\x02garbage")
+    with pytest.raises(UserError):
+        read_yolov5_checkpoint(broken)
