@@ -55,6 +55,8 @@ def decode_truncated_jpeg(data: bytes) -> np.ndarray | None:
 
 def _jpeg_complete(path: Path, result: CheckResult) -> bool:
     """False (problem recorded) for a JPEG that is cut short and cannot be decoded; a decodable one gets a note."""
+    if path.stat().st_size < 4:
+        return True  # too short to be a JPEG: PIL names it unreadable
     with open(path, "rb") as handle:
         start = handle.read(2)
         handle.seek(-2, 2)
