@@ -1,0 +1,45 @@
+"""coco128 from ../shared/data: the counts of record, and the COCO json source agrees with the txt labels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from detect.data import load_data_config, load_split
+
+ROOT = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "coco128"
+pytestmark = pytest.mark.skipif(not ROOT.is_dir(), reason=f"{ROOT} is absent (the shared offline data is not mounted)")
+
+
+@pytest.fixture(scope="module")
+def config(request: pytest.FixtureRequest):
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])  # coco128.yaml's path is relative to the repo root
+    request.addfinalizer(monkeypatch.undo)
+    return load_data_config("coco128")
+
+
+def test_counts(config) -> None:
+    split = load_split(config, "train")
+    assert split.counts["found"] == 128 and len(split.records) == 128
+    assert split.counts["background"] == 2
+    label_files = [record for record in split.records if (ROOT / "labels" / "train2017" / f"{record.path.stem}.txt").is_file()]
+    assert len(label_files) == 126
+    assert sum(len(record.classes) for record in split.records) == 929
+    assert split.records[0].image_id == 9 and (split.records[0].width, split.records[0].height) == (640, 480)
+
+
+def test_json_source_matches_txt_labels(config) -> None:
+    txt = {record.image_id: record for record in load_split(config, "train").records}
+    coco = load_split(config, "val")
+    assert coco.coco_json is not None and coco.category_ids[:3] == [1, 2, 3] and len(coco.category_ids) == 80
+    assert sum(int(record.crowd.sum()) for record in coco.records) == 10
+    for record in coco.records:
+        reference = txt[record.image_id]
+        assert (record.width, record.height) == (reference.width, reference.height)
+        classes, boxes = record.train_boxes
+        order_json, order_txt = np.lexsort(boxes.T[::-1]), np.lexsort(reference.boxes.T[::-1])
+        assert classes[order_json].tolist() == reference.classes[order_txt].tolist()
+        np.testing.assert_allclose(boxes[order_json], reference.boxes[order_txt], atol=1e-3)

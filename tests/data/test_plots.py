@@ -1,0 +1,30 @@
+"""Plots: label statistics and an augmented batch grid are written as PNG images of the expected size."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+
+from detect.config import Hyp
+from detect.data import build_train_loader, load_data_config
+from detect.data.plots import plot_batch, plot_label_stats
+from tests.data.helpers import simple_dataset
+
+
+def test_plots_write_pngs(tmp_path: Path) -> None:
+    config = load_data_config(simple_dataset(tmp_path / "set", count=4))
+    loader = build_train_loader(config, Hyp(albumentations_p=0.0), 64, 4, 0, seed=0, pin_memory=False)
+    batch = next(iter(loader))
+    grid = cv2.imread(str(plot_batch(batch, list(config.names), tmp_path / "batch.png")))
+    assert grid.shape == (128, 128, 3)
+    stats = cv2.imread(str(plot_label_stats(loader.split.records, list(config.names), tmp_path / "labels.png")))
+    assert stats is not None and stats.shape[1] > stats.shape[0]
+
+
+def test_no_device_literals_in_data() -> None:
+    package = Path(__file__).resolve().parents[2] / "detect" / "data"
+    for source in package.rglob("*.py"):
+        text = source.read_text()
+        for literal in ('"cuda', "'cuda", '"npu', "'npu", "torch.cuda", "torch_npu"):
+            assert literal not in text, f"{source}: device literal {literal}"
