@@ -44,7 +44,9 @@ def rect_batch_shapes(heights: np.ndarray, widths: np.ndarray, batch_size: int, 
                       pad: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
     """(order, shapes): image order sorted by aspect h/w, and per-batch (h, w) input shapes (YOLOV5-FACTS.md)."""
     aspect = heights / widths
-    order = np.argsort(aspect, kind="stable")
+    # numpy's default (unstable) sort, as yolov5: ties in aspect then land in the same batches as there, and
+    # yolov5n on coco128 gives the reference detections (coco_eval_reference/yolov5n_coco128).
+    order = np.argsort(aspect)
     aspect = aspect[order]
     count = math.ceil(len(order) / batch_size)
     shapes = np.ones((count, 2))

@@ -1,0 +1,119 @@
+"""One pass of a model over a validation loader: device pre-processing, inference, NMS, COCO scoring."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from detect.backend import Backend
+from detect.data import Batch, LabelledSplit, LetterboxInfo, Loader, boxes_to_original
+from detect.data.device_batch import to_device_batch
+from detect.engine.evaluator import CocoEvaluator, Metrics
+from detect.ops.nms import non_max_suppression
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSettings:
+    """NMS settings of record for validation (YOLOV5-FACTS.md: conf 0.001, IoU 0.6, 300 per image)."""
+
+    conf_threshold: float = 0.001
+    iou_threshold: float = 0.6
+    max_det: int = 300
+    half: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Speed:
+    """Milliseconds per image of each stage."""
+
+    preprocess: float
+    inference: float
+    nms: float
+
+    def __str__(self) -> str:
+        return (f"Speed: {self.preprocess:.1f} ms pre-process, {self.inference:.1f} ms inference, "
+                f"{self.nms:.1f} ms NMS per image")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalResult:
+    metrics: Metrics
+    speed: Speed
+    images: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageDetections:
+    """One image's detections in original-image pixels, handed to optional per-image consumers."""
+
+    image_id: int
+    path: str
+    letterbox: LetterboxInfo
+    detections: torch.Tensor  # (n, 6) [x1, y1, x2, y2, score, class], original-image pixels, on the CPU
+
+
+def build_evaluator(split: LabelledSplit) -> CocoEvaluator:
+    """The COCO ground truth of a split: its instances json when it has one, else built from its labels."""
+    if split.coco_json is not None:
+        return CocoEvaluator.from_coco_json(split.coco_json)
+    return CocoEvaluator.from_records(split.records, split.names)
+
+
+class _Clock:
+    """Accumulates the wall time of named stages; synchronises the device so that times are real."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend, self.totals, self._last = backend, {"preprocess": 0.0, "inference": 0.0, "nms": 0.0}, 0.0
+
+    def start(self) -> None:
+        self.backend.synchronize()
+        self._last = time.perf_counter()
+
+    def lap(self, stage: str) -> None:
+        self.backend.synchronize()
+        now = time.perf_counter()
+        self.totals[stage] += now - self._last
+        self._last = now
+
+
+def _detections(model: nn.Module, batch: Batch, backend: Backend, settings: EvalSettings,
+                clock: _Clock) -> list[torch.Tensor]:
+    """Per-image (n, 6) detections in input pixels for one batch."""
+    clock.start()
+    images = to_device_batch(batch, backend).images
+    images = images.half() if settings.half else images
+    clock.lap("preprocess")
+    decoded, _ = model(images)
+    clock.lap("inference")
+    detections = non_max_suppression(decoded.float(), settings.conf_threshold, settings.iou_threshold,
+                                     max_det=settings.max_det, nms=backend.nms)
+    clock.lap("nms")
+    return detections
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, loader: Loader, backend: Backend, evaluator: CocoEvaluator,
+             settings: EvalSettings = EvalSettings(), *, progress: bool = True,
+             on_image: Callable[[ImageDetections], None] | None = None) -> EvalResult:
+    """Score `model` (already on the backend's device) over `loader`; `on_image` sees every image's boxes."""
+    was_training = model.training
+    model.eval()
+    clock, images = _Clock(backend), 0
+    for batch in tqdm(loader, desc="val", disable=not progress, leave=False):
+        for index, detections in enumerate(_detections(model, batch, backend, settings, clock)):
+            info = batch.letterbox[index]
+            detections = detections.cpu()
+            boxes = boxes_to_original(detections[:, :4], info)
+            detections = torch.cat((boxes, detections[:, 4:]), dim=1)
+            evaluator.add(batch.image_ids[index], detections)
+            if on_image is not None:
+                on_image(ImageDetections(batch.image_ids[index], batch.paths[index], info, detections))
+        images += len(batch)
+    model.train(was_training)
+    per_image = {stage: 1000 * total / max(images, 1) for stage, total in clock.totals.items()}
+    return EvalResult(evaluator.evaluate(), Speed(**per_image), images)

@@ -1,0 +1,88 @@
+"""`python -m detect.val`: COCO mAP of a checkpoint (ours or ultralytics/yolov5) on a dataset split."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from detect import backend as backends
+from detect import cli
+from detect.data import load_data_config
+from detect.data.loader import build_val_loader
+from detect.engine.report import coco_stats, metrics_table
+from detect.engine.run_dir import make_run_dir
+from detect.engine.val_outputs import ValOutputs
+from detect.engine.validate import EvalResult, EvalSettings, build_evaluator, evaluate
+from detect.engine.weights import load_model
+from detect.errors import UserError
+
+LOGGER = logging.getLogger("detect.val")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m detect.val", description=__doc__)
+    parser.add_argument("--weights", required=True, help="checkpoint: ours (.pt) or an ultralytics/yolov5 .pt")
+    parser.add_argument("--data", default="shapes.yaml", help="data yaml: a bare name in configs/data/ or a path")
+    parser.add_argument("--task", default="val", choices=("train", "val", "test"), help="which split")
+    parser.add_argument("--imgsz", type=int, default=640, help="inference size (long side), pixels")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--conf-thres", type=float, default=0.001, help="confidence threshold")
+    parser.add_argument("--iou-thres", type=float, default=0.6, help="NMS IoU threshold")
+    parser.add_argument("--max-det", type=int, default=300, help="maximum detections per image")
+    parser.add_argument("--device", default="auto", help=backends.SPEC_HELP)
+    parser.add_argument("--workers", type=int, default=None, help="data loader workers (default: by CPU count)")
+    parser.add_argument("--half", action="store_true", help="fp16 inference (accelerators only)")
+    parser.add_argument("--save-json", action="store_true", help="write COCO results json to the run folder")
+    parser.add_argument("--save-txt", action="store_true", help="write one YOLO txt of detections per image")
+    parser.add_argument("--save-conf", action="store_true", help="with --save-txt: append the score")
+    parser.add_argument("--verbose", action="store_true", help="per-class table and the 12 COCO stats")
+    parser.add_argument("--plots", action="store_true", help="PR curve and confusion matrix PNGs")
+    parser.add_argument("--project", default="runs/val", help="runs go to project/name")
+    parser.add_argument("--name", default="exp")
+    parser.add_argument("--exist-ok", action="store_true", help="reuse project/name instead of a new one")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> EvalResult:
+    backend = backends.select(args.device, amp=False)
+    if args.half and backend.device.type == "cpu":
+        raise UserError("--half needs an accelerator; on the CPU evaluate in fp32")
+    backend.set_device()
+    model = load_model(args.weights).fuse()  # weights are evaluated fused, in fp32 (YOLOV5-FACTS.md)
+    model = (model.half() if args.half else model).to(backend.device)
+    data = load_data_config(args.data)
+    loader = build_val_loader(data, args.task, args.imgsz, args.batch_size, args.workers,
+                              stride=int(model.stride.max()), pin_memory=backend.device.type != "cpu")
+    if len(data.names) != model.nc:
+        raise UserError(f"the model predicts {model.nc} classes but {args.data} has {len(data.names)}")
+    save_dir = make_run_dir(args.project, args.name, args.exist_ok)
+    outputs = ValOutputs(save_dir, loader.split, args.save_txt, args.save_conf, args.plots)
+    settings = EvalSettings(args.conf_thres, args.iou_thres, args.max_det, args.half)
+    evaluator = build_evaluator(loader.split)
+    result = evaluate(model, loader, backend, evaluator, settings, progress=not args.no_progress,
+                      on_image=outputs.add)
+    LOGGER.info("%d images\n%s", result.images, metrics_table(result.metrics, per_class=args.verbose))
+    if args.verbose:
+        LOGGER.info("pycocotools bbox stats:\n%s", coco_stats(result.metrics))
+    LOGGER.info("%s", result.speed)
+    if args.save_json:
+        LOGGER.info("COCO results json: %s", evaluator.save_json(save_dir / "predictions.json"))
+    outputs.finish(result.metrics)
+    LOGGER.info("results saved to %s", save_dir)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+
+    def body() -> None:
+        run(args)
+
+    return cli.run(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
