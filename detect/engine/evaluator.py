@@ -9,7 +9,7 @@ import json
 import logging
 import math
 from pathlib import Path
-from typing import Any, Iterable, Optional, Protocol, Sequence
+from typing import Any, Iterable, Iterator, Optional, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -74,13 +74,14 @@ def _coco_classes(backend: str) -> tuple[Any, Any]:
         try:
             from faster_coco_eval import COCO, COCOeval_faster
         except ImportError as error:
-            raise UserError("evaluator backend faster-coco-eval: install it with `pip install faster-coco-eval`") from error
+            message = "evaluator backend faster-coco-eval is not installed: `pip install faster-coco-eval`"
+            raise UserError(message) from error
         return COCO, COCOeval_faster
     raise UserError(f"unknown evaluator backend {backend!r}; choose one of {', '.join(BACKENDS)}")
 
 
 @contextlib.contextmanager
-def _quiet() -> Iterable[None]:
+def _quiet() -> Iterator[None]:
     """Capture what pycocotools prints and pass it to the debug log instead of stdout."""
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
@@ -149,6 +150,10 @@ class CocoEvaluator:
             self._results.append({"image_id": int(image_id), "category_id": self.category_ids[int(cls)],
                                   "bbox": [x1, y1, x2 - x1, y2 - y1], "score": score})  # fmt: skip
 
+    def reset(self) -> None:
+        """Forget the accumulated detections (keeps the ground truth), e.g. before the next epoch's validation."""
+        self._results = []
+
     def add_coco_results(self, results: Iterable[dict]) -> None:
         """Add detections already in COCO results format (image_id, category_id, bbox xywh, score)."""
         self._results.extend(dict(result) for result in results)
@@ -167,13 +172,19 @@ class CocoEvaluator:
             json.dump(self.results(), handle)
         return path
 
-    def evaluate(self) -> Metrics:
-        """Run COCOeval (bbox, default parameters) over every ground-truth image and summarise."""
+    def evaluate(self, image_ids: Optional[Sequence[int]] = None) -> Metrics:
+        """Run COCOeval (bbox, default parameters) over the given images (default: every ground-truth image)."""
+        known = set(self.ground_truth.getImgIds())
+        unknown = sorted({int(r["image_id"]) for r in self._results} - known)
+        if unknown:
+            raise UserError(f"detections for image ids not in the ground truth: {unknown[:5]} (wrong dataset?)")
         if not self._results:
             return self._empty_metrics()
         with _quiet():
             detections = self.ground_truth.loadRes([dict(r) for r in self._results])
             coco_eval = self.eval_class(self.ground_truth, detections, "bbox")
+            if image_ids is not None:
+                coco_eval.params.imgIds = sorted(int(i) for i in image_ids)
             coco_eval.evaluate()
             coco_eval.accumulate()
             coco_eval.summarize()

@@ -171,3 +171,16 @@ def test_bad_inputs_are_user_errors(tmp_path: Path) -> None:
         CocoEvaluator.from_coco_json(tmp_path / "missing.json")
     with pytest.raises(UserError, match="unknown evaluator backend"):
         CocoEvaluator.from_records(tiny_dataset(), ["cat"], backend="detectron")
+
+
+def test_image_subset_and_unknown_images() -> None:
+    records = tiny_dataset()
+    evaluator = CocoEvaluator.from_records(records, ["cat", "dog", "bird"])
+    evaluator.add(1, perfect_detections(records)[1])  # image 2 gets nothing
+    assert evaluator.evaluate(image_ids=[1]).map50 == pytest.approx(1.0)
+    assert evaluator.evaluate().map50 < 1.0
+    evaluator.add(99, torch.tensor([[0.0, 0, 5, 5, 0.5, 0]]))
+    with pytest.raises(UserError, match="not in the ground truth: \\[99\\]"):
+        evaluator.evaluate()
+    evaluator.reset()
+    assert evaluator.results() == [] and evaluator.evaluate().map50 == 0.0

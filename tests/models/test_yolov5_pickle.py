@@ -27,7 +27,8 @@ def test_release_checkpoint_reads_tensors_names_yaml_stride() -> None:
     learnable = [n for n in names if not n.endswith(("running_mean", "running_var", "num_batches_tracked", "anchors"))]
     # The exact yolov5n parameter count (YOLOV5-FACTS.md).
     assert sum(checkpoint.state_dict[n].numel() for n in learnable) == 1_872_157
-    assert all(isinstance(t, torch.Tensor) and not isinstance(t, torch.nn.Parameter) for t in checkpoint.state_dict.values())
+    tensors = checkpoint.state_dict.values()
+    assert all(isinstance(t, torch.Tensor) and not isinstance(t, torch.nn.Parameter) for t in tensors)
     assert len(checkpoint.names) == 80 and checkpoint.names[0] == "person" and checkpoint.nc == 80
     assert checkpoint.yaml["depth_multiple"] == 0.33 and checkpoint.yaml["width_multiple"] == 0.25
     assert {"backbone", "head", "anchors"} <= set(checkpoint.yaml)
