@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+import cv2
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, Sampler
 
@@ -80,6 +81,9 @@ class Loader:
 def _loader_options(workers: int, pin_memory: bool, prefetch_factor: int) -> dict:
     options: dict = {"num_workers": workers, "pin_memory": pin_memory, "collate_fn": collate}
     if workers > 0:
+        # The workers are the parallelism: cv2's own thread pool in each would fight them for the cores. Set in this
+        # process before the workers fork (calling it inside a forked worker can deadlock on the inherited pool).
+        cv2.setNumThreads(0)
         options.update(persistent_workers=True, prefetch_factor=prefetch_factor)
     return options
 
