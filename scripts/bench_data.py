@@ -6,7 +6,9 @@ Usage: python scripts/bench_data.py --data coco128 --batches 20 --batch-size 16
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -23,12 +25,19 @@ def loader_rate(data: str, hyp_name: str, imgsz: int, batch_size: int, workers: 
     """Images per second over `batches` batches after one warm-up batch (worker start-up excluded)."""
     loader = build_train_loader(load_data_config(data), load_hyp(hyp_name), imgsz, batch_size, workers, seed=0,
                                 pin_memory=False)
-    iterator = iter(loader)
+    iterator = _endless(loader)
     next(iterator)
     start = time.perf_counter()
     for _ in range(batches):
         next(iterator)
     return batches * batch_size / (time.perf_counter() - start)
+
+
+def _endless(loader) -> Iterator:
+    """Batches over as many epochs as it takes (a small dataset has few batches per epoch)."""
+    for epoch in itertools.count():
+        loader.set_epoch(epoch)
+        yield from loader
 
 
 def stage_times(data: str, hyp_name: str, imgsz: int, count: int) -> dict[str, float]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import cv2
 import torch
@@ -14,6 +15,7 @@ from detect.data.batch import Batch, collate
 from detect.data.data_config import DataConfig
 from detect.data.datasets import TrainDataset, ValDataset
 from detect.data.ram_cache import cache_images
+from detect.data.records import ImageRecord
 from detect.data.split import LabelledSplit, load_split
 from detect.errors import UserError
 
@@ -65,6 +67,26 @@ class Loader:
     def __init__(self, loader: DataLoader, split: LabelledSplit, dataset: torch.utils.data.Dataset,
                  sampler: EpochSampler | None = None) -> None:
         self.loader, self.split, self.dataset, self.sampler = loader, split, dataset, sampler
+
+    @property
+    def records(self) -> list[ImageRecord]:
+        """The usable images of the split (in file order; the val dataset holds them in batch order)."""
+        return self.split.records
+
+    @property
+    def names(self) -> list[str]:
+        """Class names."""
+        return self.split.names
+
+    @property
+    def coco_json(self) -> Path | None:
+        """The split's COCO json label source, if any."""
+        return self.split.coco_json
+
+    @property
+    def category_ids(self) -> list[int] | None:
+        """Class index -> COCO category id for json sources."""
+        return self.split.category_ids
 
     def set_epoch(self, epoch: int) -> None:
         """Reshuffle (training); a no-op for validation."""

@@ -62,7 +62,8 @@ def _summarise(split: str, results: list[check.CheckResult], cache_state: str) -
     counts = collections.Counter(found=len(results))
     details = []
     for result in results:
-        counts.update(f"skipped: {result.skipped}" for _ in [0] if result.skipped)
+        if result.skipped:
+            counts[f"skipped: {result.skipped}"] += 1
         counts.update(f"fixed: {fix}" for fix in result.fixes)
         counts.update(("background: " if note == check.MISSING_LABELS else "note: ") + note for note in result.notes)
         counts["background"] += result.background and result.skipped is None
