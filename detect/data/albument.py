@@ -7,8 +7,11 @@ from collections.abc import Callable
 import numpy as np
 
 
-def build_albumentations(probability: float) -> Callable[[np.ndarray], np.ndarray] | None:
-    """A function image -> image, or None when the probability is 0 (the stage is off)."""
+def build_albumentations(probability: float) -> Callable[[np.ndarray, int], np.ndarray] | None:
+    """A function (image, seed) -> image, or None when the probability is 0 (the stage is off).
+
+    The seed comes from the sample's own generator, so the stage is as reproducible as the rest of the pipeline.
+    """
     if probability <= 0:
         return None
     import albumentations  # imported only when the stage is on: it is slow to import
@@ -19,4 +22,8 @@ def build_albumentations(probability: float) -> Callable[[np.ndarray], np.ndarra
         albumentations.ToGray(p=probability),
         albumentations.CLAHE(p=probability),
     ])
-    return lambda image: compose(image=image)["image"]
+    def apply(image: np.ndarray, seed: int) -> np.ndarray:
+        compose.set_random_seed(seed)
+        return compose(image=image)["image"]
+
+    return apply

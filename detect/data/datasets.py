@@ -70,7 +70,7 @@ class TrainDataset(torch.utils.data.Dataset):
         if hyp.mosaic and rng.random() < hyp.mixup:
             image, labels = augment.mixup((image, labels), self._base(int(rng.integers(0, len(self.records)))), rng)
         if self.albumentations is not None:
-            image = self.albumentations(image)
+            image = self.albumentations(image, int(rng.integers(2**31)))
         image = augment.hsv_jitter(image, rng, hyp.hsv_h, hyp.hsv_s, hyp.hsv_v)
         if rng.random() < hyp.flipud:
             image, labels = augment.flip(image, labels, horizontal=False)

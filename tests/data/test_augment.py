@@ -9,6 +9,7 @@ import pytest
 
 from detect.config import Hyp
 from detect.data import augment, load_data_config, load_split
+from detect.data.albument import build_albumentations
 from detect.data.datasets import TrainDataset
 from detect.data.letterbox import letterbox
 from detect.data.mosaic import mosaic4
@@ -114,3 +115,13 @@ def test_non_mosaic_sample_is_letterboxed_square(tmp_path) -> None:
         assert white_extent(image[y1 - 2:y2 + 2, x1 - 2:x2 + 2]) is not None
         crop = image[y1 + 1:y2 - 1, x1 + 1:x2 - 1]
         assert crop.min() > 200
+
+
+def test_albumentations_stage_is_seeded_and_changes_pixels() -> None:
+    stage = build_albumentations(1.0)  # every op on: blur, median blur, gray, CLAHE
+    image = np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)
+    first, second = stage(image, 7), stage(image, 7)
+    np.testing.assert_array_equal(first, second)
+    assert not np.array_equal(first, image) and first.shape == image.shape
+    assert np.abs(first[:, :, 0].astype(int) - first[:, :, 1]).mean() < 3  # gray (CLAHE after it shifts a little)
+    assert build_albumentations(0.0) is None
