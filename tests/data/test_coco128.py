@@ -43,3 +43,19 @@ def test_json_source_matches_txt_labels(config) -> None:
         order_json, order_txt = np.lexsort(boxes.T[::-1]), np.lexsort(reference.boxes.T[::-1])
         assert classes[order_json].tolist() == reference.classes[order_txt].tolist()
         np.testing.assert_allclose(boxes[order_json], reference.boxes[order_txt], atol=1e-3)
+
+
+def test_val_loader_on_the_json_source_trains_no_crowd_box(config) -> None:
+    from detect.data import build_val_loader
+
+    loader = build_val_loader(config, "val", imgsz=320, batch_size=64, workers=0, pin_memory=False)
+    assert loader.coco_json is not None and loader.category_ids == coco_ids()
+    total = sum(len(batch.targets) for batch in loader)
+    assert total == 929  # 939 json annotations less the 10 crowd ones
+
+
+def coco_ids() -> list[int]:
+    """The 80 COCO category ids in class order (the usual coco80 -> coco91 table)."""
+    return [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 27, 28, 31, 32, 33,
+            34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61,
+            62, 63, 64, 65, 67, 70, 72, 73, 74, 75, 76, 77, 78, 79, 80, 81, 82, 84, 85, 86, 87, 88, 89, 90]
