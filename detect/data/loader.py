@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import cv2
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, Sampler
 
@@ -104,8 +105,11 @@ def _loader_options(workers: int, pin_memory: bool, prefetch_factor: int) -> dic
     options: dict = {"num_workers": workers, "pin_memory": pin_memory, "collate_fn": collate}
     if workers > 0:
         # The workers are the parallelism: cv2's own thread pool in each would fight them for the cores. Set in this
-        # process before the workers fork (calling it inside a forked worker can deadlock on the inherited pool).
+        # process before the workers fork (calling it inside a forked worker can deadlock on the inherited pool),
+        # and apply it here with one small parallel op: cv2 tears its old pool down lazily, on the next parallel
+        # call, and a forked worker that makes that call waits forever on the parent's threads.
         cv2.setNumThreads(0)
+        cv2.resize(np.zeros((1024, 1024, 3), np.uint8), (512, 512))
         options.update(persistent_workers=True, prefetch_factor=prefetch_factor)
     return options
 
