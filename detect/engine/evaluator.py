@@ -9,11 +9,12 @@ import json
 import logging
 import math
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional, Protocol, Sequence
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
 
+from detect.data.records import ImageRecord
 from detect.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -24,18 +25,6 @@ COCO_STAT_NAMES = (
     "AR1", "AR10", "AR100", "AR_small", "AR_medium", "AR_large",
 )  # fmt: skip
 BACKENDS = ("pycocotools", "faster-coco-eval")
-
-
-class LabelledImage(Protocol):
-    """What the evaluator reads from a dataset record (detect.data.records.ImageRecord fits)."""
-
-    path: Path
-    image_id: int
-    width: int
-    height: int
-    classes: np.ndarray  # (n,) int64
-    boxes: np.ndarray  # (n, 4) float32, normalised cx cy w h
-    crowd: np.ndarray  # (n,) bool
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -90,7 +79,7 @@ def _quiet() -> Iterator[None]:
         logger.debug("%s", buffer.getvalue().rstrip())
 
 
-def ground_truth_from_records(records: Sequence[LabelledImage], class_names: Sequence[str]) -> dict:
+def ground_truth_from_records(records: Sequence[ImageRecord], class_names: Sequence[str]) -> dict:
     """COCO ground-truth dict (pixel xywh boxes, area w*h, iscrowd) with category id k+1 for class k."""
     images, annotations = [], []
     for record in records:
@@ -137,7 +126,7 @@ class CocoEvaluator:
         return cls(dataset, [c["id"] for c in categories], [c["name"] for c in categories], backend)
 
     @classmethod
-    def from_records(cls, records: Sequence[LabelledImage], class_names: Sequence[str],
+    def from_records(cls, records: Sequence[ImageRecord], class_names: Sequence[str],
                      backend: str = "pycocotools") -> "CocoEvaluator":  # fmt: skip
         """Ground truth built from YOLO-format records; class k is category id k+1."""
         ground_truth = ground_truth_from_records(records, class_names)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import json
 import math
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from detect.data.records import ImageRecord
 from detect.engine.evaluator import COCO_STAT_NAMES, CocoEvaluator
 from detect.errors import UserError
 
@@ -77,29 +77,16 @@ def test_add_with_class_indices_matches_coco_results() -> None:
     assert metrics.map50 == pytest.approx(0.57656579812808, abs=1e-6)
 
 
-@dataclasses.dataclass
-class Record:
-    """A hand-made dataset record (the fields the evaluator reads)."""
-
-    path: Path
-    image_id: int
-    width: int
-    height: int
-    classes: np.ndarray
-    boxes: np.ndarray
-    crowd: np.ndarray
-
-
-def tiny_dataset() -> list[Record]:
+def tiny_dataset() -> list[ImageRecord]:
     """Two 200x100 images: a cat and a dog in the first, one dog and a crowd region in the second."""
-    first = Record(Path("a/1.jpg"), 1, 200, 100, np.array([0, 1]),
+    first = ImageRecord(Path("a/1.jpg"), 1, 200, 100, np.array([0, 1]),
                    np.array([[0.25, 0.5, 0.2, 0.4], [0.75, 0.5, 0.3, 0.6]], np.float32), np.array([False, False]))
-    second = Record(Path("a/2.jpg"), 2, 200, 100, np.array([1, 1]),
+    second = ImageRecord(Path("a/2.jpg"), 2, 200, 100, np.array([1, 1]),
                     np.array([[0.5, 0.5, 0.4, 0.8], [0.1, 0.1, 0.1, 0.1]], np.float32), np.array([False, True]))
     return [first, second]  # fmt: skip
 
 
-def perfect_detections(records: list[Record]) -> dict[int, torch.Tensor]:
+def perfect_detections(records: list[ImageRecord]) -> dict[int, torch.Tensor]:
     """The non-crowd ground truth as xyxy pixel detections with score 0.9."""
     out = {}
     for r in records:
