@@ -97,3 +97,35 @@ def test_checker_flags_device_code(code):
 )
 def test_checker_allows_prose_and_option_names(code):
     assert device_literals(code) == []
+
+
+# STYLE.md rule 1: backend -> ops -> models / data -> engine -> CLIs; nothing imports upward.
+LAYER_IMPORTS = {
+    "backend": {"backend", "errors", "config"},
+    "ops": {"ops", "errors"},
+    "models": {"models", "errors", "config"},
+    "data": {"data", "errors", "config"},
+    "engine": {"engine", "backend", "ops", "models", "data", "errors", "config"},
+}
+
+
+def _detect_imports(path: Path) -> set[str]:
+    """The detect subpackages and modules a file imports (including inside functions)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module == "detect":  # from detect import cli
+            modules = [f"detect.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            modules = [node.module or ""]
+        else:
+            modules = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+        names.update(m.split(".")[1] for m in modules if m.startswith("detect."))
+    return names
+
+
+@pytest.mark.parametrize("layer", sorted(LAYER_IMPORTS))
+def test_no_package_imports_upward(layer):
+    for path in sorted((PACKAGE / layer).rglob("*.py")):
+        allowed = LAYER_IMPORTS[layer] | ({"cli"} if path.name == "__main__.py" else set())  # a CLI of its own
+        upward = _detect_imports(path) - allowed
+        assert not upward, f"{path.relative_to(PACKAGE.parent)} imports detect.{sorted(upward)}"
