@@ -57,11 +57,11 @@ class ImageDetections:
     detections: torch.Tensor  # (n, 6) [x1, y1, x2, y2, score, class], original-image pixels, on the CPU
 
 
-def build_evaluator(split: LabelledSplit) -> CocoEvaluator:
+def build_evaluator(split: LabelledSplit, backend: str = "pycocotools") -> CocoEvaluator:
     """The COCO ground truth of a split: its instances json when it has one, else built from its labels."""
     if split.coco_json is not None:
-        return CocoEvaluator.from_coco_json(split.coco_json)
-    return CocoEvaluator.from_records(split.records, split.names)
+        return CocoEvaluator.from_coco_json(split.coco_json, backend)
+    return CocoEvaluator.from_records(split.records, split.names, backend)
 
 
 class _Clock:
