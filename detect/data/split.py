@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import hashlib
 import dataclasses
 import logging
 import os
@@ -80,8 +81,11 @@ def _summarise(split: str, results: list[check.CheckResult], cache_state: str) -
 
 
 def _write_details(cache_file: Path, details: list[str]) -> Path | None:
-    folder = cache_file.parent if label_cache.folder_writable(cache_file.parent) else Path(tempfile.gettempdir())
-    target = folder / (cache_file.stem + ".problems.txt")
+    target = cache_file.with_suffix(".problems.txt")
+    if not label_cache.folder_writable(cache_file.parent):  # e.g. a read-only dataset: the temp folder, with
+        # the dataset's path hashed into the name so that two datasets' details never overwrite each other
+        digest = hashlib.sha1(str(cache_file).encode()).hexdigest()[:8]
+        target = Path(tempfile.gettempdir()) / f"{cache_file.stem}-{digest}.problems.txt"
     try:
         target.write_text("\n".join(details) + "\n")
     except OSError as error:
