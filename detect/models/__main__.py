@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
         model = build_model(args.cfg, num_classes=args.nc)
         if args.fuse:
             model.fuse()
-        print(f"{model.yaml_source}: {summarize(model, args.imgsz)}")
+        print(f"{model.spec.source}: {summarize(model, args.imgsz)}")
 
     return cli.run(body)
 

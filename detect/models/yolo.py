@@ -49,7 +49,6 @@ class DetectionModel(nn.Module):
         super().__init__()
         self.nc = num_classes or spec.num_classes
         self.names = names or [str(i) for i in range(self.nc)]
-        self.yaml_source = spec.source
         self.spec = spec
         channels, modules, self.inputs = [3], [], []
         for index, layer in enumerate(spec.layers):

@@ -35,7 +35,7 @@ def test_bad_yaml_names_file_and_key(tmp_path, edit, message):
 
 
 def test_bare_name_resolves_to_configs_and_path_is_a_path(tmp_path):
-    assert build_model("yolov5n").yaml_source.endswith("configs/models/yolov5n.yaml")
+    assert build_model("yolov5n").spec.source.endswith("configs/models/yolov5n.yaml")
     path = write_variant(tmp_path, lambda d: d.update(nc=4))
     assert build_model(path).nc == 4
     with pytest.raises(ConfigError, match="not one of configs/models/"):
