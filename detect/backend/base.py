@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import random
 from dataclasses import dataclass
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -137,3 +138,35 @@ class Backend:
         """Indices (int64, decreasing score) kept by NMS of (N, 4) xyxy boxes with (N,) scores."""
         return torchvision.ops.nms(boxes, scores, iou_threshold)
 
+
+
+class AcceleratorBackend(Backend):
+    """A device whose runtime module follows torch.cuda's API (torch.cuda itself, torch_npu.npu)."""
+
+    runtime: ModuleType
+
+    def set_device(self) -> None:
+        """Make this device current, so that stray allocations and the process group land on it."""
+        self.runtime.set_device(self.device)
+
+    def _seed_device(self, seed: int) -> None:
+        self.runtime.manual_seed_all(seed)
+
+    def synchronize(self) -> None:
+        """Wait for this device's queued work."""
+        self.runtime.synchronize()
+
+    def memory_stats(self) -> MemoryStats:
+        """Bytes held by tensors on this device now and at peak (the caching allocator's view)."""
+        return MemoryStats(
+            current_bytes=int(self.runtime.memory_allocated(self.device)),
+            peak_bytes=int(self.runtime.max_memory_allocated(self.device)),
+        )
+
+    def reset_peak_memory(self) -> None:
+        """Start a new peak measurement on this device."""
+        self.runtime.reset_peak_memory_stats(self.device)
+
+    def empty_cache(self) -> None:
+        """Release the caching allocator's unused blocks."""
+        self.runtime.empty_cache()

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from detect.backend.base import Backend, BackendUnavailable, MemoryStats, scaler_kwargs
+from detect.backend.base import AcceleratorBackend, BackendUnavailable, scaler_kwargs
 
 if TYPE_CHECKING:
     from detect.config import Hyp
@@ -17,13 +17,14 @@ def is_available() -> bool:
     return torch.cuda.is_available()
 
 
-class CudaBackend(Backend):
+class CudaBackend(AcceleratorBackend):
     """One NVIDIA GPU, cuda:index."""
 
     name = "cuda"
     distributed_backend = "nccl"
     amp_by_default = True
     default_amp_dtype = "fp16"
+    runtime = torch.cuda
 
     def __init__(self, index: int = 0, *, amp: bool | None = None, amp_dtype: str | None = None) -> None:
         if not torch.cuda.is_available():
@@ -35,32 +36,6 @@ class CudaBackend(Backend):
         if index >= count:
             raise BackendUnavailable(f"cuda:{index} was asked for but only {count} CUDA device(s) are visible")
         super().__init__(torch.device("cuda", index), amp=amp, amp_dtype=amp_dtype)
-
-    def set_device(self) -> None:
-        """Make this GPU current, so that stray allocations and NCCL land on it."""
-        torch.cuda.set_device(self.device)
-
-    def _seed_device(self, seed: int) -> None:
-        torch.cuda.manual_seed_all(seed)
-
-    def synchronize(self) -> None:
-        """Wait for this GPU's queued kernels."""
-        torch.cuda.synchronize(self.device)
-
-    def memory_stats(self) -> MemoryStats:
-        """Bytes held by tensors on this GPU now and at peak (the caching allocator's view)."""
-        return MemoryStats(
-            current_bytes=int(torch.cuda.memory_allocated(self.device)),
-            peak_bytes=int(torch.cuda.max_memory_allocated(self.device)),
-        )
-
-    def reset_peak_memory(self) -> None:
-        """Start a new peak measurement on this GPU."""
-        torch.cuda.reset_peak_memory_stats(self.device)
-
-    def empty_cache(self) -> None:
-        """Release the caching allocator's unused blocks."""
-        torch.cuda.empty_cache()
 
     def _fp16_scaler(self, hyp: Hyp) -> torch.amp.GradScaler:
         return torch.amp.GradScaler("cuda", **scaler_kwargs(hyp))

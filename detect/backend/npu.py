@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from detect.backend.base import Backend, BackendUnavailable, MemoryStats, scaler_kwargs
+from detect.backend.base import AcceleratorBackend, BackendUnavailable, scaler_kwargs
 
 if TYPE_CHECKING:
     from detect.config import Hyp
@@ -48,7 +48,7 @@ def is_available() -> bool:
         return False
 
 
-class NpuBackend(Backend):
+class NpuBackend(AcceleratorBackend):
     """One Ascend NPU, npu:index. `device` overrides the torch.device (tests put a CPU stand-in behind it)."""
 
     name = "npu"
@@ -67,17 +67,17 @@ class NpuBackend(Backend):
         device: torch.device | None = None,
     ) -> None:
         self.torch_npu = import_torch_npu()
-        self.npu = self.torch_npu.npu  # the same module as torch.npu (NPU.md §2.1)
+        self.runtime = self.torch_npu.npu  # the same module as torch.npu; torch.cuda's API (NPU.md §2.1, §1 #9)
         if device is None:
-            if not self.npu.is_available():
+            if not self.runtime.is_available():
                 message = f"NPU was asked for but torch_npu sees no NPU (check npu-smi info); {INSTALL_HINT}"
                 raise BackendUnavailable(message)
-            count = self.npu.device_count()
+            count = self.runtime.device_count()
             if index >= count:
                 raise BackendUnavailable(f"npu:{index} was asked for but only {count} NPU(s) are visible")
             device = torch.device("npu", index)
         super().__init__(device, amp=amp, amp_dtype=amp_dtype)
-        if self.amp_dtype == torch.bfloat16 and not self.npu.is_bf16_supported():
+        if self.amp_dtype == torch.bfloat16 and not self.runtime.is_bf16_supported():
             raise BackendUnavailable("bf16 AMP was asked for but this NPU does not support bf16; use fp16")
         self._configure(jit_compile, allow_hf32)
 
@@ -85,41 +85,15 @@ class NpuBackend(Backend):
         """Apply the NPU options that were given; None keeps torch_npu's default."""
         if jit_compile is not None:
             # 910B (A2) defaults to jit_compile=False (binary mode); keep it unless measured (NPU.md §1 #5, §2.5).
-            self.npu.set_compile_mode(jit_compile=jit_compile)
+            self.runtime.set_compile_mode(jit_compile=jit_compile)
         if allow_hf32 is not None:
             # A2 defaults: conv HF32 on, matmul off; False gives strict FP32 parity with CPU/GPU (NPU.md §2.1).
-            self.npu.conv.allow_hf32 = allow_hf32
-            self.npu.matmul.allow_hf32 = allow_hf32
-
-    def set_device(self) -> None:
-        """Make this NPU current; NPU.md §2.3 does it before any allocation and before hccl init."""
-        self.npu.set_device(self.device)
-
-    def _seed_device(self, seed: int) -> None:
-        self.npu.manual_seed_all(seed)
-
-    def synchronize(self) -> None:
-        """Wait for this NPU's task queue."""
-        self.npu.synchronize()
-
-    def memory_stats(self) -> MemoryStats:
-        """Bytes held by tensors on this NPU now and at peak (same API as torch.cuda, NPU.md §1 #9b)."""
-        return MemoryStats(
-            current_bytes=int(self.npu.memory_allocated(self.device)),
-            peak_bytes=int(self.npu.max_memory_allocated(self.device)),
-        )
-
-    def reset_peak_memory(self) -> None:
-        """Start a new peak measurement on this NPU."""
-        self.npu.reset_peak_memory_stats(self.device)
-
-    def empty_cache(self) -> None:
-        """Release the caching allocator's unused blocks."""
-        self.npu.empty_cache()
+            self.runtime.conv.allow_hf32 = allow_hf32
+            self.runtime.matmul.allow_hf32 = allow_hf32
 
     def _fp16_scaler(self, hyp: Hyp) -> torch.amp.GradScaler:
         # torch_npu's own scaler, dynamic by default (NPU.md §1 #3, §2.2); torch.amp.GradScaler("npu") is unverified.
-        return self.npu.amp.GradScaler(**scaler_kwargs(hyp))
+        return self.runtime.amp.GradScaler(**scaler_kwargs(hyp))
 
     def nms(self, boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torch.Tensor:
         """Indices (int64, decreasing score) kept by NMS of (N, 4) xyxy boxes with (N,) scores > NMS_SCORE_FLOOR."""
