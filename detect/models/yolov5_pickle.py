@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import pickle
-import zipfile
 from collections import OrderedDict
 from pathlib import Path
 from types import SimpleNamespace
@@ -119,8 +118,7 @@ def _load_pickle(path: Path) -> Any:
         return torch.load(path, map_location="cpu", pickle_module=RESTRICTED_PICKLE, weights_only=False)
     except UserError as error:
         raise UserError(f"{path}: {error}") from None
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, KeyError, IndexError,
-            AttributeError, TypeError, zipfile.BadZipFile, OSError) as error:  # fmt: skip
+    except Exception as error:  # noqa: BLE001 - a corrupt file can fail any way (OverflowError, MemoryError, ...)
         raise UserError(f"{path} is not a readable PyTorch checkpoint ({type(error).__name__}: {error})") from None
 
 
