@@ -99,14 +99,21 @@ def test_checker_allows_prose_and_option_names(code):
     assert device_literals(code) == []
 
 
-# STYLE.md rule 1: backend -> ops -> models / data -> engine -> CLIs; nothing imports upward.
-LAYER_IMPORTS = {
-    "backend": {"backend", "errors", "config"},
-    "ops": {"ops", "errors"},
-    "models": {"models", "errors", "config"},
-    "data": {"data", "errors", "config"},
-    "engine": {"engine", "backend", "ops", "models", "data", "errors", "config"},
-}
+# The one layering rule (DESIGN.md, README "Layout"): a module imports only from its own floor's package or from
+# lower floors; floor 3 packages never import each other; nothing imports floor 5 (the CLIs and tools).
+FLOORS = {
+    "errors": 1, "ops": 1,
+    "config": 2,
+    "backend": 3, "data": 3, "models": 3,
+    "engine": 4,
+    "cli": 5, "train": 5, "val": 5, "predict": 5, "export": 5, "doctor": 5, "tools": 5,
+}  # fmt: skip
+
+
+def allowed_imports(package: str) -> set[str]:
+    """The detect packages and modules `package` may import: its own, and every lower floor."""
+    floor = FLOORS[package]
+    return {package} | {name for name, other in FLOORS.items() if other < floor}
 
 
 def _detect_imports(path: Path) -> set[str]:
@@ -123,9 +130,22 @@ def _detect_imports(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("layer", sorted(LAYER_IMPORTS))
-def test_no_package_imports_upward(layer):
-    for path in sorted((PACKAGE / layer).rglob("*.py")):
-        allowed = LAYER_IMPORTS[layer] | ({"cli"} if path.name == "__main__.py" else set())  # a CLI of its own
+def test_every_package_has_a_floor():
+    names = {path.stem for path in PACKAGE.glob("*.py")} | {path.name for path in PACKAGE.iterdir() if path.is_dir()}
+    unknown = names - set(FLOORS) - {"__init__", "__main__", "__pycache__"}
+    assert not unknown, f"give these a floor in FLOORS: {sorted(unknown)}"
+
+
+@pytest.mark.parametrize("package", sorted(name for name, floor in FLOORS.items() if floor < 5))
+def test_no_package_imports_upward_or_sideways(package):
+    paths = sorted((PACKAGE / package).rglob("*.py")) or [PACKAGE / f"{package}.py"]
+    for path in paths:
+        allowed = allowed_imports(package) | ({"cli"} if path.name == "__main__.py" else set())  # a CLI of its own
         upward = _detect_imports(path) - allowed
         assert not upward, f"{path.relative_to(PACKAGE.parent)} imports detect.{sorted(upward)}"
+
+
+def test_nothing_imports_a_cli():
+    clis = {name for name, floor in FLOORS.items() if floor == 5} - {"cli"}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        assert not _detect_imports(path) & clis, f"{path.relative_to(PACKAGE.parent)} imports a CLI"

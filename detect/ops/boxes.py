@@ -1,29 +1,65 @@
-"""Pure box math on torch tensors; every function returns new tensors and never mutates its input."""
+"""Pure box math. Conversions take numpy arrays or torch tensors and return the same kind; nothing is mutated.
+
+Formats: xyxy = corners [x1, y1, x2, y2]; xywh = centre and size [cx, cy, w, h]; ltwh = COCO's top-left corner
+and size [x, y, w, h]; a trailing n (xywhn) means normalised by the image's width and height.
+"""
 
 from __future__ import annotations
 
 import math
+from typing import TypeVar
 
+import numpy as np
 import torch
 from torch import Tensor
 
-
-def xywh_to_xyxy(boxes: Tensor) -> Tensor:
-    """Convert (..., 4) centre boxes [cx, cy, w, h] to corner boxes [x1, y1, x2, y2], same units."""
-    centre, size = boxes[..., :2], boxes[..., 2:4]
-    return torch.cat((centre - size / 2, centre + size / 2), dim=-1)
+Boxes = TypeVar("Boxes", np.ndarray, Tensor)
 
 
-def xyxy_to_xywh(boxes: Tensor) -> Tensor:
-    """Convert (..., 4) corner boxes [x1, y1, x2, y2] to centre boxes [cx, cy, w, h], same units."""
-    top_left, bottom_right = boxes[..., :2], boxes[..., 2:4]
-    return torch.cat(((top_left + bottom_right) / 2, bottom_right - top_left), dim=-1)
+def _stack(columns: list, like: Boxes) -> Boxes:
+    """Stack (...,) columns into (..., 4) of the same kind as `like`."""
+    if isinstance(like, Tensor):
+        return torch.stack(columns, dim=-1)
+    return np.stack(columns, axis=-1)
 
 
-def xyxy_to_coco(boxes: Tensor) -> Tensor:
-    """Convert (..., 4) corner boxes [x1, y1, x2, y2] to COCO boxes [x, y, w, h] (top-left corner and size)."""
-    top_left, bottom_right = boxes[..., :2], boxes[..., 2:4]
-    return torch.cat((top_left, bottom_right - top_left), dim=-1)
+def xywh_to_xyxy(boxes: Boxes) -> Boxes:
+    """(..., 4) xywh -> (..., 4) xyxy, same units."""
+    cx, cy, w, h = boxes[..., 0], boxes[..., 1], boxes[..., 2], boxes[..., 3]
+    return _stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], boxes)
+
+
+def xyxy_to_xywh(boxes: Boxes) -> Boxes:
+    """(..., 4) xyxy -> (..., 4) xywh, same units."""
+    x1, y1, x2, y2 = boxes[..., 0], boxes[..., 1], boxes[..., 2], boxes[..., 3]
+    return _stack([(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1], boxes)
+
+
+def xyxy_to_ltwh(boxes: Boxes) -> Boxes:
+    """(..., 4) xyxy -> (..., 4) COCO ltwh [x, y, w, h], same units."""
+    x1, y1, x2, y2 = boxes[..., 0], boxes[..., 1], boxes[..., 2], boxes[..., 3]
+    return _stack([x1, y1, x2 - x1, y2 - y1], boxes)
+
+
+def xywhn_to_xyxy(boxes: Boxes, width: float, height: float, pad_x: float = 0.0, pad_y: float = 0.0) -> Boxes:
+    """(..., 4) normalised xywh -> (..., 4) xyxy pixels of a width x height image placed at (pad_x, pad_y)."""
+    corners = xywh_to_xyxy(boxes)
+    return _stack([corners[..., 0] * width + pad_x, corners[..., 1] * height + pad_y,
+                   corners[..., 2] * width + pad_x, corners[..., 3] * height + pad_y], boxes)
+
+
+def xyxy_to_xywhn(boxes: Boxes, width: float, height: float) -> Boxes:
+    """(..., 4) xyxy pixels -> (..., 4) xywh normalised by a width x height image."""
+    centre = xyxy_to_xywh(boxes)
+    return _stack([centre[..., 0] / width, centre[..., 1] / height, centre[..., 2] / width, centre[..., 3] / height],
+                  boxes)
+
+
+def clip_boxes(boxes: Boxes, height: float, width: float) -> Boxes:
+    """(..., 4) xyxy pixels clipped to [0, width] x [0, height]."""
+    clip = (lambda v, hi: v.clamp(0, hi)) if isinstance(boxes, Tensor) else (lambda v, hi: v.clip(0, hi))
+    return _stack([clip(boxes[..., 0], width), clip(boxes[..., 1], height),
+                   clip(boxes[..., 2], width), clip(boxes[..., 3], height)], boxes)
 
 
 def box_area(boxes: Tensor) -> Tensor:
@@ -41,13 +77,6 @@ def box_iou(boxes1: Tensor, boxes2: Tensor, eps: float = 0.0) -> Tensor:
     union = box_area(boxes1)[:, None] + box_area(boxes2)[None, :] - inter
     iou = inter / (union + eps)
     return torch.where(union > 0, iou, torch.zeros_like(iou))
-
-
-def clip_boxes(boxes: Tensor, height: float, width: float) -> Tensor:
-    """Clip (..., 4) xyxy pixel boxes to an image of the given height and width."""
-    x = boxes[..., 0::2].clamp(0, width)
-    y = boxes[..., 1::2].clamp(0, height)
-    return torch.stack((x[..., 0], y[..., 0], x[..., 1], y[..., 1]), dim=-1)
 
 
 def bbox_iou(boxes1: Tensor, boxes2: Tensor, *, ciou: bool = False, eps: float = 1e-7) -> Tensor:

@@ -4,17 +4,33 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+import pytest
 import torch
 
-from detect.ops.boxes import bbox_iou, box_area, box_iou, clip_boxes, xywh_to_xyxy, xyxy_to_coco, xyxy_to_xywh
+from detect.ops.boxes import (bbox_iou, box_area, box_iou, clip_boxes, xywh_to_xyxy, xywhn_to_xyxy, xyxy_to_ltwh,
+                              xyxy_to_xywh, xyxy_to_xywhn)
 
 
-def test_conversions_round_trip() -> None:
-    xywh = torch.tensor([[10.0, 20.0, 4.0, 6.0]])
+@pytest.mark.parametrize("kind", [torch.tensor, np.array])
+def test_conversions_round_trip(kind) -> None:
+    xywh = kind([[10.0, 20.0, 4.0, 6.0]])
     xyxy = xywh_to_xyxy(xywh)
+    assert type(xyxy) is type(xywh)
     assert xyxy.tolist() == [[8.0, 17.0, 12.0, 23.0]]
     assert xyxy_to_xywh(xyxy).tolist() == xywh.tolist()
-    assert xyxy_to_coco(xyxy).tolist() == [[8.0, 17.0, 4.0, 6.0]]
+    assert xyxy_to_ltwh(xyxy).tolist() == [[8.0, 17.0, 4.0, 6.0]]
+
+
+@pytest.mark.parametrize("kind", [torch.tensor, np.array])
+def test_normalised_pixel_round_trip(kind) -> None:
+    normalised = kind([[0.5, 0.25, 0.2, 0.1]], dtype=torch.float32 if kind is torch.tensor else np.float32)
+    pixels = xywhn_to_xyxy(normalised, width=200, height=100, pad_x=3, pad_y=7)
+    assert np.allclose(np.asarray(pixels.tolist()), [[83.0, 27.0, 123.0, 37.0]])
+    assert pixels.dtype == normalised.dtype
+    back = xyxy_to_xywhn(pixels - kind([[3.0, 7.0, 3.0, 7.0]]), width=200, height=100)
+    assert np.allclose(np.asarray(back.tolist()), np.asarray(normalised.tolist()))
+    assert xywh_to_xyxy(kind(np.zeros((0, 4)))).shape == (0, 4)
 
 
 def test_box_iou_known_values() -> None:
@@ -27,8 +43,9 @@ def test_box_iou_known_values() -> None:
     assert box_area(a).tolist() == [4.0, 0.0]
 
 
-def test_clip_does_not_mutate() -> None:
-    boxes = torch.tensor([[-5.0, -1.0, 700.0, 300.0]])
+@pytest.mark.parametrize("kind", [torch.tensor, np.array])
+def test_clip_does_not_mutate(kind) -> None:
+    boxes = kind([[-5.0, -1.0, 700.0, 300.0]])
     clipped = clip_boxes(boxes, height=200, width=640)
     assert clipped.tolist() == [[0.0, 0.0, 640.0, 200.0]]
     assert boxes.tolist() == [[-5.0, -1.0, 700.0, 300.0]]
