@@ -107,7 +107,7 @@ FLOORS = {
     "backend": 3, "data": 3, "models": 3,
     "engine": 4,
     "cli": 5, "train": 5, "val": 5, "predict": 5, "export": 5, "doctor": 5, "tools": 5,
-}  # fmt: skip
+}
 
 
 def allowed_imports(package: str) -> set[str]:

@@ -12,7 +12,7 @@ from detect.engine.confusion import ConfusionMatrix
 from detect.engine.evaluator import Metrics
 
 
-def _save(figure, path: Path | str) -> Path:
+def save_figure(figure, path: Path | str) -> Path:
     """Render a Figure with the Agg canvas and write it as PNG."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
@@ -39,7 +39,7 @@ def plot_pr_curve(metrics: Metrics, path: Path | str) -> Path:
         axes.plot(recall, mean, linewidth=3, color="blue", label=f"all classes {metrics.map50:.3f} mAP@0.5")
     axes.set(xlabel="Recall", ylabel="Precision", xlim=(0, 1), ylim=(0, 1.01), title="Precision-Recall (IoU 0.5)")
     axes.legend(loc="lower left", fontsize=7)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def plot_confusion_matrix(
@@ -64,4 +64,4 @@ def plot_confusion_matrix(
             axes.text(column, row, f"{values[row, column]:.2f}" if normalize else str(int(values[row, column])),
                       ha="center", va="center", fontsize=7)  # fmt: skip
     axes.set(xlabel="True", ylabel="Predicted", title="Confusion matrix" + (" (normalised)" if normalize else ""))
-    return _save(figure, path)
+    return save_figure(figure, path)
