@@ -5,8 +5,8 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from detect.data.boxes_np import clip_xyxy, keep_after_warp
 from detect.data.letterbox import PAD_VALUE
+from detect.ops.boxes import clip_boxes
 
 
 def warp_matrix(rng: np.random.Generator, height: int, width: int, border: tuple[int, int], degrees: float,
@@ -28,6 +28,21 @@ def warp_matrix(rng: np.random.Generator, height: int, width: int, border: tuple
     return translation @ shearing @ rotation @ projective @ centre, factor, (out_height, out_width)
 
 
+def keep_after_warp(
+    before: np.ndarray, after: np.ndarray, min_side: float = 2.0, max_aspect: float = 100.0, min_area_ratio: float = 0.1
+) -> np.ndarray:
+    """(n,) bool: boxes still worth training on after a warp (thresholds as in yolov5's box_candidates).
+
+    `before` is the (n, 4) xyxy box scaled by the warp's scale, `after` the warped and clipped box.
+    """
+    eps = 1e-16
+    width_before, height_before = before[:, 2] - before[:, 0], before[:, 3] - before[:, 1]
+    width_after, height_after = after[:, 2] - after[:, 0], after[:, 3] - after[:, 1]
+    aspect = np.maximum(width_after / (height_after + eps), height_after / (width_after + eps))
+    area_ratio = width_after * height_after / (width_before * height_before + eps)
+    return (width_after > min_side) & (height_after > min_side) & (area_ratio > min_area_ratio) & (aspect < max_aspect)
+
+
 def warp_boxes(labels: np.ndarray, matrix: np.ndarray, out_shape: tuple[int, int], factor: float) -> np.ndarray:
     """Warp (n, 5) pixel labels by their 4 corners; clip to the output; drop tiny or degenerate boxes."""
     if len(labels) == 0:
@@ -38,7 +53,7 @@ def warp_boxes(labels: np.ndarray, matrix: np.ndarray, out_shape: tuple[int, int
     points = points.reshape(-1, 8)
     xs, ys = points[:, 0::2], points[:, 1::2]
     boxes = np.stack([xs.min(1), ys.min(1), xs.max(1), ys.max(1)], axis=1)
-    boxes = clip_xyxy(boxes, out_shape[1], out_shape[0])
+    boxes = clip_boxes(boxes, out_shape[0], out_shape[1])
     keep = keep_after_warp(labels[:, 1:5] * factor, boxes)
     return np.concatenate([labels[keep, :1], boxes[keep]], axis=1).astype(np.float32)
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from detect.data.data_config import DataConfig
 from detect.errors import UserError
+from detect.ops.boxes import xyxy_to_xywhn
 
 LOGGER = logging.getLogger(__name__)
 
@@ -66,9 +67,8 @@ def _scene(rng: np.random.Generator) -> tuple[np.ndarray, list[str]]:
         mask = _shape_mask(rng, kind, height, width)
         image[mask > 0] = rng.integers(0, 255, 3)
         ys, xs = np.nonzero(mask)
-        x1, y1, x2, y2 = xs.min(), ys.min(), xs.max() + 1, ys.max() + 1  # pixel-exact extent of the drawn shape
-        lines.append(f"{kind} {(x1 + x2) / 2 / width:.6f} {(y1 + y2) / 2 / height:.6f} "
-                     f"{(x2 - x1) / width:.6f} {(y2 - y1) / height:.6f}")
+        extent = np.array([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1])  # pixel-exact extent of the drawn shape
+        lines.append(f"{kind} " + " ".join(f"{value:.6f}" for value in xyxy_to_xywhn(extent, width, height)))
     return image, lines
 
 

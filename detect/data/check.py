@@ -9,6 +9,8 @@ import cv2
 import numpy as np
 from PIL import Image
 
+from detect.ops.boxes import clip_boxes, xywh_to_xyxy, xyxy_to_xywh
+
 # Problem names (the summary table and the tests use these exact strings).
 ZERO_BYTE = "zero-byte image"
 UNREADABLE = "unreadable image"
@@ -84,7 +86,7 @@ def _image_size(path: Path, result: CheckResult) -> tuple[int, int] | None:
         with Image.open(path) as image:
             width, height = image.size
             orientation = image.getexif().get(EXIF_ORIENTATION, 1)
-    except Exception as error:  # PIL raises many types for bad files
+    except Exception as error:  # noqa: BLE001 (PIL raises many types for bad files)
         result.skipped, result.details = UNREADABLE, [f"{path}: {UNREADABLE} ({error})"]
         return None
     if orientation in (5, 6, 7, 8):  # rotated by 90 degrees
@@ -110,7 +112,7 @@ def parse_label_text(text: str, num_classes: int) -> tuple[np.ndarray | None, st
             return None, NON_NUMERIC, f"line {number}: {line.strip()!r}"
         if len(values) > 5:  # a segment polygon: its bounding box (yolov5 accepts these)
             xs, ys = np.array(values[1::2]), np.array(values[2::2])
-            values = [values[0], (xs.min() + xs.max()) / 2, (ys.min() + ys.max()) / 2, xs.max() - xs.min(), ys.max() - ys.min()]
+            values = [values[0], *xyxy_to_xywh(np.array([xs.min(), ys.min(), xs.max(), ys.max()])).tolist()]
         rows.append(values)
     return np.array(rows, np.float32).reshape(-1, 5), None, ""
 
@@ -123,12 +125,11 @@ def validate_rows(rows: np.ndarray, crowd: np.ndarray, num_classes: int, result:
         result.skipped = CLASS_RANGE
         result.details.append(f"class {classes[bad_class][0]:g} with {num_classes} classes")
         return
-    corners = np.concatenate([rows[:, 1:3] - rows[:, 3:5] / 2, rows[:, 1:3] + rows[:, 3:5] / 2], axis=1)
+    corners = xywh_to_xyxy(rows[:, 1:5])
     if ((corners < -TOLERANCE) | (corners > 1 + TOLERANCE)).any() or (rows[:, 3:5] < 0).any():
         result.skipped = OUTSIDE
         return
-    corners = corners.clip(0, 1)
-    boxes = np.concatenate([(corners[:, :2] + corners[:, 2:]) / 2, corners[:, 2:] - corners[:, :2]], axis=1)
+    boxes = xyxy_to_xywh(clip_boxes(corners, 1.0, 1.0))
     rows = np.concatenate([classes[:, None], boxes], axis=1).astype(np.float32)
     positive = (rows[:, 3] > 0) & (rows[:, 4] > 0)
     if not positive.all():

@@ -9,11 +9,11 @@ from detect.config import Hyp
 from detect.data import augment
 from detect.data.albument import build_albumentations
 from detect.data.batch import Sample
-from detect.data.boxes_np import xywhn_to_xyxy, xyxy_to_xywhn
-from detect.data.image_load import load_resized, resize_to_imgsz, read_image
+from detect.data.image_load import load_resized, read_image, resize_to_imgsz
 from detect.data.letterbox import LetterboxInfo, letterbox, rect_batch_shapes
 from detect.data.mosaic import mosaic4
 from detect.data.records import ImageRecord
+from detect.ops.boxes import xywhn_to_xyxy, xyxy_to_xywhn
 
 
 def to_network_layout(image: np.ndarray) -> np.ndarray:

@@ -9,6 +9,8 @@ import cv2
 import numpy as np
 import torch
 
+from detect.ops.boxes import clip_boxes
+
 PAD_VALUE = 114  # grey, YOLOV5-FACTS.md
 
 
@@ -30,12 +32,12 @@ def letterbox(image: np.ndarray, shape: tuple[int, int], scale_up: bool = False)
     ratio = min(shape[0] / height, shape[1] / width)
     if not scale_up:
         ratio = min(ratio, 1.0)
-    new_width, new_height = int(round(width * ratio)), int(round(height * ratio))
+    new_width, new_height = round(width * ratio), round(height * ratio)
     pad_x, pad_y = (shape[1] - new_width) / 2, (shape[0] - new_height) / 2
     if (new_width, new_height) != (width, height):
         image = cv2.resize(image, (new_width, new_height), interpolation=cv2.INTER_LINEAR)
-    top, bottom = int(round(pad_y - 0.1)), int(round(pad_y + 0.1))
-    left, right = int(round(pad_x - 0.1)), int(round(pad_x + 0.1))
+    top, bottom = round(pad_y - 0.1), round(pad_y + 0.1)
+    left, right = round(pad_x - 0.1), round(pad_x + 0.1)
     image = cv2.copyMakeBorder(image, top, bottom, left, right, cv2.BORDER_CONSTANT, value=(PAD_VALUE,) * 3)
     return image, ratio, (pad_x, pad_y)
 
@@ -62,10 +64,5 @@ def rect_batch_shapes(heights: np.ndarray, widths: np.ndarray, batch_size: int, 
 
 def boxes_to_original(boxes: torch.Tensor, info: LetterboxInfo) -> torch.Tensor:
     """(n, 4) xyxy pixels in the letterboxed input -> (n, 4) xyxy pixels in the original image, clipped."""
-    out = boxes.clone()
-    out[:, [0, 2]] -= info.pad[0]
-    out[:, [1, 3]] -= info.pad[1]
-    out /= info.gain
-    out[:, [0, 2]] = out[:, [0, 2]].clamp(0, info.original[1])
-    out[:, [1, 3]] = out[:, [1, 3]].clamp(0, info.original[0])
-    return out
+    pad = boxes.new_tensor([info.pad[0], info.pad[1], info.pad[0], info.pad[1]])
+    return clip_boxes((boxes - pad) / info.gain, info.original[0], info.original[1])

@@ -7,8 +7,8 @@ from collections.abc import Callable
 import numpy as np
 
 from detect.data.augment import random_warp
-from detect.data.boxes_np import clip_xyxy
 from detect.data.letterbox import PAD_VALUE
+from detect.ops.boxes import clip_boxes, xywhn_to_xyxy
 
 # An image loaded for mosaic: (h, w, 3) uint8 resized to imgsz, and (n, 5) labels [cls, cx, cy, w, h] normalised.
 Loaded = tuple[np.ndarray, np.ndarray]
@@ -37,11 +37,9 @@ def mosaic4(load: Callable[[int], Loaded], indices: list[int], imgsz: int, rng: 
         image, labels = load(index)
         left, top = _place(canvas, image, slot, centre_x, centre_y)
         height, width = image.shape[:2]
-        boxes = labels[:, 1:5]
-        corners = np.stack([width * (boxes[:, 0] - boxes[:, 2] / 2) + left, height * (boxes[:, 1] - boxes[:, 3] / 2) + top,
-                            width * (boxes[:, 0] + boxes[:, 2] / 2) + left, height * (boxes[:, 1] + boxes[:, 3] / 2) + top], 1)
-        pieces.append(np.concatenate([labels[:, :1], corners.reshape(-1, 4)], axis=1))
+        corners = xywhn_to_xyxy(labels[:, 1:5], width, height, left, top)
+        pieces.append(np.concatenate([labels[:, :1], corners], axis=1))
     labels = np.concatenate(pieces, axis=0).astype(np.float32)
-    labels[:, 1:] = clip_xyxy(labels[:, 1:], 2 * imgsz, 2 * imgsz)
+    labels[:, 1:] = clip_boxes(labels[:, 1:], 2 * imgsz, 2 * imgsz)
     border = (-imgsz // 2, -imgsz // 2)  # the warp crops the 2*imgsz canvas back to imgsz
     return random_warp(canvas, labels, rng, degrees, translate, scale, shear, perspective, border=border)

@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 
 from detect.data.batch import Batch
 from detect.data.records import ImageRecord
+from detect.ops.boxes import xywhn_to_xyxy
 
 
 def plot_label_stats(records: list[ImageRecord], names: list[str], path: Path) -> Path:
@@ -52,15 +53,15 @@ def plot_batch(batch: Batch, names: list[str], path: Path, max_images: int = 16)
     height, width = batch.images.shape[2:]
     grid = np.full((rows * height, columns * width, 3), 255, np.uint8)
     targets = batch.targets.numpy()
+    corners = xywhn_to_xyxy(targets[:, 2:6], width, height).astype(int)
     for index in range(count):
         tile = np.ascontiguousarray(batch.images[index].numpy().transpose(1, 2, 0)[:, :, ::-1])
-        for _, class_index, cx, cy, box_w, box_h in targets[targets[:, 0] == index]:
-            top_left = (int((cx - box_w / 2) * width), int((cy - box_h / 2) * height))
-            bottom_right = (int((cx + box_w / 2) * width), int((cy + box_h / 2) * height))
-            colour = _colour(int(class_index))
-            cv2.rectangle(tile, top_left, bottom_right, colour, 2)
-            label = names[int(class_index)] if int(class_index) < len(names) else str(int(class_index))
-            cv2.putText(tile, label, (top_left[0], max(top_left[1] - 3, 10)), cv2.FONT_HERSHEY_SIMPLEX, 0.4, colour, 1)
+        mine = targets[:, 0] == index
+        for class_index, (x1, y1, x2, y2) in zip(targets[mine, 1].astype(int).tolist(), corners[mine].tolist()):
+            colour = _colour(class_index)
+            cv2.rectangle(tile, (x1, y1), (x2, y2), colour, 2)
+            label = names[class_index] if class_index < len(names) else str(class_index)
+            cv2.putText(tile, label, (x1, max(y1 - 3, 10)), cv2.FONT_HERSHEY_SIMPLEX, 0.4, colour, 1)
         row, column = divmod(index, columns)
         grid[row * height:(row + 1) * height, column * width:(column + 1) * width] = tile
     path.parent.mkdir(parents=True, exist_ok=True)

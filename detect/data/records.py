@@ -29,11 +29,6 @@ class ImageRecord:
         return self.classes[keep], self.boxes[keep]
 
 
-def empty_labels() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(classes, boxes, crowd) with no rows."""
-    return np.zeros(0, np.int64), np.zeros((0, 4), np.float32), np.zeros(0, bool)
-
-
 def label_path_for(image: Path) -> Path:
     """The yolov5 rule: the last /images/ folder becomes /labels/, the suffix becomes .txt."""
     parts = list(image.parts)

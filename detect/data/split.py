@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import collections
-import hashlib
 import dataclasses
+import hashlib
 import logging
 import os
 import tempfile
@@ -16,7 +16,12 @@ import numpy as np
 from detect.data import check, label_cache
 from detect.data.coco_json import read_coco_labels
 from detect.data.data_config import DataConfig
-from detect.data.records import IMAGE_SUFFIXES, ImageRecord, assign_image_ids, label_path_for
+from detect.data.records import (
+    IMAGE_SUFFIXES,
+    ImageRecord,
+    assign_image_ids,
+    label_path_for,
+)
 from detect.errors import UserError
 
 LOGGER = logging.getLogger(__name__)
@@ -43,7 +48,7 @@ def list_images(source: Path) -> list[Path]:
         for line in source.read_text().splitlines():
             line = line.strip()
             if line:
-                entry = Path(line[2:] if line.startswith("./") else line)
+                entry = Path(line.removeprefix("./"))
                 images.append(entry if entry.is_absolute() else (source.parent / entry))
         return images
     if source.is_file() and source.suffix.lower() in IMAGE_SUFFIXES:
@@ -110,7 +115,8 @@ def _json_ids(images: list[Path], json_ids: dict[str, int]) -> list[int]:
 def load_split(config: DataConfig, split: str = "train") -> LabelledSplit:
     """Check (or load from cache) every image of `split`; one clear UserError if none is usable."""
     if config.builtin is not None:
-        from detect.data.builtin import ensure_builtin  # only built-in datasets need the generator
+        # imported here: only built-in datasets need the generator
+        from detect.data.builtin import ensure_builtin
         ensure_builtin(config)
     if split not in config.splits:
         raise UserError(f"{config.source}: no '{split}' split")

@@ -13,7 +13,13 @@ from detect.data.albument import build_albumentations
 from detect.data.datasets import TrainDataset
 from detect.data.letterbox import letterbox
 from detect.data.mosaic import mosaic4
-from tests.data.helpers import box_image, simple_dataset, white_extent, write_sample, write_yaml
+from tests.data.helpers import (
+    box_image,
+    simple_dataset,
+    white_extent,
+    write_sample,
+    write_yaml,
+)
 
 STILL = Hyp(hsv_h=0, hsv_s=0, hsv_v=0, degrees=0, translate=0, scale=0, shear=0, perspective=0, fliplr=0, flipud=0,
             mosaic=0, mixup=0, albumentations_p=0)
