@@ -13,7 +13,13 @@ from collections.abc import Iterator
 import numpy as np
 
 from detect.config import load_hyp
-from detect.data import augment, build_train_loader, load_data_config, load_split
+from detect.data import (
+    AugmentSettings,
+    augment,
+    build_train_loader,
+    load_data_config,
+    load_split,
+)
 from detect.data.batch import collate
 from detect.data.datasets import TrainDataset
 from detect.data.image_load import load_resized
@@ -23,7 +29,8 @@ from detect.data.mosaic import mosaic4
 
 def loader_rate(data: str, hyp_name: str, imgsz: int, batch_size: int, workers: int, batches: int) -> float:
     """Images per second over `batches` batches after one warm-up batch (worker start-up excluded)."""
-    loader = build_train_loader(load_data_config(data), load_hyp(hyp_name), imgsz, batch_size, workers, seed=0,
+    augmentation = AugmentSettings.from_hyp(load_hyp(hyp_name))
+    loader = build_train_loader(load_data_config(data), augmentation, imgsz, batch_size, workers, seed=0,
                                 pin_memory=False)
     iterator = _endless(loader)
     next(iterator)
@@ -42,14 +49,14 @@ def _endless(loader) -> Iterator:
 
 def stage_times(data: str, hyp_name: str, imgsz: int, count: int) -> dict[str, float]:
     """Milliseconds per training image for decode+resize, mosaic placement, warp, HSV+flip, collate (one process)."""
-    hyp = load_hyp(hyp_name)
+    settings = AugmentSettings.from_hyp(load_hyp(hyp_name))
     records = load_split(load_data_config(data), "train").records[:count]
     start = time.perf_counter()
     images = [load_resized(record.path, imgsz, augment=True) for record in records]
     decode = (time.perf_counter() - start) / len(records)
-    dataset = TrainDataset(records, hyp, imgsz, seed=0, cached=images)
+    dataset = TrainDataset(records, settings, imgsz, seed=0, cached=images)
     rng = np.random.default_rng(0)
-    warp = (hyp.degrees, hyp.translate, hyp.scale, hyp.shear, hyp.perspective)
+    warp = (settings.degrees, settings.translate, settings.scale, settings.shear, settings.perspective)
     timings = {"mosaic": 0.0, "affine": 0.0, "hsv+flip": 0.0}
     for index in range(len(records)):
         indices = [index, *rng.integers(0, len(records), 3).tolist()]
@@ -62,7 +69,7 @@ def stage_times(data: str, hyp_name: str, imgsz: int, count: int) -> dict[str, f
         timings["affine"] += time.perf_counter() - start
         timings["mosaic"] += mosaic_and_warp - (time.perf_counter() - start)
         start = time.perf_counter()
-        image = augment.hsv_jitter(image, rng, hyp.hsv_h, hyp.hsv_s, hyp.hsv_v)
+        image = augment.hsv_jitter(image, rng, settings.hsv_h, settings.hsv_s, settings.hsv_v)
         augment.flip(image, labels, horizontal=True)
         timings["hsv+flip"] += time.perf_counter() - start
     samples = [dataset[(0, index)] for index in range(len(records))]

@@ -1,5 +1,6 @@
 """Datasets, label checking and caching, CPU augmentation, loaders, device-side batch transforms."""
 
+from detect.data.augment_settings import AugmentSettings
 from detect.data.batch import Batch, Sample, collate
 from detect.data.data_config import DataConfig, load_data_config
 from detect.data.letterbox import LetterboxInfo, boxes_to_original
@@ -8,6 +9,6 @@ from detect.data.records import ImageRecord
 from detect.data.split import LabelledSplit, load_split
 
 __all__ = [
-    "Batch", "DataConfig", "ImageRecord", "LabelledSplit", "LetterboxInfo", "Loader", "Sample",
+    "AugmentSettings", "Batch", "DataConfig", "ImageRecord", "LabelledSplit", "LetterboxInfo", "Loader", "Sample",
     "boxes_to_original", "build_train_loader", "build_val_loader", "collate", "load_data_config", "load_split",
 ]

@@ -8,7 +8,12 @@ from pathlib import Path
 
 from detect import cli
 from detect.config import load_hyp
-from detect.data import build_train_loader, load_data_config, load_split
+from detect.data import (
+    AugmentSettings,
+    build_train_loader,
+    load_data_config,
+    load_split,
+)
 from detect.data.plots import plot_batch, plot_label_stats
 
 
@@ -28,8 +33,9 @@ def main(argv: list[str] | None = None) -> int:
             args.plots.mkdir(parents=True, exist_ok=True)
             train = splits["train"]
             print(plot_label_stats(train.records, train.names, args.plots / "labels.png"))
-            loader = build_train_loader(config, load_hyp(args.hyp), args.imgsz, args.batch_size, workers=0,
-                                        seed=0, pin_memory=False)
+            augmentation = AugmentSettings.from_hyp(load_hyp(args.hyp))
+            loader = build_train_loader(config, augmentation, args.imgsz, args.batch_size, workers=0, seed=0,
+                                        pin_memory=False)
             print(plot_batch(next(iter(loader)), train.names, args.plots / "train_batch.png"))
 
     return cli.run(body)

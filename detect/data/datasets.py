@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from detect.config import Hyp
 from detect.data import augment
 from detect.data.albument import build_albumentations
+from detect.data.augment_settings import AugmentSettings
 from detect.data.batch import Sample
 from detect.data.image_load import load_resized, read_image, resize_to_imgsz
 from detect.data.letterbox import LetterboxInfo, letterbox, rect_batch_shapes
@@ -24,11 +24,11 @@ def to_network_layout(image: np.ndarray) -> np.ndarray:
 class TrainDataset(torch.utils.data.Dataset):
     """Training samples of imgsz x imgsz: mosaic (or letterbox), warp, mixup, albumentations, HSV, flips."""
 
-    def __init__(self, records: list[ImageRecord], hyp: Hyp, imgsz: int, seed: int,
+    def __init__(self, records: list[ImageRecord], settings: AugmentSettings, imgsz: int, seed: int,
                  cached: list[np.ndarray] | None = None) -> None:
-        self.records, self.hyp, self.imgsz, self.seed, self.cached = records, hyp, imgsz, seed, cached
+        self.records, self.settings, self.imgsz, self.seed, self.cached = records, settings, imgsz, seed, cached
         self.rng = np.random.default_rng(seed)
-        self.albumentations = build_albumentations(hyp.albumentations_p)
+        self.albumentations = build_albumentations(settings.albumentations_p)
 
     def __len__(self) -> int:
         return len(self.records)
@@ -46,9 +46,9 @@ class TrainDataset(torch.utils.data.Dataset):
 
     def _base(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         """Mosaic or single letterboxed image, warped; labels (n, 5) pixels xyxy."""
-        hyp = self.hyp
-        warp = (hyp.degrees, hyp.translate, hyp.scale, hyp.shear, hyp.perspective)
-        if self.rng.random() < hyp.mosaic:
+        settings = self.settings
+        warp = (settings.degrees, settings.translate, settings.scale, settings.shear, settings.perspective)
+        if self.rng.random() < settings.mosaic:
             indices = [index, *self.rng.integers(0, len(self.records), size=3).tolist()]
             return mosaic4(self.load, indices, self.imgsz, self.rng, *warp)
         image, labels = self.load(index)
@@ -65,16 +65,16 @@ class TrainDataset(torch.utils.data.Dataset):
             self.reseed(epoch, index)
         else:
             index = key
-        hyp, rng = self.hyp, self.rng
+        settings, rng = self.settings, self.rng
         image, labels = self._base(index)
-        if hyp.mosaic and rng.random() < hyp.mixup:
+        if settings.mosaic and rng.random() < settings.mixup:
             image, labels = augment.mixup((image, labels), self._base(int(rng.integers(0, len(self.records)))), rng)
         if self.albumentations is not None:
             image = self.albumentations(image, int(rng.integers(2**31)))
-        image = augment.hsv_jitter(image, rng, hyp.hsv_h, hyp.hsv_s, hyp.hsv_v)
-        if rng.random() < hyp.flipud:
+        image = augment.hsv_jitter(image, rng, settings.hsv_h, settings.hsv_s, settings.hsv_v)
+        if rng.random() < settings.flipud:
             image, labels = augment.flip(image, labels, horizontal=False)
-        if rng.random() < hyp.fliplr:
+        if rng.random() < settings.fliplr:
             image, labels = augment.flip(image, labels, horizontal=True)
         labels = augment.degenerate_free(labels)
         height, width = image.shape[:2]

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, Sampler
 
-from detect.config import Hyp
+from detect.data.augment_settings import AugmentSettings
 from detect.data.batch import Batch, collate
 from detect.data.data_config import DataConfig
 from detect.data.datasets import TrainDataset, ValDataset
@@ -114,15 +114,15 @@ def _loader_options(workers: int, pin_memory: bool, prefetch_factor: int) -> dic
     return options
 
 
-def build_train_loader(data_config: DataConfig, hyp: Hyp, imgsz: int, batch_size: int, workers: int, seed: int,
-                       rank: int = 0, world_size: int = 1, cache: str | None = None, pin_memory: bool = True,
-                       prefetch_factor: int = 2, split: str = "train") -> Loader:
+def build_train_loader(data_config: DataConfig, augmentation: AugmentSettings, imgsz: int, batch_size: int,
+                       workers: int, seed: int, rank: int = 0, world_size: int = 1, cache: str | None = None,
+                       pin_memory: bool = True, prefetch_factor: int = 2, split: str = "train") -> Loader:
     """Augmented imgsz x imgsz batches of batch_size per rank, drop_last (one shape), reshuffled by set_epoch."""
     labelled = load_split(data_config, split)
     if cache not in (None, "ram"):
         raise UserError(f"--cache {cache}: only 'ram' is supported")
     cached = cache_images(labelled.records, imgsz, augment=True) if cache == "ram" else None
-    dataset = TrainDataset(labelled.records, hyp, imgsz, seed, cached)
+    dataset = TrainDataset(labelled.records, augmentation, imgsz, seed, cached)
     if world_size > 1:
         base = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True)
     else:

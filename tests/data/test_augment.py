@@ -7,8 +7,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from detect.config import Hyp
-from detect.data import augment, load_data_config, load_split
+from detect.config import load_hyp
+from detect.data import AugmentSettings, augment, load_data_config, load_split
 from detect.data.albument import build_albumentations
 from detect.data.datasets import TrainDataset
 from detect.data.letterbox import letterbox
@@ -21,7 +21,7 @@ from tests.data.helpers import (
     write_yaml,
 )
 
-STILL = Hyp(hsv_h=0, hsv_s=0, hsv_v=0, degrees=0, translate=0, scale=0, shear=0, perspective=0, fliplr=0, flipud=0,
+STILL = AugmentSettings(hsv_h=0, hsv_s=0, hsv_v=0, degrees=0, translate=0, scale=0, shear=0, perspective=0, fliplr=0, flipud=0,
             mosaic=0, mixup=0, albumentations_p=0)
 
 
@@ -93,8 +93,8 @@ def test_training_sample_labels_match_pixels(tmp_path) -> None:
     for index in range(4):
         write_sample(tmp_path, "train", f"{index}", 96 + 16 * index, 128, [(20 + 5 * index, 16, 60 + 5 * index, 56)])
     split = load_split(load_data_config(write_yaml(tmp_path)), "train")
-    hyp = dataclasses.replace(STILL, mosaic=1.0, translate=0.1, scale=0.3, fliplr=0.5, flipud=0.5)
-    dataset = TrainDataset(split.records, hyp, imgsz=128, seed=1)
+    settings = dataclasses.replace(STILL, mosaic=1.0, translate=0.1, scale=0.3, fliplr=0.5, flipud=0.5)
+    dataset = TrainDataset(split.records, settings, imgsz=128, seed=1)
     checked = 0
     for index in range(8):
         sample = dataset[(0, index % 4)]
@@ -106,7 +106,7 @@ def test_training_sample_labels_match_pixels(tmp_path) -> None:
             assert inside.min() > 200  # the white box fills its label (one pixel of edge allowed)
             checked += 1
     assert checked > 4
-    repeat = TrainDataset(split.records, hyp, imgsz=128, seed=1)[(0, 2)]
+    repeat = TrainDataset(split.records, settings, imgsz=128, seed=1)[(0, 2)]
     np.testing.assert_array_equal(repeat.image, dataset[(0, 2)].image)  # a function of (seed, epoch, index)
 
 
@@ -131,3 +131,13 @@ def test_albumentations_stage_is_seeded_and_changes_pixels() -> None:
     assert not np.array_equal(first, image) and first.shape == image.shape
     assert np.abs(first[:, :, 0].astype(int) - first[:, :, 1]).mean() < 3  # gray (CLAHE after it shifts a little)
     assert build_albumentations(0.0) is None
+
+
+def test_augment_settings_are_the_hyp_fields_of_the_same_name() -> None:
+    hyp = load_hyp("scratch-high.yaml")
+    settings = AugmentSettings.from_hyp(hyp)
+    assert (settings.scale, settings.mixup, settings.fliplr) == (0.9, 0.1, hyp.fliplr)
+    assert all(getattr(settings, field.name) == getattr(hyp, field.name) for field in dataclasses.fields(settings))
+    assert not hasattr(settings, "lr0")  # the dataset sees its own settings, not the optimiser's
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.mosaic = 0.0

@@ -7,14 +7,15 @@ from pathlib import Path
 import cv2
 
 from detect.config import Hyp
-from detect.data import build_train_loader, load_data_config
+from detect.data import AugmentSettings, build_train_loader, load_data_config
 from detect.data.plots import plot_batch, plot_label_stats
 from tests.data.helpers import simple_dataset
 
 
 def test_plots_write_pngs(tmp_path: Path) -> None:
     config = load_data_config(simple_dataset(tmp_path / "set", count=4))
-    loader = build_train_loader(config, Hyp(albumentations_p=0.0), 64, 4, 0, seed=0, pin_memory=False)
+    augmentation = AugmentSettings.from_hyp(Hyp(albumentations_p=0.0))
+    loader = build_train_loader(config, augmentation, 64, 4, 0, seed=0, pin_memory=False)
     batch = next(iter(loader))
     grid = cv2.imread(str(plot_batch(batch, list(config.names), tmp_path / "batch.png")))
     assert grid.shape == (128, 128, 3)
