@@ -2,6 +2,8 @@
 
 Tests built on it are contract tests of our glue against a CPU stand-in, not the hardware. The contracts
 come from docs/NPU.md (checked against the torch_npu 2.14.0 sources); nothing here was run on an NPU.
+The stand-in enforces torch_npu's rules only: our own rules (such as padding NMS candidates to buckets of
+1024) are checked by our tests, so that a stand-in stricter than the real package cannot hide a bug.
 
 Use it with pytest's monkeypatch fixture, which undoes the sys.modules change after the test:
 
@@ -15,6 +17,7 @@ Use it with pytest's monkeypatch fixture, which undoes the sys.modules change af
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
@@ -43,8 +46,6 @@ def npu_nms_v4(
     _require(boxes.dtype == torch.float32 and scores.dtype == torch.float32, "boxes and scores must be float32")
     _require(boxes.dim() == 2 and boxes.shape[1] == 4, f"boxes must be (N, 4), got {tuple(boxes.shape)}")
     _require(scores.shape == (boxes.shape[0],), f"scores must be (N,), got {tuple(scores.shape)}")
-    count = boxes.shape[0]
-    _require(count > 0 and count % 1024 == 0, f"candidates must be a multiple of 1024 (our bucket rule), got {count}")
     for name, value in (("iou_threshold", iou_threshold), ("scores_threshold", scores_threshold)):
         _require(isinstance(value, torch.Tensor) and value.dim() == 0, f"{name} must be a 0-D tensor, got {value!r}")
         _require(value.device == boxes.device, f"{name} must be on the boxes' device")
@@ -72,7 +73,24 @@ class GradScaler(torch.amp.GradScaler):
         enabled: bool = True,
     ) -> None:
         super().__init__("cpu", init_scale, growth_factor, backoff_factor, growth_interval, enabled)
-        self.dynamic = dynamic
+        self._dynamic = dynamic  # the real class keeps it private: there is no `dynamic` attribute (NPU.md §5)
+
+
+class Hf32Flag:
+    """torch_npu.npu.conv / .matmul: an allow_hf32 property whose setter rejects non-bools (NPU.md §5)."""
+
+    def __init__(self, default: bool) -> None:
+        self._allow_hf32 = default
+
+    @property
+    def allow_hf32(self) -> bool:
+        return self._allow_hf32
+
+    @allow_hf32.setter
+    def allow_hf32(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"allow_hf32 expects a bool, got {type(value).__name__}")
+        self._allow_hf32 = value
 
 
 def make_torch_npu() -> ModuleType:
@@ -91,11 +109,18 @@ def make_torch_npu() -> ModuleType:
         calls.append(("npu_nms_v4", (boxes.shape[0], max_output_size), kwargs))
         return npu_nms_v4(boxes, scores, max_output_size, *args, **kwargs)
 
+    def is_bf16_supported() -> bool:
+        # It initialises the runtime on the current device, so it belongs after set_device (NPU.md §5).
+        _require("set_device" in [call[0] for call in calls], "is_bf16_supported() called before set_device()")
+        calls.append(("is_bf16_supported", (), {}))
+        return module.bf16_supported
+
     module.npu_nms_v4 = nms
+    module.bf16_supported = True  # what is_bf16_supported() answers; a test may set False
     module.npu = SimpleNamespace(
         is_available=record("is_available", True),
         device_count=record("device_count", 1),
-        is_bf16_supported=record("is_bf16_supported", True),
+        is_bf16_supported=is_bf16_supported,
         set_device=record("set_device"),
         set_compile_mode=record("set_compile_mode"),
         manual_seed_all=record("manual_seed_all"),
@@ -105,8 +130,8 @@ def make_torch_npu() -> ModuleType:
         max_memory_allocated=record("max_memory_allocated", 2000),
         reset_peak_memory_stats=record("reset_peak_memory_stats"),
         # 910B (A2) defaults: conv HF32 on, matmul HF32 off (NPU.md §2.1).
-        conv=SimpleNamespace(allow_hf32=True),
-        matmul=SimpleNamespace(allow_hf32=False),
+        conv=Hf32Flag(True),
+        matmul=Hf32Flag(False),
         amp=SimpleNamespace(GradScaler=GradScaler),
     )
     module.calls = calls
@@ -129,3 +154,19 @@ def npu_backend(monkeypatch: pytest.MonkeyPatch, **options: Any) -> NpuBackend:
 def call_names(module: ModuleType) -> list[str]:
     """The names of the stand-in functions called so far, in order."""
     return [call[0] for call in module.calls]
+
+
+def write_broken_torch_npu(folder: Path, message: str) -> Path:
+    """An installed-looking torch_npu in `folder` whose import raises a bare Exception, as its CANN check does.
+
+    Its dist-info registers torch's autoload entry point exactly as the real wheel does (NPU.md §5), so with
+    `folder` on PYTHONPATH a plain `import torch` fails unless TORCH_DEVICE_BACKEND_AUTOLOAD=0.
+    """
+    package = folder / "torch_npu"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(f"raise Exception({message!r})\n\n\ndef _autoload():\n    pass\n")
+    info = folder / "torch_npu-2.14.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch_npu\nVersion: 2.14.0\n")
+    (info / "entry_points.txt").write_text("[torch.backends]\ntorch_npu = torch_npu:_autoload\n")
+    return folder

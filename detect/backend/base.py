@@ -6,7 +6,7 @@ import contextlib
 import random
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -14,9 +14,6 @@ import torch.nn.functional as F
 import torchvision
 
 from detect.errors import UserError
-
-if TYPE_CHECKING:
-    from detect.config import Hyp
 
 # Names a user may give for the AMP dtype.
 AMP_DTYPES: dict[str, torch.dtype] = {
@@ -37,15 +34,6 @@ class MemoryStats:
 
     current_bytes: int
     peak_bytes: int
-
-
-def scaler_kwargs(hyp: Hyp) -> dict[str, Any]:
-    """GradScaler keyword arguments from the hyp's amp_* fields."""
-    return {
-        "init_scale": float(hyp.amp_init_scale),
-        "growth_factor": float(hyp.amp_growth_factor),
-        "growth_interval": int(hyp.amp_growth_interval),
-    }
 
 
 class Backend:
@@ -116,15 +104,20 @@ class Backend:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
 
-    def grad_scaler(self, hyp: Hyp) -> torch.amp.GradScaler:
-        """Loss scaler from the hyp's amp_* fields; a disabled (no-op) scaler unless AMP is fp16."""
+    def grad_scaler(self, *, init_scale: float, growth_factor: float, growth_interval: int) -> torch.amp.GradScaler:
+        """Dynamic loss scaler with these settings; a disabled (no-op) scaler unless AMP is fp16."""
+        # torch's GradScaler asserts on these; a bad hyp value is the user's to fix, so say which one.
+        if not (init_scale > 0 and growth_factor > 1 and growth_interval >= 1):
+            raise UserError(f"AMP scaler settings need init_scale > 0, growth_factor > 1 and growth_interval >= 1; "
+                            f"got {init_scale}, {growth_factor}, {growth_interval}")
         if self.amp_dtype != torch.float16:
             # bf16 has fp32's exponent range, so it needs no loss scaling (NPU.md §2.2).
             return torch.amp.GradScaler(self.device.type, enabled=False)
-        return self._fp16_scaler(hyp)
+        return self._fp16_scaler(init_scale=float(init_scale), growth_factor=float(growth_factor),
+                                 growth_interval=int(growth_interval))
 
-    def _fp16_scaler(self, hyp: Hyp) -> torch.amp.GradScaler:
-        """The device's dynamic loss scaler for fp16 AMP."""
+    def _fp16_scaler(self, **settings: float) -> torch.amp.GradScaler:
+        """The device's dynamic loss scaler for fp16 AMP, built with grad_scaler's settings."""
         raise NotImplementedError
 
     # --- ops --------------------------------------------------------------------------------------

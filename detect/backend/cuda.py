@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
-from detect.backend.base import AcceleratorBackend, BackendUnavailable, scaler_kwargs
-
-if TYPE_CHECKING:
-    from detect.config import Hyp
+from detect.backend.base import AcceleratorBackend, BackendUnavailable
 
 
 def is_available() -> bool:
@@ -37,5 +32,5 @@ class CudaBackend(AcceleratorBackend):
             raise BackendUnavailable(f"cuda:{index} was asked for but only {count} CUDA device(s) are visible")
         super().__init__(torch.device("cuda", index), amp=amp, amp_dtype=amp_dtype)
 
-    def _fp16_scaler(self, hyp: Hyp) -> torch.amp.GradScaler:
-        return torch.amp.GradScaler("cuda", **scaler_kwargs(hyp))
+    def _fp16_scaler(self, **settings: float) -> torch.amp.GradScaler:
+        return torch.amp.GradScaler("cuda", **settings)

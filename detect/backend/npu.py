@@ -6,16 +6,15 @@ Every torch_npu name used here is checked against the 2.14.0 wheel in docs/NPU.m
 from __future__ import annotations
 
 import importlib.util
+import logging
 from types import ModuleType
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
-from detect.backend.base import AcceleratorBackend, BackendUnavailable, scaler_kwargs
+from detect.backend.base import AcceleratorBackend, BackendUnavailable
 
-if TYPE_CHECKING:
-    from detect.config import Hyp
+LOGGER = logging.getLogger(__name__)
 
 INSTALL_HINT = (
     'install it with pip install "detect-trainer[npu]" plus the Huawei CANN toolkit matching torch_npu 2.14, '
@@ -28,12 +27,20 @@ NMS_BUCKET = 1024
 NMS_SCORE_FLOOR = 1e-6
 
 
+def _one_line(error: BaseException, limit: int = 300) -> str:
+    """An exception as one short line: its type and its message with the whitespace collapsed."""
+    text = " ".join(f"{type(error).__name__}: {error}".split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def import_torch_npu() -> ModuleType:
-    """Import torch_npu, or raise BackendUnavailable saying what to install."""
+    """Import torch_npu, or raise BackendUnavailable (one line) saying what went wrong and what to install."""
     try:
         import torch_npu  # registers the "npu" device and the "hccl" process-group backend (NPU.md §2.1)
-    except (ImportError, OSError, RuntimeError) as error:  # OSError/RuntimeError: CANN libraries not found
-        message = f"NPU was asked for but torch_npu cannot be imported ({error}); {INSTALL_HINT}"
+    except Exception as error:
+        # Any type: a missing package (ImportError), missing CANN libraries (OSError, RuntimeError) or torch_npu's
+        # CANN package check, which raises a bare Exception when parts of the toolkit are missing (NPU.md §5).
+        message = f"NPU was asked for but torch_npu cannot be imported ({_one_line(error)}); {INSTALL_HINT}"
         raise BackendUnavailable(message) from None
     return torch_npu
 
@@ -44,7 +51,8 @@ def is_available() -> bool:
         return False
     try:
         return bool(import_torch_npu().npu.is_available())
-    except Exception:  # a broken CANN install means "no NPU" for auto-selection, not a crash
+    except Exception as error:  # a broken CANN install means "no NPU" for auto-selection, not a crash
+        LOGGER.warning("torch_npu is installed but unusable, so auto does not pick the NPU: %s", _one_line(error))
         return False
 
 
@@ -77,9 +85,15 @@ class NpuBackend(AcceleratorBackend):
                 raise BackendUnavailable(f"npu:{index} was asked for but only {count} NPU(s) are visible")
             device = torch.device("npu", index)
         super().__init__(device, amp=amp, amp_dtype=amp_dtype)
+        self._configure(jit_compile, allow_hf32)
+
+    def set_device(self) -> None:
+        """Make this NPU current, then check that it supports the AMP dtype asked for."""
+        super().set_device()
+        # is_bf16_supported() initialises the runtime on the current device, so it is asked only after set_device:
+        # asked earlier, every rank would open a context on device 0 (NPU.md §5).
         if self.amp_dtype == torch.bfloat16 and not self.runtime.is_bf16_supported():
             raise BackendUnavailable("bf16 AMP was asked for but this NPU does not support bf16; use fp16")
-        self._configure(jit_compile, allow_hf32)
 
     def _configure(self, jit_compile: bool | None, allow_hf32: bool | None) -> None:
         """Apply the NPU options that were given; None keeps torch_npu's default."""
@@ -91,9 +105,9 @@ class NpuBackend(AcceleratorBackend):
             self.runtime.conv.allow_hf32 = allow_hf32
             self.runtime.matmul.allow_hf32 = allow_hf32
 
-    def _fp16_scaler(self, hyp: Hyp) -> torch.amp.GradScaler:
+    def _fp16_scaler(self, **settings: float) -> torch.amp.GradScaler:
         # torch_npu's own scaler, dynamic by default (NPU.md §1 #3, §2.2); torch.amp.GradScaler("npu") is unverified.
-        return self.runtime.amp.GradScaler(**scaler_kwargs(hyp))
+        return self.runtime.amp.GradScaler(**settings)
 
     def nms(self, boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torch.Tensor:
         """Indices (int64, decreasing score) kept by NMS of (N, 4) xyxy boxes with (N,) scores > NMS_SCORE_FLOOR."""
@@ -107,6 +121,8 @@ class NpuBackend(AcceleratorBackend):
         # Both thresholds must be 0-D device tensors, not Python floats (NPU.md §1.1).
         iou = torch.tensor(iou_threshold, dtype=torch.float32, device=boxes.device)
         floor = torch.tensor(NMS_SCORE_FLOOR, dtype=torch.float32, device=boxes.device)
+        # npu_nms_v4 is deprecated in torch_npu 2.14 (it warns once) yet is the NMS op documented for 910B (NPU.md §5);
+        # it is called only here, so a successor can replace it in this one method.
         selected, valid = self.torch_npu.npu_nms_v4(
             padded_boxes, padded_scores, bucket, iou, floor, pad_to_max_output_size=True
         )  # fixed-length output (bucket), valid entries first

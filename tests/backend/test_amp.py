@@ -1,15 +1,12 @@
-"""Autocast defaults and GradScaler construction from a Hyp (CPU and CUDA glue)."""
-
-import dataclasses
+"""Autocast defaults and GradScaler construction from the three scaler settings (CPU and CUDA glue)."""
 
 import pytest
 import torch
 
 from detect.backend import select
-from detect.backend.base import scaler_kwargs
-from detect.config import Hyp
+from detect.errors import UserError
 
-HYP = dataclasses.replace(Hyp(), amp_init_scale=1024.0, amp_growth_factor=3.0, amp_growth_interval=17)
+SCALER = {"init_scale": 1024.0, "growth_factor": 3.0, "growth_interval": 17}
 
 
 def matmul_dtype(backend):
@@ -35,13 +32,9 @@ def test_amp_false_wins_over_dtype():
     assert select("cpu", amp=False, amp_dtype="bf16").amp_enabled is False
 
 
-def test_scaler_kwargs_from_hyp():
-    assert scaler_kwargs(HYP) == {"init_scale": 1024.0, "growth_factor": 3.0, "growth_interval": 17}
-
-
 @pytest.mark.parametrize("options", [{}, {"amp": True}])
 def test_cpu_scaler_is_a_working_no_op(options):
-    scaler = select("cpu", **options).grad_scaler(HYP)
+    scaler = select("cpu", **options).grad_scaler(**SCALER)
     assert scaler.is_enabled() is False and scaler.get_scale() == 1.0
     weight = torch.nn.Parameter(torch.ones(2))
     optimizer = torch.optim.SGD([weight], lr=0.5)
@@ -61,14 +54,25 @@ def fake_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
 
 
-def test_cuda_defaults_to_fp16_and_scaler_uses_hyp(fake_cuda):
+def test_cuda_defaults_to_fp16_and_scaler_uses_the_settings(fake_cuda):
     backend = select("cuda")
     assert backend.amp_enabled and backend.amp_dtype == torch.float16
-    scaler = backend.grad_scaler(HYP)
+    scaler = backend.grad_scaler(**SCALER)
     assert isinstance(scaler, torch.amp.GradScaler) and scaler.is_enabled()
     assert (scaler.get_scale(), scaler.get_growth_factor(), scaler.get_growth_interval()) == (1024.0, 3.0, 17)
 
 
 @pytest.mark.parametrize("options", [{"amp": False}, {"amp_dtype": "bf16"}])
 def test_cuda_scaler_off_without_fp16(fake_cuda, options):
-    assert select("cuda", **options).grad_scaler(HYP).is_enabled() is False
+    assert select("cuda", **options).grad_scaler(**SCALER).is_enabled() is False
+
+
+def test_scaler_settings_are_keyword_only():
+    with pytest.raises(TypeError):
+        select("cpu").grad_scaler(1024.0, 3.0, 17)
+
+
+@pytest.mark.parametrize("bad", [{"init_scale": 0.0}, {"growth_factor": 1.0}, {"growth_interval": 0}])
+def test_bad_scaler_settings_are_one_user_error(bad):
+    with pytest.raises(UserError, match="init_scale > 0, growth_factor > 1 and growth_interval >= 1"):
+        select("cpu").grad_scaler(**{**SCALER, **bad})

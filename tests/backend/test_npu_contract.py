@@ -1,21 +1,20 @@
 """NPU backend: contract tests of our glue against a CPU stand-in, not the hardware.
 
 The stand-in (tests/npu_standin.py) enforces the documented torch_npu 2.14.0 contracts from docs/NPU.md: 0-D
-threshold tensors, float32 inputs, candidate counts padded to a multiple of 1024, int32 padded outputs. Passing
+threshold tensors, float32 inputs, int32 padded outputs, bool-only HF32 flags, bf16 queried after set_device.
+Our own rule, candidate counts padded to a multiple of 1024, is checked here, not by the stand-in. Passing
 here shows detect.backend.npu calls torch_npu as documented; it says nothing about speed or accuracy on a 910B.
 """
-
-import dataclasses
 
 import pytest
 import torch
 import torchvision
 
+from detect.backend import BackendUnavailable
 from detect.backend.npu import NMS_BUCKET, NMS_SCORE_FLOOR
-from detect.config import Hyp
-from tests.npu_standin import GradScaler, call_names, make_torch_npu, npu_backend
+from tests.npu_standin import GradScaler, call_names, install, make_torch_npu, npu_backend
 
-HYP = dataclasses.replace(Hyp(), amp_init_scale=512.0, amp_growth_factor=4.0, amp_growth_interval=9)
+SCALER = {"init_scale": 512.0, "growth_factor": 4.0, "growth_interval": 9}
 
 
 def random_candidates(count, seed):
@@ -69,13 +68,29 @@ def test_standin_enforces_the_contract():
     iou, floor = torch.tensor(0.5), torch.tensor(1e-6)
     with pytest.raises(AssertionError, match="0-D"):
         fake.npu_nms_v4(boxes, scores, 1024, 0.5, floor)
-    with pytest.raises(AssertionError, match="multiple of 1024"):
-        fake.npu_nms_v4(boxes[:1000], scores[:1000], 1024, iou, floor)
     with pytest.raises(AssertionError, match="float32"):
         fake.npu_nms_v4(boxes.half(), scores.half(), 1024, iou, floor)
     selected, valid = fake.npu_nms_v4(boxes, scores, 1024, iou, floor, pad_to_max_output_size=True)
     assert selected.dtype == torch.int32 and selected.shape == (1024,)
     assert valid.dtype == torch.int32 and valid.dim() == 0
+
+
+def test_standin_is_no_stricter_than_torch_npu():
+    # 1000 candidates: the 1024 bucket is our rule, and torch_npu accepts any count (NPU.md §5).
+    selected, valid = make_torch_npu().npu_nms_v4(torch.rand(1000, 4), torch.rand(1000), 1000, torch.tensor(0.5),
+                                                  torch.tensor(1e-6), pad_to_max_output_size=True)
+    assert selected.shape == (1000,) and 0 < int(valid) <= 1000
+
+
+def test_standin_follows_the_real_classes():
+    fake = make_torch_npu()
+    scaler = fake.npu.amp.GradScaler(dynamic=False)
+    assert scaler._dynamic is False and not hasattr(scaler, "dynamic")  # torch_npu keeps only `_dynamic`
+    for flag in (fake.npu.conv, fake.npu.matmul):
+        with pytest.raises(TypeError, match="bool"):
+            flag.allow_hf32 = 1
+    with pytest.raises(AssertionError, match="before set_device"):
+        fake.npu.is_bf16_supported()
 
 
 def test_compile_mode_and_hf32_untouched_by_default(monkeypatch):
@@ -96,18 +111,36 @@ def test_hf32_set_when_asked(monkeypatch, allow_hf32):
     assert fake.npu.conv.allow_hf32 is allow_hf32 and fake.npu.matmul.allow_hf32 is allow_hf32
 
 
-def test_scaler_comes_from_torch_npu_with_hyp_values(monkeypatch):
+def test_scaler_comes_from_torch_npu_with_the_settings(monkeypatch):
     backend = npu_backend(monkeypatch)
     assert backend.amp_enabled and backend.amp_dtype == torch.float16
-    scaler = backend.grad_scaler(HYP)
-    assert isinstance(scaler, GradScaler) and scaler.is_enabled() and scaler.dynamic
+    scaler = backend.grad_scaler(**SCALER)
+    assert isinstance(scaler, GradScaler) and scaler.is_enabled() and scaler._dynamic
     assert (scaler.get_scale(), scaler.get_growth_factor(), scaler.get_growth_interval()) == (512.0, 4.0, 9)
 
 
 @pytest.mark.parametrize("options", [{"amp": False}, {"amp_dtype": "bf16"}])
 def test_scaler_is_no_op_without_fp16(monkeypatch, options):
-    scaler = npu_backend(monkeypatch, **options).grad_scaler(HYP)
+    scaler = npu_backend(monkeypatch, **options).grad_scaler(**SCALER)
     assert not isinstance(scaler, GradScaler) and scaler.is_enabled() is False
+
+
+def test_bf16_is_checked_after_set_device(monkeypatch):
+    backend = npu_backend(monkeypatch, amp_dtype="bf16")
+    assert "is_bf16_supported" not in call_names(backend.torch_npu)  # constructing opens no device context
+    backend.set_device()
+    assert call_names(backend.torch_npu)[-2:] == ["set_device", "is_bf16_supported"]
+    assert backend.amp_dtype == torch.bfloat16
+
+
+def test_bf16_unsupported_is_one_clear_error(monkeypatch):
+    fake = install(monkeypatch)
+    fake.bf16_supported = False
+    from detect.backend.npu import NpuBackend
+
+    backend = NpuBackend(0, device=torch.device("cpu"), amp_dtype="bf16")
+    with pytest.raises(BackendUnavailable, match="does not support bf16; use fp16"):
+        backend.set_device()
 
 
 def test_autocast_uses_backend_dtype(monkeypatch):

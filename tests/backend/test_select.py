@@ -12,6 +12,7 @@ from detect.backend import cuda as cuda_module
 from detect.backend import npu as npu_module
 from detect.backend.cpu import CpuBackend
 from detect.errors import UserError
+from tests.npu_standin import write_broken_torch_npu
 
 
 @pytest.fixture
@@ -59,6 +60,26 @@ def test_npu_without_torch_npu_says_what_to_install(monkeypatch):
     assert isinstance(caught.value, UserError) and "\n" not in message
     assert 'pip install "detect-trainer[npu]"' in message and "CANN" in message and "set_env.sh" in message
     assert "2.14" in message
+
+
+@pytest.fixture
+def broken_torch_npu(tmp_path, monkeypatch):
+    """A torch_npu whose import raises a bare, multi-line Exception, as its CANN package check does (NPU.md §5)."""
+    monkeypatch.delitem(sys.modules, "torch_npu", raising=False)
+    monkeypatch.syspath_prepend(str(write_broken_torch_npu(tmp_path, "CANN check failed:\n  opp package missing")))
+
+
+def test_npu_with_broken_cann_is_one_line(broken_torch_npu):
+    with pytest.raises(BackendUnavailable) as caught:
+        select("npu")
+    message = str(caught.value)
+    assert "\n" not in message and "Exception: CANN check failed: opp package missing" in message
+    assert "set_env.sh" in message
+
+
+def test_auto_skips_a_broken_torch_npu(broken_torch_npu, caplog):
+    assert npu_module.is_available() is False
+    assert "torch_npu is installed but unusable" in caplog.text
 
 
 def test_npu_not_available_for_auto_without_torch_npu(monkeypatch):
