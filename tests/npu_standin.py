@@ -124,6 +124,8 @@ def make_torch_npu() -> ModuleType:
         set_device=record("set_device"),
         set_compile_mode=record("set_compile_mode"),
         manual_seed_all=record("manual_seed_all"),
+        get_rng_state=record("get_rng_state", torch.arange(8, dtype=torch.uint8)),
+        set_rng_state=record("set_rng_state"),
         synchronize=record("synchronize"),
         empty_cache=record("empty_cache"),
         memory_allocated=record("memory_allocated", 1000),

@@ -44,6 +44,8 @@ class Backend:
     amp_by_default: ClassVar[bool] = False
     default_amp_dtype: ClassVar[str] = "fp16"
     supported_amp_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float16, torch.bfloat16)
+    # Whether convolutions here run faster on channels_last tensors (measured where True).
+    channels_last: ClassVar[bool] = False
 
     def __init__(self, device: torch.device, *, amp: bool | None = None, amp_dtype: str | None = None) -> None:
         self.device = device
@@ -78,6 +80,13 @@ class Backend:
 
     def _seed_device(self, seed: int) -> None:
         """Seed the accelerator's own generators (the cpu has none beyond torch.manual_seed)."""
+
+    def rng_state(self) -> torch.Tensor | None:
+        """The device generator's state, for exact resume (None: the cpu has none beyond torch's)."""
+        return None
+
+    def set_rng_state(self, state: torch.Tensor | None) -> None:
+        """Restore what rng_state() returned."""
 
     def synchronize(self) -> None:
         """Wait until queued device work has finished."""
@@ -141,6 +150,15 @@ class AcceleratorBackend(Backend):
     def set_device(self) -> None:
         """Make this device current, so that stray allocations and the process group land on it."""
         self.runtime.set_device(self.device)
+
+    def rng_state(self) -> torch.Tensor:
+        """This device's generator state."""
+        return self.runtime.get_rng_state(self.device)
+
+    def set_rng_state(self, state: torch.Tensor | None) -> None:
+        """Restore this device's generator state."""
+        if state is not None:
+            self.runtime.set_rng_state(state, self.device)
 
     def _seed_device(self, seed: int) -> None:
         self.runtime.manual_seed_all(seed)

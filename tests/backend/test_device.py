@@ -10,6 +10,7 @@ from detect.backend import MemoryStats, select
 from detect.backend.cpu import CpuBackend
 from detect.backend.cuda import CudaBackend
 from detect.backend.npu import NpuBackend
+from tests.npu_standin import npu_backend
 
 
 def draws(backend, seed):
@@ -53,3 +54,18 @@ def test_helpers_run_on_cpu():
     tensor = torch.ones(3)
     assert backend.to_device(tensor).device == torch.device("cpu")
     assert backend.to_device(tensor, non_blocking=False).device == torch.device("cpu")
+
+
+def test_cpu_has_no_device_generator_and_prefers_channels_last():
+    backend = select("cpu")
+    assert backend.rng_state() is None
+    backend.set_rng_state(None)
+    assert backend.channels_last
+
+
+def test_accelerator_generator_state_round_trip(monkeypatch):
+    backend = npu_backend(monkeypatch)
+    state = backend.rng_state()
+    backend.set_rng_state(state)
+    calls = [(name, args) for name, args, _ in backend.torch_npu.calls if name.endswith("rng_state")]
+    assert calls == [("get_rng_state", (backend.device,)), ("set_rng_state", (state, backend.device))]
