@@ -61,7 +61,7 @@ def stage_times(data: str, hyp_name: str, imgsz: int, count: int) -> dict[str, f
     for index in range(len(records)):
         indices = [index, *rng.integers(0, len(records), 3).tolist()]
         start = time.perf_counter()
-        image, labels = mosaic4(dataset.load, indices, imgsz, rng, *warp)
+        image, labels = mosaic4([dataset.load(position) for position in indices], imgsz, rng, *warp)
         mosaic_and_warp = time.perf_counter() - start
         canvas = np.full((2 * imgsz, 2 * imgsz, 3), PAD_VALUE, np.uint8)
         start = time.perf_counter()

@@ -44,18 +44,24 @@ class TrainDataset(torch.utils.data.Dataset):
         classes, boxes = record.train_boxes
         return image, np.concatenate([classes[:, None].astype(np.float32), boxes], axis=1)
 
-    def _base(self, index: int) -> tuple[np.ndarray, np.ndarray]:
-        """Mosaic or single letterboxed image, warped; labels (n, 5) pixels xyxy."""
+    @property
+    def _warp(self) -> tuple[float, float, float, float, float]:
         settings = self.settings
-        warp = (settings.degrees, settings.translate, settings.scale, settings.shear, settings.perspective)
-        if self.rng.random() < settings.mosaic:
-            indices = [index, *self.rng.integers(0, len(self.records), size=3).tolist()]
-            return mosaic4(self.load, indices, self.imgsz, self.rng, *warp)
+        return settings.degrees, settings.translate, settings.scale, settings.shear, settings.perspective
+
+    def _mosaic(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """Mosaic of `index` and three random images, warped; labels (n, 5) pixels xyxy."""
+        indices = [index, *self.rng.integers(0, len(self.records), size=3).tolist()]
+        self.rng.shuffle(indices)  # the own image takes a random quadrant, as in yolov5
+        return mosaic4([self.load(position) for position in indices], self.imgsz, self.rng, *self._warp)
+
+    def _single(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """One image letterboxed to imgsz, warped; labels (n, 5) pixels xyxy."""
         image, labels = self.load(index)
         height, width = image.shape[:2]
         image, ratio, pad = letterbox(image, (self.imgsz, self.imgsz), scale_up=True)
         pixels = xywhn_to_xyxy(labels[:, 1:], ratio * width, ratio * height, pad[0], pad[1])
-        return augment.random_warp(image, np.concatenate([labels[:, :1], pixels], axis=1), self.rng, *warp)
+        return augment.random_warp(image, np.concatenate([labels[:, :1], pixels], axis=1), self.rng, *self._warp)
 
     def __getitem__(self, key: int | tuple[int, int]) -> Sample:
         """Sample `key`: an index, or (epoch, index) from EpochSampler, whose randomness is then a function of
@@ -66,9 +72,12 @@ class TrainDataset(torch.utils.data.Dataset):
         else:
             index = key
         settings, rng = self.settings, self.rng
-        image, labels = self._base(index)
-        if settings.mosaic and rng.random() < settings.mixup:
-            image, labels = augment.mixup((image, labels), self._base(int(rng.integers(0, len(self.records)))), rng)
+        if rng.random() < settings.mosaic:
+            image, labels = self._mosaic(index)
+            if rng.random() < settings.mixup:  # yolov5 blends a mosaic with another mosaic only
+                image, labels = augment.mixup((image, labels), self._mosaic(int(rng.integers(len(self.records)))), rng)
+        else:
+            image, labels = self._single(index)
         if self.albumentations is not None:
             image = self.albumentations(image, int(rng.integers(2**31)))
         image = augment.hsv_jitter(image, rng, settings.hsv_h, settings.hsv_s, settings.hsv_v)

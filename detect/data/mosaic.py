@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from detect.data.augment import random_warp
@@ -27,19 +25,19 @@ def _place(canvas: np.ndarray, image: np.ndarray, slot: int, centre_x: int, cent
     return left, top
 
 
-def mosaic4(load: Callable[[int], Loaded], indices: list[int], imgsz: int, rng: np.random.Generator,
-            degrees: float, translate: float, scale: float, shear: float, perspective: float) -> tuple[np.ndarray, np.ndarray]:
-    """Mosaic of 4 images then random warp; returns (imgsz, imgsz, 3) uint8 and (n, 5) labels in pixels xyxy."""
+def mosaic4(pieces: list[Loaded], imgsz: int, rng: np.random.Generator, degrees: float, translate: float,
+            scale: float, shear: float, perspective: float) -> tuple[np.ndarray, np.ndarray]:
+    """Mosaic of 4 loaded images (in quadrant order) then random warp; returns (imgsz, imgsz, 3) uint8 and
+    (n, 5) labels [cls, x1, y1, x2, y2] in pixels."""
     canvas = np.full((2 * imgsz, 2 * imgsz, 3), PAD_VALUE, np.uint8)
     centre_x, centre_y = (int(value) for value in rng.uniform(imgsz / 2, 3 * imgsz / 2, size=2))
-    pieces = []
-    for slot, index in enumerate(indices):
-        image, labels = load(index)
+    placed = []
+    for slot, (image, labels) in enumerate(pieces):
         left, top = _place(canvas, image, slot, centre_x, centre_y)
         height, width = image.shape[:2]
         corners = xywhn_to_xyxy(labels[:, 1:5], width, height, left, top)
-        pieces.append(np.concatenate([labels[:, :1], corners], axis=1))
-    labels = np.concatenate(pieces, axis=0).astype(np.float32)
+        placed.append(np.concatenate([labels[:, :1], corners], axis=1))
+    labels = np.concatenate(placed, axis=0).astype(np.float32)
     labels[:, 1:] = clip_boxes(labels[:, 1:], 2 * imgsz, 2 * imgsz)
     border = (-imgsz // 2, -imgsz // 2)  # the warp crops the 2*imgsz canvas back to imgsz
     return random_warp(canvas, labels, rng, degrees, translate, scale, shear, perspective, border=border)

@@ -80,7 +80,7 @@ def test_mosaic_keeps_each_box_with_its_pixels() -> None:
 
     rng = np.random.default_rng(0)
     for _ in range(6):
-        image, labels = mosaic4(load, [0, 1, 2, 3], 128, rng, 0, 0.1, 0.3, 0, 0)
+        image, labels = mosaic4([load(index) for index in range(4)], 128, rng, 0, 0.1, 0.3, 0, 0)
         assert image.shape == (128, 128, 3)
         for row in labels:
             wanted = np.array(COLOURS[int(row[0])]) > 0
