@@ -1,0 +1,137 @@
+"""Optimizer, learning-rate schedule and warmup of yolov5's recipe (YOLOV5-FACTS.md, "Training recipe")."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from detect.config import Hyp
+from detect.errors import UserError
+
+# Gradients are accumulated up to this many images per optimizer step, and weight decay is scaled to it.
+NOMINAL_BATCH = 64
+OPTIMIZERS = ("SGD", "Adam", "AdamW")
+# Warmup lasts at least this many iterations, however short the epochs (YOLOV5-FACTS.md).
+MIN_WARMUP_ITERATIONS = 100
+ADAM_BETA2 = 0.999
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimSettings:
+    """What the optimizer, the schedule and the warmup read."""
+
+    optimizer: str  # "SGD" | "Adam" | "AdamW"
+    lr0: float
+    lrf: float
+    momentum: float
+    weight_decay: float
+    warmup_epochs: float
+    warmup_momentum: float
+    warmup_bias_lr: float
+    cosine: bool = False
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in OPTIMIZERS:
+            raise UserError(f"optimizer {self.optimizer!r}: choose one of {', '.join(OPTIMIZERS)}")
+
+    @classmethod
+    def from_hyp(cls, hyp: Hyp, optimizer: str = "SGD", cosine: bool = False) -> OptimSettings:
+        """The optimizer fields of a hyp, plus the --optimizer and --cos-lr choices."""
+        return cls(optimizer=optimizer, lr0=hyp.lr0, lrf=hyp.lrf, momentum=hyp.momentum,
+                   weight_decay=hyp.weight_decay, warmup_epochs=hyp.warmup_epochs,
+                   warmup_momentum=hyp.warmup_momentum, warmup_bias_lr=hyp.warmup_bias_lr, cosine=cosine)
+
+
+def accumulate_steps(batch_size: int, nominal_batch: int = NOMINAL_BATCH) -> int:
+    """Batches per optimizer step: max(round(64 / batch), 1), Python round (halves to even)."""
+    return max(round(nominal_batch / batch_size), 1)
+
+
+def parameter_groups(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter], list[nn.Parameter]]:
+    """(biases, weights with decay, weights of "Norm" modules) among the trainable parameters, in module order."""
+    biases: list[nn.Parameter] = []
+    decayed: list[nn.Parameter] = []
+    norm_weights: list[nn.Parameter] = []
+    for module in model.modules():
+        norm = "Norm" in type(module).__name__
+        for name, parameter in module.named_parameters(recurse=False):
+            # Frozen parameters stay out: YOLOV5-FACTS.md says nothing of them, and they never get a gradient.
+            if not parameter.requires_grad:
+                continue
+            if name == "bias":
+                biases.append(parameter)
+            elif name == "weight" and norm:
+                norm_weights.append(parameter)
+            else:
+                decayed.append(parameter)
+    return biases, decayed, norm_weights
+
+
+def build_optimizer(model: nn.Module, settings: OptimSettings, batch_size: int) -> torch.optim.Optimizer:
+    """SGD (Nesterov) / Adam / AdamW over three groups: [0] biases, [1] decayed weights, [2] Norm weights."""
+    biases, decayed, norm_weights = parameter_groups(model)
+    # Decay is scaled to the images per optimizer step, relative to the nominal batch (YOLOV5-FACTS.md).
+    decay = settings.weight_decay * batch_size * accumulate_steps(batch_size) / NOMINAL_BATCH
+    # A list with one group dict (not bare parameters) lets a group be empty without torch refusing it.
+    first = [{"params": biases}]
+    if settings.optimizer == "SGD":
+        optimizer = torch.optim.SGD(first, lr=settings.lr0, momentum=settings.momentum, nesterov=True)
+    else:
+        kind = torch.optim.Adam if settings.optimizer == "Adam" else torch.optim.AdamW
+        # weight_decay=0 explicitly: AdamW would otherwise decay the biases by its default 0.01.
+        optimizer = kind(first, lr=settings.lr0, betas=(settings.momentum, ADAM_BETA2), weight_decay=0.0)
+    optimizer.add_param_group({"params": decayed, "weight_decay": decay})
+    optimizer.add_param_group({"params": norm_weights, "weight_decay": 0.0})
+    return optimizer
+
+
+def lr_lambda(settings: OptimSettings, epochs: int) -> Callable[[float], float]:
+    """lf(epoch), the factor on lr0: linear from 1 to lrf, or cosine with --cos-lr (YOLOV5-FACTS.md)."""
+    lrf = settings.lrf
+
+    # Plain closures, not callable objects: LambdaLR.state_dict would pickle an object's fields into checkpoints.
+    def linear(epoch: float) -> float:
+        return (1 - epoch / epochs) * (1 - lrf) + lrf
+
+    def cosine(epoch: float) -> float:
+        return (1 - math.cos(math.pi * epoch / epochs)) / 2 * (lrf - 1) + 1
+
+    return cosine if settings.cosine else linear
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, settings: OptimSettings,
+                    epochs: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """LambdaLR with lr_lambda, stepped once per epoch; it sets each group's "initial_lr" to lr0."""
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda=lr_lambda(settings, epochs))
+
+
+def warmup_iterations(settings: OptimSettings, batches_per_epoch: int) -> int:
+    """Iterations of warmup: max(round(warmup_epochs * batches per epoch), 100)."""
+    return max(round(settings.warmup_epochs * batches_per_epoch), MIN_WARMUP_ITERATIONS)
+
+
+def apply_warmup(optimizer: torch.optim.Optimizer, settings: OptimSettings, iteration: int, warmup_iters: int,
+                 lr_factor: float, batch_size: int) -> int:
+    """Set warmup LRs and momentum for `iteration` (while <= warmup_iters); return its accumulate steps."""
+    if iteration > warmup_iters:
+        return accumulate_steps(batch_size)
+    ramp = [0, warmup_iters]
+
+    def interpolate(start: float, end: float) -> float:
+        return float(np.interp(iteration, ramp, [start, end]))
+
+    momentum = interpolate(settings.warmup_momentum, settings.momentum)
+    for index, group in enumerate(optimizer.param_groups):
+        # The bias group falls from warmup_bias_lr, the others rise from 0, to lr0 * lf(epoch).
+        start = settings.warmup_bias_lr if index == 0 else 0.0
+        group["lr"] = interpolate(start, group["initial_lr"] * lr_factor)
+        if "momentum" in group:
+            group["momentum"] = momentum
+        elif "betas" in group:
+            group["betas"] = (momentum, group["betas"][1])
+    return max(round(interpolate(1, NOMINAL_BATCH / batch_size)), 1)
