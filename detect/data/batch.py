@@ -17,19 +17,26 @@ TARGET_BUCKET = 128
 
 @dataclasses.dataclass
 class Sample:
-    """One network input: (3, H, W) uint8 RGB, (n, 5) labels [cls, cx, cy, w, h] normalised to this input."""
+    """One network input: (3, H, W) uint8 RGB, (n, 5) labels [cls, cx, cy, w, h] normalised to this input.
+
+    problems holds one line "<path>: <reason>" per file that failed while this sample was built; a sample that
+    stands in for an unreadable image (a grey placeholder, validation only) has usable False.
+    """
 
     image: np.ndarray
     labels: np.ndarray
     path: str
     image_id: int
     letterbox: LetterboxInfo | None = None
+    problems: tuple[str, ...] = ()
+    usable: bool = True
 
 
 @dataclasses.dataclass
 class Batch:
     """images (B, 3, H, W) uint8 RGB; targets (T, 6) [batch_index, cls, cx, cy, w, h] normalised;
-    padded_targets (B, M, 5) [cls, cx, cy, w, h] with cls -1 on padding rows; target_counts (B,) int64."""
+    padded_targets (B, M, 5) [cls, cx, cy, w, h] with cls -1 on padding rows; target_counts (B,) int64;
+    problems: the samples' problem lines in order; unusable_ids: image ids of placeholders, not to be scored."""
 
     images: torch.Tensor
     targets: torch.Tensor
@@ -38,6 +45,8 @@ class Batch:
     paths: tuple[str, ...]
     image_ids: tuple[int, ...]
     letterbox: tuple[LetterboxInfo | None, ...]
+    problems: tuple[str, ...]
+    unusable_ids: tuple[int, ...]
 
     def pin_memory(self) -> Batch:
         """The same batch in pinned host memory (DataLoader calls this when pin_memory=True)."""
@@ -69,4 +78,6 @@ def collate(samples: list[Sample]) -> Batch:
         paths=tuple(sample.path for sample in samples),
         image_ids=tuple(sample.image_id for sample in samples),
         letterbox=tuple(sample.letterbox for sample in samples),
+        problems=tuple(line for sample in samples for line in sample.problems),
+        unusable_ids=tuple(sample.image_id for sample in samples if not sample.usable),
     )

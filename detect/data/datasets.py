@@ -9,11 +9,21 @@ from detect.data import augment
 from detect.data.albument import build_albumentations
 from detect.data.augment_settings import AugmentSettings
 from detect.data.batch import Sample
-from detect.data.image_load import load_resized, read_image, resize_to_imgsz
-from detect.data.letterbox import LetterboxInfo, letterbox, rect_batch_shapes
+from detect.data.image_load import (
+    load_resized,
+    read_failure,
+    read_image,
+    resize_to_imgsz,
+)
+from detect.data.letterbox import PAD_VALUE, LetterboxInfo, letterbox, rect_batch_shapes
 from detect.data.mosaic import mosaic4
 from detect.data.records import ImageRecord
+from detect.errors import UserError
 from detect.ops.boxes import xywhn_to_xyxy, xyxy_to_xywhn
+
+# A training sample gives up after this many unreadable images in a row: one bad file is replaced, but this many
+# means the dataset itself is gone (an unmounted disk, a deleted folder) and the run should stop and say so.
+MAX_FAILURES = 10
 
 
 def to_network_layout(image: np.ndarray) -> np.ndarray:
@@ -22,7 +32,11 @@ def to_network_layout(image: np.ndarray) -> np.ndarray:
 
 
 class TrainDataset(torch.utils.data.Dataset):
-    """Training samples of imgsz x imgsz: mosaic (or letterbox), warp, mixup, albumentations, HSV, flips."""
+    """Training samples of imgsz x imgsz: mosaic (or letterbox), warp, mixup, albumentations, HSV, flips.
+
+    An image that cannot be read is replaced by another drawn from the sample's own generator (so the run stays
+    reproducible) and named in the sample's problems; a worker never raises for one bad file.
+    """
 
     def __init__(self, records: list[ImageRecord], settings: AugmentSettings, imgsz: int, seed: int,
                  cached: list[np.ndarray] | None = None) -> None:
@@ -44,24 +58,38 @@ class TrainDataset(torch.utils.data.Dataset):
         classes, boxes = record.train_boxes
         return image, np.concatenate([classes[:, None].astype(np.float32), boxes], axis=1)
 
+    def _load_any(self, index: int, problems: list[str]) -> tuple[int, np.ndarray, np.ndarray]:
+        """(index loaded, image, labels): `index`, or if it cannot be read a random other one (failures recorded)."""
+        for _ in range(MAX_FAILURES):
+            try:
+                return (index, *self.load(index))
+            except Exception as error:  # noqa: BLE001 (a decoder may raise anything; one file must not end a run)
+                problems.append(read_failure(self.records[index].path, error))
+                failed, index = self.records[index].path, int(self.rng.integers(len(self.records)))
+        raise UserError(f"{MAX_FAILURES} images in a row could not be read (the last: {failed}); the dataset looks "
+                        "broken: is its disk or folder still there?")
+
     @property
     def _warp(self) -> tuple[float, float, float, float, float]:
         settings = self.settings
         return settings.degrees, settings.translate, settings.scale, settings.shear, settings.perspective
 
-    def _mosaic(self, index: int) -> tuple[np.ndarray, np.ndarray]:
-        """Mosaic of `index` and three random images, warped; labels (n, 5) pixels xyxy."""
+    def _mosaic(self, index: int, problems: list[str]) -> tuple[np.ndarray, np.ndarray, int]:
+        """Mosaic of `index` and three random images, warped: (image, (n, 5) labels pixels xyxy, own index used)."""
         indices = [index, *self.rng.integers(0, len(self.records), size=3).tolist()]
         self.rng.shuffle(indices)  # the own image takes a random quadrant, as in yolov5
-        return mosaic4([self.load(position) for position in indices], self.imgsz, self.rng, *self._warp)
+        loaded = [self._load_any(position, problems) for position in indices]
+        image, labels = mosaic4([piece[1:] for piece in loaded], self.imgsz, self.rng, *self._warp)
+        return image, labels, loaded[indices.index(index)][0]
 
-    def _single(self, index: int) -> tuple[np.ndarray, np.ndarray]:
-        """One image letterboxed to imgsz, warped; labels (n, 5) pixels xyxy."""
-        image, labels = self.load(index)
+    def _single(self, index: int, problems: list[str]) -> tuple[np.ndarray, np.ndarray, int]:
+        """One image letterboxed to imgsz, warped: (image, (n, 5) labels pixels xyxy, index used)."""
+        used, image, labels = self._load_any(index, problems)
         height, width = image.shape[:2]
         image, ratio, pad = letterbox(image, (self.imgsz, self.imgsz), scale_up=True)
         pixels = xywhn_to_xyxy(labels[:, 1:], ratio * width, ratio * height, pad[0], pad[1])
-        return augment.random_warp(image, np.concatenate([labels[:, :1], pixels], axis=1), self.rng, *self._warp)
+        labels = np.concatenate([labels[:, :1], pixels], axis=1)
+        return (*augment.random_warp(image, labels, self.rng, *self._warp), used)
 
     def __getitem__(self, key: int | tuple[int, int]) -> Sample:
         """Sample `key`: an index, or (epoch, index) from EpochSampler, whose randomness is then a function of
@@ -71,13 +99,14 @@ class TrainDataset(torch.utils.data.Dataset):
             self.reseed(epoch, index)
         else:
             index = key
-        settings, rng = self.settings, self.rng
+        settings, rng, problems = self.settings, self.rng, []
         if rng.random() < settings.mosaic:
-            image, labels = self._mosaic(index)
+            image, labels, used = self._mosaic(index, problems)
             if rng.random() < settings.mixup:  # yolov5 blends a mosaic with another mosaic only
-                image, labels = augment.mixup((image, labels), self._mosaic(int(rng.integers(len(self.records)))), rng)
+                partner = self._mosaic(int(rng.integers(len(self.records))), problems)
+                image, labels = augment.mixup((image, labels), partner[:2], rng)
         else:
-            image, labels = self._single(index)
+            image, labels, used = self._single(index, problems)
         if self.albumentations is not None:
             image = self.albumentations(image, int(rng.integers(2**31)))
         image = augment.hsv_jitter(image, rng, settings.hsv_h, settings.hsv_s, settings.hsv_v)
@@ -88,12 +117,17 @@ class TrainDataset(torch.utils.data.Dataset):
         labels = augment.degenerate_free(labels)
         height, width = image.shape[:2]
         normalised = np.concatenate([labels[:, :1], xyxy_to_xywhn(labels[:, 1:], width, height)], axis=1)
-        record = self.records[index]
-        return Sample(image=to_network_layout(image), labels=normalised, path=str(record.path), image_id=record.image_id)
+        record = self.records[used]
+        return Sample(image=to_network_layout(image), labels=normalised, path=str(record.path),
+                      image_id=record.image_id, problems=tuple(problems))
 
 
 class ValDataset(torch.utils.data.Dataset):
-    """Validation samples in aspect-ratio order, letterboxed to their batch's shape (YOLOV5-FACTS.md)."""
+    """Validation samples in aspect-ratio order, letterboxed to their batch's shape (YOLOV5-FACTS.md).
+
+    An image that cannot be read becomes a grey placeholder of the same shape with no labels and usable False,
+    so the batch keeps its shape; the evaluation leaves it out and reports the problem.
+    """
 
     def __init__(self, records: list[ImageRecord], imgsz: int, batch_size: int, stride: int = 32,
                  rect: bool = True, pad: float = 0.5) -> None:
@@ -109,16 +143,22 @@ class ValDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, index: int) -> Sample:
         record = self.records[index]
-        original = read_image(record.path)
+        classes, boxes = record.train_boxes
+        try:
+            original, problems = read_image(record.path), ()
+        except Exception as error:  # noqa: BLE001 (a decoder may raise anything; one file must not end a run)
+            # the placeholder goes through the same resize and letterbox, so its shape and LetterboxInfo are the
+            # ones the real image would have had
+            original = np.full((record.height, record.width, 3), PAD_VALUE, np.uint8)
+            problems, classes, boxes = (read_failure(record.path, error),), classes[:0], boxes[:0]
         original_height, original_width = original.shape[:2]
         image = resize_to_imgsz(original, self.imgsz, augment=False)
         height, width = image.shape[:2]
         shape = tuple(int(side) for side in self.shapes[index // self.batch_size])
         image, ratio, pad = letterbox(image, shape, scale_up=False)
         info = LetterboxInfo(original=(original_height, original_width), gain=ratio * height / original_height, pad=pad)
-        classes, boxes = record.train_boxes
         pixels = xywhn_to_xyxy(boxes, ratio * width, ratio * height, pad[0], pad[1])
         normalised = xyxy_to_xywhn(pixels, shape[1], shape[0])
         labels = np.concatenate([classes[:, None].astype(np.float32), normalised], axis=1)
         return Sample(image=to_network_layout(image), labels=labels, path=str(record.path),
-                      image_id=record.image_id, letterbox=info)
+                      image_id=record.image_id, letterbox=info, problems=problems, usable=not problems)

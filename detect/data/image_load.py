@@ -9,17 +9,22 @@ import cv2
 import numpy as np
 
 from detect.data.check import decode_truncated_jpeg
-from detect.errors import UserError
 
 
 def read_image(path: Path) -> np.ndarray:
-    """(h, w, 3) uint8 BGR with EXIF rotation applied (cv2.imread's default)."""
+    """(h, w, 3) uint8 BGR with EXIF rotation applied (cv2.imread's default); OSError if it cannot be decoded."""
     image = cv2.imread(str(path), cv2.IMREAD_COLOR)
     if image is None:  # a JPEG cut short that the label check accepted (with a note)
         image = decode_truncated_jpeg(path.read_bytes())
     if image is None:
-        raise UserError(f"{path}: cannot decode the image (it passed the label check; was it changed since?)")
+        raise OSError("cannot decode the image (it passed the label check; was it changed since?)")
     return image
+
+
+def read_failure(path: Path | str, error: Exception) -> str:
+    """One line "<path>: <error type>: <message>" for an image that could not be read."""
+    message = str(error).strip().splitlines()
+    return f"{path}: {type(error).__name__}" + (f": {message[0]}" if message else "")
 
 
 def resized_shape(height: int, width: int, imgsz: int) -> tuple[int, int]:

@@ -8,6 +8,15 @@ import cv2
 import numpy as np
 import yaml
 
+from detect.data import AugmentSettings
+from detect.data.datasets import TrainDataset
+from detect.data.records import ImageRecord
+
+# Every augmentation off: a test turns on the ones it looks at.
+STILL = AugmentSettings(hsv_h=0, hsv_s=0, hsv_v=0, degrees=0, translate=0, scale=0, shear=0, perspective=0,
+                        flipud=0, fliplr=0, mosaic=0, mixup=0, albumentations_p=0)
+SIZE = 32  # imgsz of RecordingDataset
+
 
 def box_image(height: int, width: int, boxes_xyxy: list[tuple[int, int, int, int]]) -> np.ndarray:
     """(h, w, 3) black uint8 image with each box filled white (x2, y2 exclusive)."""
@@ -24,9 +33,9 @@ def label_line(class_index: int, box: tuple[int, int, int, int], height: int, wi
 
 
 def write_sample(root: Path, split: str, name: str, height: int, width: int,
-                 boxes: list[tuple[int, int, int, int]], classes: list[int] | None = None) -> Path:
-    """Write images/<split>/<name>.png and labels/<split>/<name>.txt; returns the image path."""
-    image_path = root / "images" / split / f"{name}.png"
+                 boxes: list[tuple[int, int, int, int]], classes: list[int] | None = None, suffix: str = ".png") -> Path:
+    """Write images/<split>/<name><suffix> and labels/<split>/<name>.txt; returns the image path."""
+    image_path = root / "images" / split / f"{name}{suffix}"
     label_path = root / "labels" / split / f"{name}.txt"
     image_path.parent.mkdir(parents=True, exist_ok=True)
     label_path.parent.mkdir(parents=True, exist_ok=True)
@@ -59,3 +68,23 @@ def simple_dataset(root: Path, count: int = 8) -> Path:
         height, width = (120 + 20 * (index % 3), 160 + 30 * (index % 4))
         write_sample(root, "train", f"{index:04d}", height, width, [(10, 12, 50, 60), (70, 30, 110, 90)])
     return write_yaml(root)
+
+
+class RecordingDataset(TrainDataset):
+    """`count` flat SIZE x SIZE images whose pixel value is their index, one box each; every load is recorded and
+    the indices in `broken` fail to load as an unreadable file would."""
+
+    def __init__(self, count: int, settings: AugmentSettings, broken: frozenset[int] = frozenset()) -> None:
+        box = np.array([[0.5, 0.5, 0.5, 0.5]], np.float32)
+        records = [ImageRecord(path=Path(f"{index}.png"), image_id=index, width=SIZE, height=SIZE,
+                               classes=np.zeros(1, np.int64), boxes=box, crowd=np.zeros(1, bool))
+                   for index in range(count)]
+        super().__init__(records, settings, imgsz=SIZE, seed=0)
+        self.loads: list[int] = []
+        self.broken = broken
+
+    def load(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        self.loads.append(index)
+        if index in self.broken:
+            raise RuntimeError("decoder failed")  # any exception, not only ours
+        return np.full((SIZE, SIZE, 3), index, np.uint8), np.array([[0, 0.5, 0.5, 0.5, 0.5]], np.float32)

@@ -14,15 +14,13 @@ from detect.data.datasets import TrainDataset
 from detect.data.letterbox import letterbox
 from detect.data.mosaic import mosaic4
 from tests.data.helpers import (
+    STILL,
     box_image,
     simple_dataset,
     white_extent,
     write_sample,
     write_yaml,
 )
-
-STILL = AugmentSettings(hsv_h=0, hsv_s=0, hsv_v=0, degrees=0, translate=0, scale=0, shear=0, perspective=0, fliplr=0, flipud=0,
-            mosaic=0, mixup=0, albumentations_p=0)
 
 
 def _one_box_labels(box: tuple[int, int, int, int]) -> np.ndarray:

@@ -3,34 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
-import numpy as np
 import pytest
 
-from detect.data import AugmentSettings, augment
-from detect.data.datasets import TrainDataset
-from detect.data.records import ImageRecord
-
-SIZE = 32
-STILL = AugmentSettings(hsv_h=0, hsv_s=0, hsv_v=0, degrees=0, translate=0, scale=0, shear=0, perspective=0,
-                        flipud=0, fliplr=0, mosaic=0, mixup=0, albumentations_p=0)
-
-
-class RecordingDataset(TrainDataset):
-    """Flat synthetic images whose pixel value is their index; every load is recorded."""
-
-    def __init__(self, count: int, settings: AugmentSettings) -> None:
-        box = np.array([[0.5, 0.5, 0.5, 0.5]], np.float32)
-        records = [ImageRecord(path=Path(f"{index}.png"), image_id=index, width=SIZE, height=SIZE,
-                               classes=np.zeros(1, np.int64), boxes=box, crowd=np.zeros(1, bool))
-                   for index in range(count)]
-        super().__init__(records, settings, imgsz=SIZE, seed=0)
-        self.loads: list[int] = []
-
-    def load(self, index: int) -> tuple[np.ndarray, np.ndarray]:
-        self.loads.append(index)
-        return np.full((SIZE, SIZE, 3), index, np.uint8), np.array([[0, 0.5, 0.5, 0.5, 0.5]], np.float32)
+from detect.data import augment
+from tests.data.helpers import SIZE, STILL, RecordingDataset
 
 
 def test_own_image_takes_every_mosaic_quadrant() -> None:
