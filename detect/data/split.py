@@ -26,6 +26,10 @@ from detect.errors import UserError
 
 LOGGER = logging.getLogger(__name__)
 
+# Our label cache sits beside the labels as <split folder>.detect.cache: yolov5 keeps its own (a numpy pickle) at
+# <split folder>.cache, and with one name each tool would find the other's file unreadable and re-check every image.
+CACHE_SUFFIX = ".detect.cache"
+
 
 @dataclasses.dataclass(frozen=True)
 class LabelledSplit:
@@ -129,10 +133,11 @@ def load_split(config: DataConfig, split: str = "train") -> LabelledSplit:
         labels: list[Path | None] = [None] * len(images)
         empty = (np.zeros((0, 5), np.float32), np.zeros(0, bool))
         given = [coco.rows.get(image.name, empty) for image in images]
-        cache_file, key_files = json_file.with_suffix(f".{split}.cache"), images + [json_file]
+        cache_file, key_files = json_file.with_name(f"{json_file.stem}.{split}{CACHE_SUFFIX}"), [*images, json_file]
     else:
         coco, labels, given = None, [label_path_for(image) for image in images], [None] * len(images)
-        cache_file, key_files = labels[0].parent.with_suffix(".cache"), images + labels
+        label_folder = labels[0].parent
+        cache_file, key_files = label_folder.with_name(label_folder.name + CACHE_SUFFIX), images + labels
     key = label_cache.fingerprint(key_files, config.num_classes)
     results = label_cache.read_cache(cache_file, key)
     cache_state = "loaded"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
@@ -78,7 +79,7 @@ def test_no_usable_image_is_one_clear_error(tmp_path: Path) -> None:
 def test_cache_is_used_then_rebuilt_after_a_label_edit(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     config = load_data_config(simple_dataset(tmp_path))
     first = load_split(config, "train")
-    cache = tmp_path / "labels" / "train.cache"
+    cache = tmp_path / "labels" / "train.detect.cache"
     assert cache.is_file() and CACHE_VERSION in cache.read_text()
     label = tmp_path / "labels" / "train" / "0000.txt"
     label.write_text("2 0.5 0.5 0.25 0.25\n")
@@ -98,7 +99,7 @@ def test_cache_is_used_then_rebuilt_after_a_label_edit(tmp_path: Path, caplog: p
 def test_unreadable_cache_is_rebuilt(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     config = load_data_config(simple_dataset(tmp_path))
     load_split(config, "train")
-    (tmp_path / "labels" / "train.cache").write_text("{not json")
+    (tmp_path / "labels" / "train.detect.cache").write_text("{not json")
     with caplog.at_level(logging.INFO):
         split = load_split(config, "train")
     assert "unreadable label cache" in caplog.text and "cache written" in caplog.text
@@ -115,4 +116,34 @@ def test_read_only_folder_warns_and_runs_without_cache(tmp_path: Path, caplog: p
     finally:
         labels.chmod(0o755)
     assert "not writable" in caplog.text
-    assert not (labels / "train.cache").exists() and len(split.records) == 8
+    assert not (labels / "train.detect.cache").exists() and len(split.records) == 8
+
+
+def test_cache_has_its_own_name_and_leaves_yolov5s_alone(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    config = load_data_config(simple_dataset(tmp_path))
+    theirs = tmp_path / "labels" / "train.cache"  # where yolov5 keeps its numpy-pickled label cache
+    with open(theirs, "wb") as handle:
+        np.save(handle, np.array({"version": 0.6, "hash": "theirs"}, dtype=object), allow_pickle=True)
+    before = (theirs.read_bytes(), theirs.stat().st_mtime_ns)
+    with caplog.at_level(logging.INFO):
+        load_split(config, "train")
+        assert "cache written" in caplog.text
+        caplog.clear()
+        load_split(config, "train")
+        assert "cache loaded" in caplog.text
+    assert (theirs.read_bytes(), theirs.stat().st_mtime_ns) == before
+    assert CACHE_VERSION in (tmp_path / "labels" / "train.detect.cache").read_text()
+
+
+def test_json_source_cache_is_named_after_the_json_and_split(tmp_path: Path) -> None:
+    simple_dataset(tmp_path, count=2)
+    annotations = tmp_path / "annotations" / "instances.json"
+    annotations.parent.mkdir()
+    images = [{"id": index + 1, "file_name": f"{index:04d}.png", "width": 160, "height": 120} for index in range(2)]
+    annotations.write_text(json.dumps({"images": images, "categories": [{"id": 1, "name": "a"}], "annotations": [
+        {"id": 1, "image_id": 1, "category_id": 1, "bbox": [10, 12, 40, 48], "iscrowd": 0}]}))
+    split = load_split(load_data_config(write_yaml(tmp_path, names=("a",), val_json="annotations/instances.json")),
+                       "val")
+    assert len(split.records) == 2
+    assert (tmp_path / "annotations" / "instances.val.detect.cache").is_file()
+    assert not (tmp_path / "annotations" / "instances.val.cache").exists()
