@@ -18,6 +18,7 @@ TRUNCATED = "truncated image"
 TOO_SMALL = "image too small"
 COLUMNS = "wrong column count"
 NON_NUMERIC = "non-numeric value"
+NON_FINITE = "non-finite value"
 CLASS_RANGE = "class id out of range"
 OUTSIDE = "coordinates outside [0,1]"
 ZERO_AREA = "zero-area box"
@@ -25,7 +26,7 @@ DUPLICATE = "duplicate rows"
 MISSING_LABELS = "missing label file"
 TRUNCATED_USED = "truncated JPEG, decodable, used"
 
-SKIP_KINDS = (ZERO_BYTE, UNREADABLE, TRUNCATED, TOO_SMALL, COLUMNS, NON_NUMERIC, CLASS_RANGE, OUTSIDE)
+SKIP_KINDS = (ZERO_BYTE, UNREADABLE, TRUNCATED, TOO_SMALL, COLUMNS, NON_NUMERIC, NON_FINITE, CLASS_RANGE, OUTSIDE)
 FIX_KINDS = (ZERO_AREA, DUPLICATE)
 
 MIN_SIDE = 10  # pixels; yolov5 rejects images with a side under 10
@@ -119,6 +120,11 @@ def parse_label_text(text: str, num_classes: int) -> tuple[np.ndarray | None, st
 
 def validate_rows(rows: np.ndarray, crowd: np.ndarray, num_classes: int, result: CheckResult) -> None:
     """Check (n, 5) rows; fills result.rows/crowd, or result.skipped. Clips within TOLERANCE, drops bad boxes."""
+    finite = np.isfinite(rows).all(axis=1)
+    if not finite.all():  # float() reads "nan" and "inf": name them, before they pass as some other problem
+        result.skipped = NON_FINITE
+        result.details.append(f"row {int(np.argmin(finite)) + 1}")
+        return
     classes = rows[:, 0]
     bad_class = (classes != np.round(classes)) | (classes < 0) | (classes >= num_classes)
     if bad_class.any():

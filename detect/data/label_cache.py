@@ -16,7 +16,7 @@ from detect.data.check import CheckResult
 LOGGER = logging.getLogger(__name__)
 
 # Bump when check.py changes what it accepts or stores: every old cache is then rebuilt.
-CACHE_VERSION = "detect-labels-1"
+CACHE_VERSION = "detect-labels-2"  # 2: a non-finite value skips the image (was a zero-area fix)
 
 
 def fingerprint(files: list[Path | None], num_classes: int) -> str:

@@ -147,3 +147,14 @@ def test_json_source_cache_is_named_after_the_json_and_split(tmp_path: Path) -> 
     assert len(split.records) == 2
     assert (tmp_path / "annotations" / "instances.val.detect.cache").is_file()
     assert not (tmp_path / "annotations" / "instances.val.cache").exists()
+
+
+@pytest.mark.parametrize("row", ["0 0.5 0.5 nan 0.2", "0 0.5 inf 0.2 0.2", "nan 0.5 0.5 0.2 0.2", "0 0.5 0.5 0.2 -inf"])
+def test_a_non_finite_value_is_named_so_and_skipped(tmp_path: Path, row: str) -> None:
+    write_sample(tmp_path, "train", "good", 100, 120, [(10, 10, 40, 50)])
+    write_sample(tmp_path, "train", "nan", 100, 120, [])
+    (tmp_path / "labels" / "train" / "nan.txt").write_text(GOOD + row + "\n")
+    split = load_split(load_data_config(write_yaml(tmp_path)), "train")
+    assert split.counts["skipped: " + check.NON_FINITE] == 1 and split.counts["skipped"] == 1
+    assert [record.path.stem for record in split.records] == ["good"]
+    assert f"nan.txt: {check.NON_FINITE} row 2" in split.details_file.read_text()
