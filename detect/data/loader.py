@@ -136,14 +136,12 @@ def build_train_loader(data_config: DataConfig, augmentation: AugmentSettings, i
 
 
 def build_val_loader(data_config: DataConfig, split: str = "val", imgsz: int = 640, batch_size: int = 32,
-                     workers: int | None = None, stride: int = 32, rank: int = 0, world_size: int = 1,
-                     rect: bool = True, pin_memory: bool = True, prefetch_factor: int = 2) -> Loader:
-    """Letterboxed rectangular batches in aspect order; with world_size > 1 rank r gets batches r, r+W, ..."""
+                     workers: int | None = None, stride: int = 32, rect: bool = True, pin_memory: bool = True,
+                     prefetch_factor: int = 2) -> Loader:
+    """Letterboxed rectangular batches of the whole split in aspect order (under DDP rank 0 alone evaluates)."""
     labelled = load_split(data_config, split)
     dataset = ValDataset(labelled.records, imgsz, batch_size, stride, rect=rect)
-    size = len(dataset)
-    batches = [list(range(start, min(start + batch_size, size))) for start in range(0, size, batch_size)]
-    workers = default_workers(world_size) if workers is None else workers
-    loader = DataLoader(dataset, batch_sampler=batches[rank::world_size],
+    workers = default_workers() if workers is None else workers
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False,
                         **_loader_options(workers, pin_memory, prefetch_factor))
     return Loader(loader, labelled, dataset)
