@@ -1,3 +1,16 @@
 """detect: a YOLOv5 trainer that runs the same code on Ascend NPUs, NVIDIA GPUs and CPUs."""
 
+import os
+import sys
+
 __version__ = "0.1.0"
+
+# `python -m detect.<command>` turns torch's device-backend autoload off before anything imports torch: with
+# torch_npu installed and CANN broken or not sourced, its autoload entry point makes `import torch` itself fail,
+# --device cpu included (NPU.md §5); with autoload off, only the NPU backend loads torch_npu, and a failure there
+# is one clear line. STYLE.md rule 3 still holds for library use: sys.argv[0] is "-m" only while `python -m`
+# locates its module (Python docs, option -m), so this writes only when a detect module is the program. It must
+# be here: `python -m detect.models` imports detect/models/__init__.py (and torch) before __main__.py runs. New
+# CLIs need no line of their own. setdefault keeps a value the user exported (tests/test_entry.py).
+if getattr(sys, "argv", [])[:1] == ["-m"]:
+    os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
