@@ -26,9 +26,6 @@ DUPLICATE = "duplicate rows"
 MISSING_LABELS = "missing label file"
 TRUNCATED_USED = "truncated JPEG, decodable, used"
 
-SKIP_KINDS = (ZERO_BYTE, UNREADABLE, TRUNCATED, TOO_SMALL, COLUMNS, NON_NUMERIC, NON_FINITE, CLASS_RANGE, OUTSIDE)
-FIX_KINDS = (ZERO_AREA, DUPLICATE)
-
 MIN_SIDE = 10  # pixels; yolov5 rejects images with a side under 10
 # Normalised coordinates this far outside [0, 1] are rounding by a labelling tool and are clipped; beyond is an error.
 TOLERANCE = 0.01
