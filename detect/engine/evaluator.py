@@ -8,22 +8,23 @@ import io
 import json
 import logging
 import math
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
+from detect.data.categories import json_categories, yolo_category_ids
 from detect.data.records import ImageRecord
 from detect.errors import UserError
+from detect.ops.boxes import xywhn_to_xyxy, xyxy_to_ltwh
 
 logger = logging.getLogger(__name__)
 
 # The 12 numbers COCOeval.summarize() prints, in its order.
-COCO_STAT_NAMES = (
-    "AP", "AP50", "AP75", "AP_small", "AP_medium", "AP_large",
-    "AR1", "AR10", "AR100", "AR_small", "AR_medium", "AR_large",
-)  # fmt: skip
+COCO_STAT_NAMES = ("AP", "AP50", "AP75", "AP_small", "AP_medium", "AP_large",
+                   "AR1", "AR10", "AR100", "AR_small", "AR_medium", "AR_large")
 BACKENDS = ("pycocotools", "faster-coco-eval")
 
 
@@ -79,19 +80,21 @@ def _quiet() -> Iterator[None]:
         logger.debug("%s", buffer.getvalue().rstrip())
 
 
-def ground_truth_from_records(records: Sequence[ImageRecord], class_names: Sequence[str]) -> dict:
-    """COCO ground-truth dict (pixel xywh boxes, area w*h, iscrowd) with category id k+1 for class k."""
+def ground_truth_from_records(records: Sequence[ImageRecord], class_names: Sequence[str],
+                              category_ids: Sequence[int]) -> dict:
+    """COCO ground-truth dict (pixel ltwh boxes, area w*h, iscrowd); class k is category_ids[k]."""
     images, annotations = [], []
     for record in records:
-        images.append({"id": int(record.image_id), "width": int(record.width), "height": int(record.height),
-                       "file_name": Path(record.path).name})  # fmt: skip
-        scale = np.array([record.width, record.height, record.width, record.height], dtype=np.float64)
-        pixels = np.asarray(record.boxes, dtype=np.float64).reshape(-1, 4) * scale
-        for cls, (cx, cy, w, h), crowd in zip(record.classes, pixels, record.crowd):
-            annotations.append({"id": len(annotations) + 1, "image_id": int(record.image_id),
-                                "category_id": int(cls) + 1, "bbox": [cx - w / 2, cy - h / 2, w, h],
-                                "area": w * h, "iscrowd": int(bool(crowd))})  # fmt: skip
-    categories = [{"id": index + 1, "name": name} for index, name in enumerate(class_names)]
+        image_id = int(record.image_id)
+        images.append({"id": image_id, "width": int(record.width), "height": int(record.height),
+                       "file_name": Path(record.path).name})
+        normalised = np.asarray(record.boxes, dtype=np.float64).reshape(-1, 4)
+        ltwh = xyxy_to_ltwh(xywhn_to_xyxy(normalised, record.width, record.height))
+        for cls, box, crowd in zip(record.classes, ltwh.tolist(), record.crowd):
+            annotations.append({"id": len(annotations) + 1, "image_id": image_id,
+                                "category_id": int(category_ids[int(cls)]), "bbox": box,
+                                "area": box[2] * box[3], "iscrowd": int(bool(crowd))})
+    categories = [{"id": int(category), "name": name} for category, name in zip(category_ids, class_names)]
     return {"images": images, "annotations": annotations, "categories": categories}
 
 
@@ -99,12 +102,15 @@ class CocoEvaluator:
     """Accumulates detections per image and scores them with COCOeval against in-memory ground truth."""
 
     def __init__(self, ground_truth: dict, category_ids: Sequence[int], class_names: Sequence[str],
-                 backend: str = "pycocotools") -> None:  # fmt: skip
-        """ground_truth: a COCO instances dict; class k is category_ids[k] and is called class_names[k]."""
+                 backend: str = "pycocotools", json_file: Path | None = None) -> None:
+        """ground_truth: a COCO instances dict; class k is category_ids[k] and is called class_names[k].
+
+        json_file: the file the ground truth was read from; None when it was built from YOLO txt labels.
+        """
         if len(category_ids) != len(class_names):
             raise ValueError(f"{len(category_ids)} category ids for {len(class_names)} class names")
         self.coco_class, self.eval_class = _coco_classes(backend)
-        self.backend = backend
+        self.backend, self.json_file = backend, json_file
         self.category_ids = tuple(int(c) for c in category_ids)
         self.class_names = tuple(class_names)
         self._category_index = {category: index for index, category in enumerate(self.category_ids)}
@@ -115,29 +121,31 @@ class CocoEvaluator:
         self._results: list[dict] = []
 
     @classmethod
-    def from_coco_json(cls, path: Path | str, backend: str = "pycocotools") -> "CocoEvaluator":
-        """Ground truth from a COCO instances json; class k is the k-th smallest category id."""
+    def from_coco_json(cls, path: Path | str, backend: str = "pycocotools") -> CocoEvaluator:
+        """Ground truth from a COCO instances json, class order by data/categories.json_categories."""
         path = Path(path)
         if not path.is_file():
             raise UserError(f"COCO annotations not found: {path} (put the instances_*.json there)")
         with open(path, encoding="utf-8") as handle:
             dataset = json.load(handle)
-        categories = sorted(dataset.get("categories", []), key=lambda category: category["id"])
-        return cls(dataset, [c["id"] for c in categories], [c["name"] for c in categories], backend)
+        categories = json_categories(dataset.get("categories", []))
+        return cls(dataset, [c["id"] for c in categories], [c["name"] for c in categories], backend, path)
 
     @classmethod
     def from_records(cls, records: Sequence[ImageRecord], class_names: Sequence[str],
-                     backend: str = "pycocotools") -> "CocoEvaluator":  # fmt: skip
-        """Ground truth built from YOLO-format records; class k is category id k+1."""
-        ground_truth = ground_truth_from_records(records, class_names)
-        return cls(ground_truth, range(1, len(class_names) + 1), class_names, backend)
+                     backend: str = "pycocotools") -> CocoEvaluator:
+        """Ground truth built from YOLO-format records, ids by data/categories.yolo_category_ids."""
+        category_ids = yolo_category_ids(class_names)
+        ground_truth = ground_truth_from_records(records, class_names, category_ids)
+        return cls(ground_truth, category_ids, class_names, backend)
 
     def add(self, image_id: int, detections: torch.Tensor | np.ndarray) -> None:
         """Add one image's (n, 6) detections [x1, y1, x2, y2 (original-image pixels), score, class]."""
         rows = detections.detach().cpu().double().numpy() if isinstance(detections, torch.Tensor) else detections
-        for x1, y1, x2, y2, score, cls in np.asarray(rows, dtype=np.float64).reshape(-1, 6):
+        rows = np.asarray(rows, dtype=np.float64).reshape(-1, 6)
+        for box, score, cls in zip(xyxy_to_ltwh(rows[:, :4]).tolist(), rows[:, 4].tolist(), rows[:, 5].tolist()):
             self._results.append({"image_id": int(image_id), "category_id": self.category_ids[int(cls)],
-                                  "bbox": [x1, y1, x2 - x1, y2 - y1], "score": score})  # fmt: skip
+                                  "bbox": box, "score": score})
 
     def reset(self) -> None:
         """Forget the accumulated detections (keeps the ground truth), e.g. before the next epoch's validation."""
@@ -151,44 +159,51 @@ class CocoEvaluator:
         """The accumulated detections as a COCO results list, boxes rounded to 3 decimals, scores to 5."""
         return [{"image_id": r["image_id"], "category_id": r["category_id"],
                  "bbox": [round(float(v), 3) for v in r["bbox"]], "score": round(float(r["score"]), 5)}
-                for r in self._results]  # fmt: skip
+                for r in self._results]
 
     def save_json(self, path: Path | str) -> Path:
         """Write the COCO results json (what --save-json produces) and return its path."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w", encoding="utf-8") as handle:
-            json.dump(self.results(), handle)
-        return path
+        return _write_json(path, self.results())
 
-    def evaluate(self, image_ids: Optional[Sequence[int]] = None) -> Metrics:
+    def save_ground_truth(self, path: Path | str) -> Path:
+        """Write the ground truth as a COCO instances json (same category ids as the results) and return its path."""
+        return _write_json(path, self.ground_truth.dataset)
+
+    def image_ids(self) -> list[int]:
+        """The ids of the ground-truth images."""
+        return list(self.ground_truth.getImgIds())
+
+    def evaluate(self, image_ids: Sequence[int] | None = None) -> Metrics:
         """Run COCOeval (bbox, default parameters) over the given images (default: every ground-truth image)."""
-        known = set(self.ground_truth.getImgIds())
+        known = set(self.image_ids())
         unknown = sorted({int(r["image_id"]) for r in self._results} - known)
         if unknown:
             raise UserError(f"detections for image ids not in the ground truth: {unknown[:5]} (wrong dataset?)")
+        subset = None if image_ids is None else sorted({int(i) for i in image_ids})
         if not self._results:
-            return self._empty_metrics()
+            return self._empty_metrics(subset)
         with _quiet():
             detections = self.ground_truth.loadRes([dict(r) for r in self._results])
             coco_eval = self.eval_class(self.ground_truth, detections, "bbox")
-            if image_ids is not None:
-                coco_eval.params.imgIds = sorted(int(i) for i in image_ids)
+            if subset is not None:
+                coco_eval.params.imgIds = subset
             coco_eval.evaluate()
             coco_eval.accumulate()
             coco_eval.summarize()
-        return self._metrics(coco_eval)
+        return self._metrics(coco_eval, subset)
 
-    def _instances(self) -> tuple[int, ...]:
-        """Non-crowd ground-truth boxes per class."""
+    def _instances(self, image_ids: Sequence[int] | None) -> tuple[int, ...]:
+        """Non-crowd ground-truth boxes per class, on the given images (default: all)."""
         counts = [0] * len(self.category_ids)
+        wanted = None if image_ids is None else set(image_ids)
         for annotation in self.ground_truth.dataset["annotations"]:
             index = self._category_index.get(annotation["category_id"])
-            if index is not None and not annotation.get("iscrowd", 0):
+            on_wanted_image = wanted is None or annotation["image_id"] in wanted
+            if index is not None and on_wanted_image and not annotation.get("iscrowd", 0):
                 counts[index] += 1
         return tuple(counts)
 
-    def _metrics(self, coco_eval: Any) -> Metrics:
+    def _metrics(self, coco_eval: Any, image_ids: Sequence[int] | None) -> Metrics:
         """Metrics from an accumulated COCOeval; per-class AP averages its precision array like summarize()."""
         # precision and scores: (iou thresholds 10, recall 101, categories, areas 4, max dets 3); -1 = no GT.
         precision = np.asarray(coco_eval.eval["precision"])[:, :, :, 0, -1]
@@ -204,13 +219,13 @@ class CocoEvaluator:
             map50_95=stats[0], map50=stats[1], precision=best.precision, recall=best.recall, stats=stats,
             class_names=self.class_names, class_ap50_95=class_ap50_95, class_ap50=class_ap50,
             class_precision=best.class_precision, class_recall=best.class_recall,
-            class_instances=self._instances(), f1_confidence=best.confidence,
+            class_instances=self._instances(image_ids), f1_confidence=best.confidence,
             recall_thresholds=recall_thresholds, precision_curves=precision[0].T.copy(),
-        )  # fmt: skip
+        )
 
-    def _empty_metrics(self) -> Metrics:
+    def _empty_metrics(self, image_ids: Sequence[int] | None) -> Metrics:
         """Zero metrics when there is not a single detection (COCOeval's loadRes cannot take an empty list)."""
-        instances = self._instances()
+        instances = self._instances(image_ids)
         per_class = tuple(0.0 if count else math.nan for count in instances)
         recall_thresholds = np.linspace(0.0, 1.0, 101)
         curves = np.where(np.array(instances)[:, None] > 0, 0.0, -1.0) * np.ones((len(instances), 101))
@@ -219,7 +234,16 @@ class CocoEvaluator:
             class_names=self.class_names, class_ap50_95=per_class, class_ap50=per_class,
             class_precision=per_class, class_recall=per_class, class_instances=instances, f1_confidence=0.0,
             recall_thresholds=recall_thresholds, precision_curves=curves,
-        )  # fmt: skip
+        )
+
+
+def _write_json(path: Path | str, content: Any) -> Path:
+    """Write `content` as json to `path` (parents created) and return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(content, handle)
+    return path
 
 
 def _mean_valid(values: np.ndarray) -> float:

@@ -10,7 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from pycocotools.coco import COCO
+from pycocotools.cocoeval import COCOeval
 
+from detect.data.categories import COCO_CATEGORY_IDS, COCO_NAMES
 from detect.data.records import ImageRecord
 from detect.engine.evaluator import COCO_STAT_NAMES, CocoEvaluator
 from detect.errors import UserError
@@ -80,10 +83,12 @@ def test_add_with_class_indices_matches_coco_results() -> None:
 def tiny_dataset() -> list[ImageRecord]:
     """Two 200x100 images: a cat and a dog in the first, one dog and a crowd region in the second."""
     first = ImageRecord(Path("a/1.jpg"), 1, 200, 100, np.array([0, 1]),
-                   np.array([[0.25, 0.5, 0.2, 0.4], [0.75, 0.5, 0.3, 0.6]], np.float32), np.array([False, False]))
+                        np.array([[0.25, 0.5, 0.2, 0.4], [0.75, 0.5, 0.3, 0.6]], np.float32),
+                        np.array([False, False]))
     second = ImageRecord(Path("a/2.jpg"), 2, 200, 100, np.array([1, 1]),
-                    np.array([[0.5, 0.5, 0.4, 0.8], [0.1, 0.1, 0.1, 0.1]], np.float32), np.array([False, True]))
-    return [first, second]  # fmt: skip
+                         np.array([[0.5, 0.5, 0.4, 0.8], [0.1, 0.1, 0.1, 0.1]], np.float32),
+                         np.array([False, True]))
+    return [first, second]
 
 
 def perfect_detections(records: list[ImageRecord]) -> dict[int, torch.Tensor]:
@@ -110,14 +115,45 @@ def test_record_ground_truth_perfect_and_shifted(backend: str) -> None:
     assert perfect.class_instances == (1, 2, 0)
     assert perfect.precision == pytest.approx(1.0) and perfect.recall == pytest.approx(1.0)
 
+    result = shifted_evaluator(backend).evaluate()
+    assert result.map50 == pytest.approx(1.0)
+    assert 0.2 < result.map50_95 < 0.8
+
+
+def shifted_evaluator(backend: str = "pycocotools") -> CocoEvaluator:
+    """The tiny dataset's evaluator holding its ground truth moved right by 15% of each box's width."""
+    records = tiny_dataset()
     shifted = CocoEvaluator.from_records(records, ["cat", "dog", "bird"], backend=backend)
     for image_id, rows in perfect_detections(records).items():
         moved = rows.clone()
         moved[:, [0, 2]] += 0.15 * (rows[:, 2] - rows[:, 0])[:, None]  # IoU 0.74: counts at .5-.7 only
         shifted.add(image_id, moved)
-    result = shifted.evaluate()
-    assert result.map50 == pytest.approx(1.0)
-    assert 0.2 < result.map50_95 < 0.8
+    return shifted
+
+
+def test_saved_ground_truth_and_predictions_rescore_with_bare_pycocotools(tmp_path: Path) -> None:
+    # What --save-json writes for a YOLO-format dataset: both files, so that anyone can rescore them alone.
+    evaluator = shifted_evaluator()
+    ours = evaluator.evaluate()
+    ground_truth = COCO(str(evaluator.save_ground_truth(tmp_path / "ground_truth.json")))
+    coco_eval = COCOeval(ground_truth, ground_truth.loadRes(str(evaluator.save_json(tmp_path / "predictions.json"))),
+                         "bbox")
+    coco_eval.evaluate()
+    coco_eval.accumulate()
+    coco_eval.summarize()
+    assert 0.2 < ours.map50_95 < 0.8
+    np.testing.assert_allclose(coco_eval.stats, ours.stats, rtol=0, atol=1e-12)
+
+
+def test_coco_names_on_yolo_labels_give_coco_category_ids() -> None:
+    # A YOLO-format COCO dataset (yolov5's coco.yaml names): class k is COCO's k-th id, class 79 is id 90.
+    record = ImageRecord(Path("b/9.jpg"), 9, 200, 100, np.array([0, 79]),
+                         np.array([[0.25, 0.5, 0.2, 0.4], [0.75, 0.5, 0.3, 0.6]], np.float32), np.zeros(2, bool))
+    evaluator = CocoEvaluator.from_records([record], COCO_NAMES)
+    assert evaluator.category_ids == COCO_CATEGORY_IDS
+    assert [a["category_id"] for a in evaluator.ground_truth.dataset["annotations"]] == [1, 90]
+    evaluator.add(9, torch.tensor([[10.0, 20.0, 50.0, 60.0, 0.5, 79.0], [10.0, 20.0, 50.0, 60.0, 0.5, 11.0]]))
+    assert [r["category_id"] for r in evaluator.results()] == [90, 13]
 
 
 def test_detection_on_crowd_region_is_ignored() -> None:
@@ -157,15 +193,17 @@ def test_bad_inputs_are_user_errors(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="not found"):
         CocoEvaluator.from_coco_json(tmp_path / "missing.json")
     with pytest.raises(UserError, match="unknown evaluator backend"):
-        CocoEvaluator.from_records(tiny_dataset(), ["cat"], backend="detectron")
+        CocoEvaluator.from_records(tiny_dataset(), ["cat", "dog"], backend="detectron")
 
 
 def test_image_subset_and_unknown_images() -> None:
     records = tiny_dataset()
     evaluator = CocoEvaluator.from_records(records, ["cat", "dog", "bird"])
     evaluator.add(1, perfect_detections(records)[1])  # image 2 gets nothing
-    assert evaluator.evaluate(image_ids=[1]).map50 == pytest.approx(1.0)
-    assert evaluator.evaluate().map50 < 1.0
+    subset = evaluator.evaluate(image_ids=[1])
+    assert subset.map50 == pytest.approx(1.0) and subset.class_instances == (1, 1, 0)
+    everything = evaluator.evaluate()
+    assert everything.map50 < 1.0 and everything.class_instances == (1, 2, 0)
     evaluator.add(99, torch.tensor([[0.0, 0, 5, 5, 0.5, 0]]))
     with pytest.raises(UserError, match="not in the ground truth: \\[99\\]"):
         evaluator.evaluate()
