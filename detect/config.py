@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -14,7 +15,9 @@ from detect.errors import ConfigError
 
 T = TypeVar("T")
 
-CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"
+# The bundled model, hyp and data yamls: package data (pyproject.toml), so a wheel install has them too.
+# pip installs packages as folders, so the resource is a real path, which data yamls need to resolve `path`.
+CONFIGS_DIR = Path(str(resources.files("detect") / "configs"))
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
@@ -32,7 +35,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def resolve_config(name: str | Path, kind: str) -> Path:
-    """A bare file name is looked up in configs/<kind>/; anything else is taken as a path."""
+    """A bare file name is looked up in the bundled configs/<kind>/; anything else is taken as a path."""
     path = Path(name)
     if path.is_file() or len(path.parts) > 1:
         return path

@@ -19,6 +19,19 @@ LOGGER = logging.getLogger(__name__)
 SHAPE_NAMES = ("circle", "rectangle", "triangle", "cross", "ring")
 SPLIT_SIZES = {"train": 300, "val": 100}
 GENERATOR_VERSION = "shapes-1"  # bump when the scenes change: an old folder is then regenerated
+DATA_DIR_VARIABLE = "DETECT_DATA_DIR"
+
+
+def builtin_root(name: str) -> Path:
+    """Where built-in dataset `name` is generated: $DETECT_DATA_DIR/name, else the user cache's detect/name."""
+    # Never inside the package (site-packages may be read-only or shared) nor the working directory, so an
+    # editable checkout and a wheel behave the same. The cache is $XDG_CACHE_HOME or ~/.cache (XDG base
+    # directory spec, which ignores a relative XDG_CACHE_HOME).
+    chosen = os.environ.get(DATA_DIR_VARIABLE)
+    if chosen:
+        return Path(chosen).expanduser().resolve() / name
+    cache = os.environ.get("XDG_CACHE_HOME", "")
+    return (Path(cache) if Path(cache).is_absolute() else Path.home() / ".cache") / "detect" / name
 
 
 def _background(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
@@ -97,6 +110,14 @@ def ensure_builtin(config: DataConfig) -> None:
     marker = config.root / "VERSION"
     if marker.is_file() and marker.read_text().strip() == GENERATOR_VERSION:
         return
+    if config.root.is_dir() and not marker.is_file() and any(config.root.iterdir()):
+        # Generating replaces the whole folder: never one that holds anything but a dataset generated earlier.
+        raise UserError(f"{config.root} is not empty and holds no generated dataset; "
+                        f"point the yaml's path (or {DATA_DIR_VARIABLE}) at a new folder")
     LOGGER.info("generating the built-in shapes dataset in %s", config.root)
-    config.root.parent.mkdir(parents=True, exist_ok=True)
-    generate_shapes(config.root)
+    try:
+        config.root.parent.mkdir(parents=True, exist_ok=True)
+        generate_shapes(config.root)
+    except OSError as error:
+        raise UserError(f"cannot write the built-in dataset to {config.root} ({error.strerror}); "
+                        f"set {DATA_DIR_VARIABLE} to a writable folder") from None

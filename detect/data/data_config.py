@@ -78,7 +78,11 @@ def load_data_config(name_or_path: str | Path) -> DataConfig:
     raw = from_mapping(DataYaml, read_yaml(source), source)
     names = _names_list(raw.names, raw.nc, source)
     root = _resolve_root(raw.path, source)
-    if raw.builtin is not None and raw.path is not None and not (source.parent / raw.path).exists():
+    if raw.builtin is not None and raw.path is None:
+        from detect.data.builtin import builtin_root  # here, not at the top: builtin.py imports this module
+
+        root = builtin_root(raw.builtin)  # generated there on first use
+    elif raw.builtin is not None and not (source.parent / raw.path).exists():
         root = (source.parent / raw.path).resolve()  # generated there on first use
     splits: dict[str, tuple[Path, ...]] = {}
     json_files: dict[str, Path] = {}

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import torch
 
-from detect.config import CONFIGS_DIR
 from detect.engine.checkpoint import load_checkpoint
 from detect.errors import UserError
 from detect.models import DetectionModel, build_model, parse_model_spec
@@ -16,7 +15,7 @@ from detect.models.yolov5_pickle import read_yolov5_checkpoint
 from detect.models.yolov5_yaml import spec_from_yolov5_yaml
 
 LOGGER = logging.getLogger(__name__)
-WEIGHTS_DIR = CONFIGS_DIR.parent / "weights"
+WEIGHTS_DIR = Path("weights")  # a bare --weights name: the working directory, then ./weights/ (weights/README.md)
 
 
 def model_state(model: DetectionModel) -> dict:
@@ -40,7 +39,7 @@ def resolve_weights(weights: str | Path) -> Path:
         return path
     if len(path.parts) == 1 and (WEIGHTS_DIR / path).is_file():
         return WEIGHTS_DIR / path
-    raise UserError(f"weights not found: {weights} (give a path, or put the file in {WEIGHTS_DIR})")
+    raise UserError(f"weights not found: {weights} (give a path, or put the file in {WEIGHTS_DIR.resolve()})")
 
 
 def _is_ours(path: Path) -> bool:

@@ -1,13 +1,12 @@
 """The model zoo against the published facts (YOLOV5-FACTS.md), generated over configs/models."""
 
-from pathlib import Path
-
 import pytest
 import torch
 
+from detect.config import CONFIGS_DIR
 from detect.models import build_model, summarize
 
-CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs" / "models").glob("yolov5*.yaml"))
+CONFIGS = sorted((CONFIGS_DIR / "models").glob("yolov5*.yaml"))
 # size -> (exact parameters at nc=80, published unfused GFLOPs at 640)
 PUBLISHED = {"n": (1_872_157, 4.6), "s": (7_235_389, 16.6), "m": (21_190_557, 49.2),
              "l": (46_563_709, 109.6), "x": (86_749_405, 206.3)}
