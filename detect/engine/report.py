@@ -1,6 +1,8 @@
-"""Text reports of evaluation results: the summary row, the per-class table and the 12 COCO stats."""
+"""Text reports of evaluation results: the summary row, the per-class table, the 12 COCO stats, unread files."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from detect.engine.evaluator import COCO_STAT_NAMES, Metrics
 
@@ -26,3 +28,11 @@ def metrics_table(metrics: Metrics, per_class: bool = False) -> str:
 def coco_stats(metrics: Metrics) -> str:
     """The 12 pycocotools bbox stats, one per line."""
     return "\n".join(f"{name:>10}: {value:.4f}" for name, value in zip(COCO_STAT_NAMES, metrics.stats))
+
+
+def problems_list(problems: Sequence[str]) -> str:
+    """The files that could not be read, counted and named one per line ("" when there are none)."""
+    if not problems:
+        return ""
+    header = f"unreadable files, left out of the scores: {len(problems)}"
+    return "\n".join([header] + [f"  {problem}" for problem in problems])

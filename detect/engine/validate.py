@@ -42,9 +42,12 @@ class Speed:
 
 @dataclasses.dataclass(frozen=True)
 class EvalResult:
+    """Scores of one validation pass, its speed, the images seen, and the files that could not be read."""
+
     metrics: Metrics
     speed: Speed
     images: int
+    problems: tuple[str, ...]  # "<path>: <reason>", one per unreadable file; those images are not scored
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,20 +103,29 @@ def _detections(model: nn.Module, batch: Batch, backend: Backend, settings: Eval
 def evaluate(model: nn.Module, loader: Loader, backend: Backend, evaluator: CocoEvaluator,
              settings: EvalSettings = EvalSettings(), *, progress: bool = True,
              on_image: Callable[[ImageDetections], None] | None = None) -> EvalResult:
-    """Score `model` (already on the backend's device) over `loader`; `on_image` sees every image's boxes."""
+    """Score `model` (already on the backend's device) over `loader`; `on_image` sees every scored image's boxes.
+
+    An image the loader could not read (a grey placeholder in `batch.unusable_ids`) is left out of the scores
+    and of `on_image`, and named in the result's problems; an image the loader never yields counts as missed.
+    """
     was_training = model.training
     model.eval()
-    clock, images = _Clock(backend), 0
+    clock, images, unusable = _Clock(backend), 0, set()
+    problems: dict[str, None] = {}  # a dict keeps the lines in first-seen order without repeats
     for batch in tqdm(loader, desc="val", disable=not progress, leave=False):
+        problems.update(dict.fromkeys(batch.problems))
+        unusable.update(batch.unusable_ids)
         for index, detections in enumerate(_detections(model, batch, backend, settings, clock)):
+            if batch.image_ids[index] in unusable:
+                continue
             info = batch.letterbox[index]
             detections = detections.cpu()
-            boxes = boxes_to_original(detections[:, :4], info)
-            detections = torch.cat((boxes, detections[:, 4:]), dim=1)
+            detections = torch.cat((boxes_to_original(detections[:, :4], info), detections[:, 4:]), dim=1)
             evaluator.add(batch.image_ids[index], detections)
             if on_image is not None:
                 on_image(ImageDetections(batch.image_ids[index], batch.paths[index], info, detections))
         images += len(batch)
     model.train(was_training)
     per_image = {stage: 1000 * total / max(images, 1) for stage, total in clock.totals.items()}
-    return EvalResult(evaluator.evaluate(), Speed(**per_image), images)
+    scored = [image_id for image_id in evaluator.image_ids() if image_id not in unusable] if unusable else None
+    return EvalResult(evaluator.evaluate(image_ids=scored), Speed(**per_image), images, tuple(problems))
