@@ -11,7 +11,7 @@ from detect import cli
 from detect.data import load_data_config
 from detect.data.loader import build_val_loader
 from detect.engine.evaluator import BACKENDS
-from detect.engine.report import coco_stats, metrics_table
+from detect.engine.report import coco_stats, metrics_table, problems_list
 from detect.engine.run_dir import make_run_dir
 from detect.engine.val_outputs import ValOutputs
 from detect.engine.validate import EvalResult, EvalSettings, build_evaluator, evaluate
@@ -22,19 +22,22 @@ LOGGER = logging.getLogger("detect.val")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m detect.val", description=__doc__)
+    parser = cli.ArgumentParser(prog="python -m detect.val", description=__doc__)
     parser.add_argument("--weights", required=True, help="checkpoint: ours (.pt) or an ultralytics/yolov5 .pt")
     parser.add_argument("--data", default="shapes.yaml", help="data yaml: a bare name in configs/data/ or a path")
     parser.add_argument("--task", default="val", choices=("train", "val", "test"), help="which split")
-    parser.add_argument("--imgsz", type=int, default=640, help="inference size (long side), pixels")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--conf-thres", type=float, default=0.001, help="confidence threshold")
-    parser.add_argument("--iou-thres", type=float, default=0.6, help="NMS IoU threshold")
-    parser.add_argument("--max-det", type=int, default=300, help="maximum detections per image")
+    parser.add_argument("--imgsz", type=cli.positive_int, default=640, help="inference size (long side), pixels")
+    parser.add_argument("--batch-size", type=cli.positive_int, default=32)
+    parser.add_argument("--conf-thres", type=cli.unit_float, default=0.001, help="confidence threshold")
+    parser.add_argument("--iou-thres", type=cli.unit_float, default=0.6, help="NMS IoU threshold")
+    parser.add_argument("--max-det", type=cli.positive_int, default=300, help="maximum detections per image")
     parser.add_argument("--device", default="auto", help=backends.SPEC_HELP)
-    parser.add_argument("--workers", type=int, default=None, help="data loader workers (default: by CPU count)")
+    parser.add_argument("--workers", type=cli.non_negative_int, default=None,
+                        help="data loader workers (default: by CPU count)")
     parser.add_argument("--half", action="store_true", help="fp16 inference (accelerators only)")
-    parser.add_argument("--save-json", action="store_true", help="write COCO results json to the run folder")
+    parser.add_argument("--save-json", action="store_true",
+                        help="write predictions.json (COCO results) to the run folder, and ground_truth.json "
+                             "when the labels are YOLO txt files (README, Evaluation)")
     parser.add_argument("--save-txt", action="store_true", help="write one YOLO txt of detections per image")
     parser.add_argument("--save-conf", action="store_true", help="with --save-txt: append the score")
     parser.add_argument("--verbose", action="store_true", help="per-class table and the 12 COCO stats")
@@ -70,8 +73,12 @@ def run(args: argparse.Namespace) -> EvalResult:
     if args.verbose:
         LOGGER.info("pycocotools bbox stats:\n%s", coco_stats(result.metrics))
     LOGGER.info("%s", result.speed)
+    if result.problems:
+        LOGGER.warning("%s", problems_list(result.problems))
     if args.save_json:
         LOGGER.info("COCO results json: %s", evaluator.save_json(save_dir / "predictions.json"))
+        if evaluator.json_file is None:  # ground truth built from txt labels: write it, so both files rescore
+            LOGGER.info("its ground truth: %s", evaluator.save_ground_truth(save_dir / "ground_truth.json"))
     outputs.finish(result.metrics)
     LOGGER.info("results saved to %s", save_dir)
     return result

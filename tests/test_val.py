@@ -1,10 +1,16 @@
 """`python -m detect.val` end to end: the official yolov5n weights on coco128 give the published COCO mAP."""
 
+import json
 from pathlib import Path
 
+import numpy as np
 import pytest
+import yaml
+from pycocotools.coco import COCO
+from pycocotools.cocoeval import COCOeval
 
 from detect import val
+from detect.data.categories import COCO_NAMES
 from detect.engine.checkpoint import save_checkpoint
 from detect.engine.weights import model_state
 from detect.models import build_model
@@ -15,20 +21,38 @@ YOLOV5N = SHARED / "weights" / "yolov5n.pt"
 COCO128 = SHARED / "data" / "coco128"
 
 
+def bare_pycocotools_stats(ground_truth: Path, predictions: Path) -> list[float]:
+    """The 12 bbox stats of plain pycocotools, given only the two files (what a user of --save-json does)."""
+    truth = COCO(str(ground_truth))
+    coco_eval = COCOeval(truth, truth.loadRes(str(predictions)), "bbox")
+    coco_eval.evaluate()
+    coco_eval.accumulate()
+    coco_eval.summarize()
+    return list(coco_eval.stats)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not (YOLOV5N.is_file() and COCO128.is_dir()), reason=f"shared weights or coco128 absent: {SHARED}")
-def test_yolov5n_on_coco128_matches_pycocotools_reference(tmp_path, monkeypatch):
-    # configs/data/coco128.yaml finds ../shared from the repo root, as a user running from a checkout would.
-    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+def test_yolov5n_on_coco128_yolo_labels_save_json_scores_with_official_ids(tmp_path):
+    # coco128 as ultralytics ships it: YOLO txt labels, COCO's 80 names, no json. --save-json must still write
+    # COCO's category ids (the 80 -> 91 map), so the file scores against the official json without remapping.
+    data = tmp_path / "coco128.yaml"
+    data.write_text(yaml.safe_dump({"path": str(COCO128), "train": "images/train2017", "val": "images/train2017",
+                                    "names": list(COCO_NAMES)}))
     # batch 16: the reference detections were made with rect batches of 16 (expected_metrics.json)
-    args = val.parse_args(["--weights", str(YOLOV5N), "--data", "coco128.yaml", "--imgsz", "640", "--device", "cpu",
+    args = val.parse_args(["--weights", str(YOLOV5N), "--data", str(data), "--imgsz", "640", "--device", "cpu",
                            "--batch-size", "16", "--project", str(tmp_path), "--no-progress", "--save-json"])
     result = val.run(args)
-    assert result.images == 128
+    assert result.images == 128 and result.problems == ()
+    run = tmp_path / "exp"
+    official = bare_pycocotools_stats(COCO128 / "annotations" / "instances_train2017.json", run / "predictions.json")
     # pycocotools against instances_train2017.json: AP 0.3703, AP50 0.5766 (expected_metrics.json)
-    assert result.metrics.map50_95 == pytest.approx(0.370, abs=0.003)
-    assert result.metrics.map50 == pytest.approx(0.577, abs=0.003)
-    assert (tmp_path / "exp" / "predictions.json").stat().st_size > 100_000
+    assert official[0] == pytest.approx(0.370, abs=0.003) and official[1] == pytest.approx(0.577, abs=0.003)
+    # Our own score is against the txt labels (no crowd regions); ground_truth.json reproduces it, up to the
+    # rounding of the saved boxes (3 decimals) and scores (5 decimals).
+    ours = bare_pycocotools_stats(run / "ground_truth.json", run / "predictions.json")
+    np.testing.assert_allclose(ours, result.metrics.stats, rtol=0, atol=1e-4)
+    assert result.metrics.map50_95 == pytest.approx(official[0], abs=0.02)
 
 
 @pytest.fixture
@@ -50,8 +74,12 @@ def test_cli_writes_outputs_and_reports(tiny_run, capsys):
     assert code == 0
     run = tmp_path / "runs" / "exp"
     assert sorted(p.name for p in (run / "labels").iterdir()) == [f"im{i}.txt" for i in range(4)]
-    assert (run / "predictions.json").is_file()
     assert (run / "confusion_matrix.png").stat().st_size > 0 and (run / "PR_curve.png").stat().st_size > 0
+    # Not a COCO dataset: class k is category k + 1, and the ground truth it was scored against is written too.
+    predictions = json.loads((run / "predictions.json").read_text())
+    truth = json.loads((run / "ground_truth.json").read_text())
+    assert {r["category_id"] for r in predictions} <= {1, 2, 3} and len(predictions) > 0
+    assert [c["id"] for c in truth["categories"]] == [1, 2, 3] and len(truth["annotations"]) == 8
 
 
 @pytest.mark.parametrize("extra, message", [(["--half"], "--half needs an accelerator"),
@@ -69,3 +97,20 @@ def test_class_count_mismatch_is_a_user_error(tiny_run, capsys):
     assert val.main(["--weights", str(weights), "--data", str(data), "--device", "cpu", "--workers", "0",
                      "--project", str(tmp_path)]) == 2
     assert "80 classes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--imgsz", "-5", "argument --imgsz: must be a positive integer, got '-5'"),
+    ("--batch-size", "0", "argument --batch-size: must be a positive integer, got '0'"),
+    ("--workers", "-1", "argument --workers: must be an integer >= 0, got '-1'"),
+    ("--conf-thres", "2", "argument --conf-thres: must be a number in [0, 1], got '2'"),
+    ("--iou-thres", "1.5", "argument --iou-thres: must be a number in [0, 1], got '1.5'"),
+    ("--max-det", "0", "argument --max-det: must be a positive integer, got '0'"),
+    ("--imgsz", "big", "argument --imgsz: must be a positive integer, got 'big'"),
+])
+def test_out_of_range_flags_stop_before_any_work(capsys, monkeypatch, flag, value, message):
+    monkeypatch.setattr(val, "run", lambda args: pytest.fail("ran with a bad flag"))
+    with pytest.raises(SystemExit) as stopped:
+        val.main(["--weights", "any.pt", flag, value])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err == f"error: {message}\n"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -18,11 +17,11 @@ from detect.data.plots import plot_batch, plot_label_stats
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m detect.data", description=__doc__)
+    parser = cli.ArgumentParser(prog="python -m detect.data", description=__doc__)
     parser.add_argument("--data", default="shapes.yaml", help="data yaml: a bare name in configs/data/ or a path")
     parser.add_argument("--hyp", default="scratch-low.yaml", help="augmentation settings for the batch plot")
-    parser.add_argument("--imgsz", type=int, default=640)
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--imgsz", type=cli.positive_int, default=640)
+    parser.add_argument("--batch-size", type=cli.positive_int, default=16)
     parser.add_argument("--plots", type=Path, default=None, help="folder for labels.png and train_batch.png")
     args = parser.parse_args(argv)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from detect import cli
@@ -10,10 +9,10 @@ from detect.models import build_model, summarize
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m detect.models", description=__doc__)
+    parser = cli.ArgumentParser(prog="python -m detect.models", description=__doc__)
     parser.add_argument("--cfg", default="yolov5s.yaml", help="model yaml: a bare name in configs/models/ or a path")
-    parser.add_argument("--nc", type=int, default=None, help="number of classes (default: the yaml's nc)")
-    parser.add_argument("--imgsz", type=int, default=640, help="image size for the GFLOPs count")
+    parser.add_argument("--nc", type=cli.positive_int, default=None, help="number of classes (default: the yaml's nc)")
+    parser.add_argument("--imgsz", type=cli.positive_int, default=640, help="image size for the GFLOPs count")
     parser.add_argument("--fuse", action="store_true", help="fold BatchNorm into the convolutions first")
     args = parser.parse_args(argv)
 

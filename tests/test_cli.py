@@ -1,0 +1,49 @@
+"""The shared CLI pieces: range-checked flag types, and one-line argparse errors with exit code 2 in every CLI."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from detect import cli
+from detect.data.__main__ import main as data_main
+from detect.models.__main__ import main as models_main
+
+
+@pytest.mark.parametrize("kind, good, bad", [
+    (cli.positive_int, {"1": 1, "640": 640}, ["0", "-5", "2.5", "x", ""]),
+    (cli.non_negative_int, {"0": 0, "8": 8}, ["-1", "1e3", "many"]),
+    (cli.unit_float, {"0": 0.0, "1": 1.0, "0.25": 0.25, "1e-3": 0.001}, ["-0.1", "1.5", "2", "nan", "inf", "x"]),
+])
+def test_range_types(kind, good: dict, bad: list) -> None:
+    for text, value in good.items():
+        assert kind(text) == value and type(kind(text)) is type(value)
+    for text in bad:
+        with pytest.raises(argparse.ArgumentTypeError, match=f"^must be .*, got {text!r}$"):
+            kind(text)
+
+
+def test_parser_errors_are_one_line_and_exit_2(capsys) -> None:
+    parser = cli.ArgumentParser(prog="tool")
+    parser.add_argument("--size", type=cli.positive_int, required=True)
+    for argv, message in [([], "the following arguments are required: --size"),
+                          (["--size", "-3"], "argument --size: must be a positive integer, got '-3'"),
+                          (["--size", "3", "--colour"], "unrecognized arguments: --colour")]:
+        with pytest.raises(SystemExit) as stopped:
+            parser.parse_args(argv)
+        assert stopped.value.code == 2
+        assert capsys.readouterr().err == f"error: {message}\n"
+
+
+@pytest.mark.parametrize("main, argv, message", [
+    (models_main, ["--imgsz", "-5"], "argument --imgsz: must be a positive integer, got '-5'"),
+    (models_main, ["--nc", "0"], "argument --nc: must be a positive integer, got '0'"),
+    (data_main, ["--imgsz", "0"], "argument --imgsz: must be a positive integer, got '0'"),
+    (data_main, ["--batch-size", "-2"], "argument --batch-size: must be a positive integer, got '-2'"),
+])
+def test_models_and_data_clis_check_ranges_first(capsys, main, argv, message) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err == f"error: {message}\n"
