@@ -46,23 +46,33 @@ def save_checkpoint(path: Path | str, payload: dict) -> Path:
     return path
 
 
+def foreign_globals(path: Path | str) -> list[str] | None:
+    """What a torch zip file's pickle names that weights_only loading refuses ([] for ours); None if not a zip."""
+    try:
+        # Reads the pickle's opcodes with pickletools and runs none of them.
+        return torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    except Exception:  # noqa: BLE001 - a file that is not a torch zip can fail any way; it is then not ours
+        return None
+
+
 def load_checkpoint(path: Path | str) -> dict:
     """Read a checkpoint written by save_checkpoint onto the CPU; anything else is a UserError."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"checkpoint not found: {path} (give a .pt file written by detect)")
+    refused = foreign_globals(path)
+    if refused is None:
+        raise UserError(f"{path} is not a readable checkpoint (not a zip file written by torch.save)")
+    if refused:
+        names = ", ".join(sorted(refused)[:3]) + (", ..." if len(refused) > 3 else "")
+        hint = " (a yolov5 .pt? give it as --weights)" if any(name.startswith("models.") for name in refused) else ""
+        raise UserError(f"{path} is not a detect checkpoint: its pickle asks for {names}, which is refused{hint}")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        # weights_only refuses a class with "Unsupported global: GLOBAL module.Name"; other errors mean garbage.
-        if "global" not in str(error).lower():
-            raise UserError(f"{path} is not a readable checkpoint ({error})") from None
-        raise UserError(
-            f"{path} is not a detect checkpoint: it holds objects other than tensors and plain values "
-            f"(a yolov5 .pt? pass it as --weights, which imports those safely) [{str(error).splitlines()[0]}]"
-        ) from None
+    except pickle.UnpicklingError:  # torch's message is a paragraph on weights_only; one line says what matters
+        raise UserError(f"{path} is not a readable checkpoint (weights_only loading cannot read its pickle)") from None
     except (RuntimeError, EOFError, ValueError, OSError, IndexError, KeyError, TypeError, AttributeError,
-            zipfile.BadZipFile) as error:  # fmt: skip
+            zipfile.BadZipFile) as error:
         raise UserError(f"{path} is not a readable checkpoint ({type(error).__name__}: {error})") from None
     if not isinstance(payload, dict):
         raise UserError(f"{path} is not a detect checkpoint (it holds a {type(payload).__name__}, not a dict)")

@@ -51,8 +51,11 @@ class Foreign:
 def test_foreign_files_are_user_errors(tmp_path: Path) -> None:
     foreign = tmp_path / "foreign.pt"
     torch.save({"model": Foreign()}, foreign)
-    with pytest.raises(UserError, match="not a detect checkpoint"):
+    with pytest.raises(UserError) as refused:
         load_checkpoint(foreign)
+    # One line naming what was refused; not torch's paragraph, no yolov5 hint for a class that is not yolov5's.
+    assert str(refused.value) == (f"{foreign} is not a detect checkpoint: its pickle asks for "
+                                  f"{__name__}.Foreign, which is refused")
     noise = tmp_path / "noise.pt"
     for seed in range(5):
         noise.write_bytes(random.Random(seed).randbytes(1000))
@@ -67,3 +70,13 @@ def test_foreign_files_are_user_errors(tmp_path: Path) -> None:
     torch.save([1, 2], listed)
     with pytest.raises(UserError, match="not a dict"):
         load_checkpoint(listed)
+
+
+YOLOV5N = Path(__file__).resolve().parents[2].parent / "shared" / "weights" / "yolov5n.pt"
+
+
+@pytest.mark.skipif(not YOLOV5N.is_file(), reason=f"official weights absent: {YOLOV5N}")
+def test_a_yolov5_file_as_a_checkpoint_names_its_classes_and_the_flag_that_reads_it() -> None:
+    with pytest.raises(UserError, match=r"asks for models\.common\.\w+, .*, \.\.\., which is refused "
+                                        r"\(a yolov5 \.pt\? give it as --weights\)$"):
+        load_checkpoint(YOLOV5N)

@@ -1,5 +1,6 @@
 """Loading models from weights: our checkpoints round-trip; ultralytics/yolov5 .pt files import exactly."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -48,3 +49,26 @@ def test_yolov5n_imports_onto_our_model_tensor_for_tensor():
     assert model.nc == 80 and model.names[0] == "person" and model.stride.tolist() == [8, 16, 32]
     # the default P3 anchors, recovered in pixels from the stored grid-unit anchors
     torch.testing.assert_close(model.detect.anchors[0] * 8, torch.tensor([[10.0, 13], [16, 30], [33, 23]]))
+
+
+class RunsCode:
+    """Unpickling this calls os.system (what a malicious .pt does)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+@pytest.mark.parametrize("zip_format", [True, False])
+def test_a_code_running_pickle_is_refused_in_one_line_naming_it(tmp_path, zip_format):
+    marker = tmp_path / "ran"
+    path = tmp_path / "evil.pt"
+    torch.save({"model": RunsCode(marker)}, path, _use_new_zipfile_serialization=zip_format)
+    with pytest.raises(UserError) as refused:
+        load_model(path)
+    message = str(refused.value)
+    assert f"asks for {os.system.__module__}.system, which is not allowed" in message
+    assert "\n" not in message and "--weights" not in message and "weights_only" not in message
+    assert not marker.exists()
