@@ -79,28 +79,23 @@ def box_iou(boxes1: Tensor, boxes2: Tensor, eps: float = 0.0) -> Tensor:
     return torch.where(union > 0, iou, torch.zeros_like(iou))
 
 
-def bbox_iou(boxes1: Tensor, boxes2: Tensor, *, ciou: bool = False, eps: float = 1e-7) -> Tensor:
-    """Element-wise IoU (or CIoU) of (..., 4) xyxy boxes paired one to one, shape (...,).
+def ciou_paired(boxes1: Tensor, boxes2: Tensor, eps: float = 1e-7) -> Tensor:
+    """Complete IoU of (..., 4) xywh boxes paired one to one, shape (...,); any units, same for both.
 
-    CIoU = IoU - rho^2 / c^2 - alpha * v (Zheng et al. 2020, "Distance-IoU Loss", eq. 9-11), where rho is
-    the centre distance, c the diagonal of the smallest enclosing box, v the aspect-ratio term.
+    CIoU = IoU - rho^2 / c^2 - alpha * v (Zheng et al. 2020, "Distance-IoU Loss", eq. 9-11): rho is the centre
+    distance, c the diagonal of the smallest enclosing box, v the aspect-ratio term. eps sits where yolov5's loss
+    puts it for xywh boxes (union, c^2, alpha's denominator; none on w or h), so a zero-size box gives NaN as there.
     """
-    x1a, y1a, x2a, y2a = boxes1.unbind(-1)
-    x1b, y1b, x2b, y2b = boxes2.unbind(-1)
-    width_a, height_a = x2a - x1a, (y2a - y1a) + eps
-    width_b, height_b = x2b - x1b, (y2b - y1b) + eps
-    inter = (torch.minimum(x2a, x2b) - torch.maximum(x1a, x1b)).clamp(min=0) * (
-        torch.minimum(y2a, y2b) - torch.maximum(y1a, y1b)
-    ).clamp(min=0)
-    union = width_a * height_a + width_b * height_b - inter + eps
-    iou = inter / union
-    if not ciou:
-        return iou
-    enclose_width = torch.maximum(x2a, x2b) - torch.minimum(x1a, x1b)
-    enclose_height = torch.maximum(y2a, y2b) - torch.minimum(y1a, y1b)
-    diagonal_sq = enclose_width**2 + enclose_height**2 + eps
-    centre_sq = ((x1b + x2b - x1a - x2a) ** 2 + (y1b + y2b - y1a - y2a) ** 2) / 4
-    aspect = (4 / math.pi**2) * (torch.atan(width_b / height_b) - torch.atan(width_a / height_a)) ** 2
+    centre1, size1 = boxes1[..., :2], boxes1[..., 2:4]
+    centre2, size2 = boxes2[..., :2], boxes2[..., 2:4]
+    low1, high1 = centre1 - size1 / 2, centre1 + size1 / 2
+    low2, high2 = centre2 - size2 / 2, centre2 + size2 / 2
+    inter = (torch.minimum(high1, high2) - torch.maximum(low1, low2)).clamp(min=0).prod(-1)
+    iou = inter / (size1.prod(-1) + size2.prod(-1) - inter + eps)
+    diagonal_sq = (torch.maximum(high1, high2) - torch.minimum(low1, low2)).pow(2).sum(-1) + eps
+    centre_sq = (centre2 - centre1).pow(2).sum(-1)
+    angle1, angle2 = torch.atan(size1[..., 0] / size1[..., 1]), torch.atan(size2[..., 0] / size2[..., 1])
+    aspect = (4 / math.pi**2) * (angle2 - angle1) ** 2
     with torch.no_grad():
         # alpha is a trade-off weight, not a term to differentiate through (paper, eq. 11).
         alpha = aspect / (aspect - iou + (1 + eps))

@@ -8,8 +8,17 @@ import numpy as np
 import pytest
 import torch
 
-from detect.ops.boxes import (bbox_iou, box_area, box_iou, clip_boxes, xywh_to_xyxy, xywhn_to_xyxy, xyxy_to_ltwh,
-                              xyxy_to_xywh, xyxy_to_xywhn)
+from detect.ops.boxes import (
+    box_area,
+    box_iou,
+    ciou_paired,
+    clip_boxes,
+    xywh_to_xyxy,
+    xywhn_to_xyxy,
+    xyxy_to_ltwh,
+    xyxy_to_xywh,
+    xyxy_to_xywhn,
+)
 
 
 @pytest.mark.parametrize("kind", [torch.tensor, np.array])
@@ -51,13 +60,14 @@ def test_clip_does_not_mutate(kind) -> None:
     assert boxes.tolist() == [[-5.0, -1.0, 700.0, 300.0]]
 
 
-def test_bbox_iou_and_ciou() -> None:
-    a = torch.tensor([[0.0, 0.0, 2.0, 2.0]])
-    b = torch.tensor([[1.0, 1.0, 3.0, 3.0]])
-    assert torch.allclose(bbox_iou(a, b), torch.tensor([1 / 7]), atol=1e-6)
-    # Same aspect ratio so v = 0; centre distance^2 = 2, enclosing diagonal^2 = 18.
-    assert torch.allclose(bbox_iou(a, b, ciou=True), torch.tensor([1 / 7 - 2 / 18]), atol=1e-6)
-    assert torch.allclose(bbox_iou(a, a, ciou=True), torch.tensor([1.0]), atol=1e-6)
-    wide = torch.tensor([[0.0, 0.0, 4.0, 1.0]])
+def test_ciou_known_values() -> None:
+    a = torch.tensor([[1.0, 1.0, 2.0, 2.0]])  # xywh
+    b = torch.tensor([[2.0, 2.0, 2.0, 2.0]])
+    # Same aspect ratio so v = 0: IoU 1/7, centre distance^2 = 2, enclosing diagonal^2 = 18.
+    assert torch.allclose(ciou_paired(a, b), torch.tensor([1 / 7 - 2 / 18]), atol=1e-6)
+    assert torch.allclose(ciou_paired(a, a), torch.tensor([1.0]), atol=1e-6)
+    wide = torch.tensor([[2.0, 0.5, 4.0, 1.0]])  # IoU 2/6, centre distance^2 1.25, diagonal^2 4^2 + 2^2
     v = 4 / math.pi**2 * (math.atan(4.0) - math.atan(1.0)) ** 2
-    assert bbox_iou(a, wide, ciou=True).item() < bbox_iou(a, wide).item() - 0.5 * v
+    expected = 1 / 3 - (1.25 / 20 + v * v / (v - 1 / 3 + 1))
+    assert torch.allclose(ciou_paired(a, wide), torch.tensor([expected]), atol=1e-6)
+    assert ciou_paired(a, wide).shape == (1,)

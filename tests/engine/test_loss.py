@@ -1,0 +1,151 @@
+"""The fixed-shape YOLOv5 loss against the plain reference (tests/engine/reference_loss.py): loss and gradients."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from detect.config import Hyp
+from detect.engine.loss import DetectionLoss, LossSettings, last_write
+from tests.engine.reference_loss import ReferenceLoss, flat_targets
+
+# yolov5's P5 anchors (YOLOV5-FACTS.md) in grid units of strides 8, 16, 32, as the model's buffer holds them.
+ANCHORS = (torch.tensor([[10, 13, 16, 30, 33, 23], [30, 61, 62, 45, 59, 119], [116, 90, 156, 198, 373, 326]],
+                        dtype=torch.float32).view(3, 3, 2) / torch.tensor([8.0, 16.0, 32.0]).view(3, 1, 1))
+GRIDS = (8, 4, 2)  # a 64 x 64 input
+CAPACITY = 128  # detect.data.batch.TARGET_BUCKET
+PLAIN = LossSettings(box_gain=0.05, obj_gain=1.0, cls_gain=0.5, cls_pos_weight=1.0, obj_pos_weight=1.0,
+                     anchor_threshold=4.0, label_smoothing=0.0, focal_gamma=0.0)
+
+
+def padded_targets(generator: torch.Generator, counts: list[int], num_classes: int) -> torch.Tensor:
+    """(B, CAPACITY, 5) random targets, counts[b] real rows in image b, the rest padding (cls -1)."""
+    padded = torch.zeros((len(counts), CAPACITY, 5))
+    padded[..., 0] = -1
+    for image, count in enumerate(counts):
+        padded[image, :count, 0] = torch.randint(num_classes, (count,), generator=generator).float()
+        padded[image, :count, 1:3] = torch.rand((count, 2), generator=generator)
+        padded[image, :count, 3:5] = torch.rand((count, 2), generator=generator) * 0.6 + 0.01
+    return padded
+
+
+def raw_outputs(generator: torch.Generator, batch: int, num_classes: int, levels: int = 3) -> list[torch.Tensor]:
+    """Random head outputs (B, 3, g, g, 5 + nc) per level."""
+    return [torch.randn((batch, 3, grid, grid, 5 + num_classes), generator=generator) for grid in GRIDS[:levels]]
+
+
+def assert_matches_reference(settings: LossSettings, raw: list[torch.Tensor], padded: torch.Tensor,
+                             num_classes: int, anchors: torch.Tensor = ANCHORS) -> torch.Tensor:
+    """Loss, items and gradients w.r.t. every raw output agree with the reference (1e-5); returns the items."""
+    ours = [r.clone().requires_grad_() for r in raw]
+    theirs = [r.clone().requires_grad_() for r in raw]
+    total, items = DetectionLoss(settings, anchors, num_classes)(ours, padded)
+    expected_total, expected_items = ReferenceLoss(settings, anchors, num_classes)(theirs, flat_targets(padded))
+    total.backward()
+    expected_total.backward()
+    assert total.shape == () and items.shape == (3,) and not items.requires_grad
+    torch.testing.assert_close(total, expected_total, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(items, expected_items, rtol=1e-5, atol=1e-5)
+    for mine, reference in zip(ours, theirs):
+        assert reference.grad.abs().max() > 0
+        torch.testing.assert_close(mine.grad, reference.grad, rtol=1e-5, atol=1e-7)
+    return items
+
+
+def test_gains_scale_with_levels_classes_and_image_size() -> None:
+    coco = LossSettings.from_hyp(Hyp(), num_levels=3, num_classes=80, imgsz=640)
+    assert (coco.box_gain, coco.obj_gain, coco.cls_gain) == (0.05, 1.0, 0.5)
+    small = LossSettings.from_hyp(Hyp(fl_gamma=1.5, cls_pw=2.0), num_levels=4, num_classes=1, imgsz=320,
+                                  label_smoothing=0.1)
+    assert small.box_gain == pytest.approx(0.05 * 3 / 4)
+    assert small.obj_gain == pytest.approx(1.0 * 0.25 * 3 / 4)
+    assert small.cls_gain == pytest.approx(0.5 / 80 * 3 / 4)
+    assert (small.focal_gamma, small.cls_pos_weight, small.label_smoothing) == (1.5, 2.0, 0.1)
+
+
+def test_last_write_wins_like_sequential_writes() -> None:
+    generator = torch.Generator().manual_seed(0)
+    index = torch.randint(6, (40,), generator=generator)
+    values = torch.rand(40, generator=generator)
+    valid = torch.rand(40, generator=generator) > 0.3
+    expected, first, written = torch.zeros(9), torch.zeros(9), set()
+    for slot, value, ok in zip(index.tolist(), values.tolist(), valid.tolist()):
+        if ok:
+            first[slot] = first[slot] if slot in written else value
+            expected[slot] = value
+            written.add(slot)
+    result = last_write(index, values, valid, 9)
+    assert torch.equal(result, expected)
+    assert not torch.equal(result, first)  # duplicates are present, so the order matters
+
+
+@pytest.mark.parametrize("num_classes, smoothing, gamma, cls_pw, obj_pw", [
+    (3, 0.0, 0.0, 1.0, 1.0),
+    (3, 0.1, 1.5, 1.3, 0.7),
+    (1, 0.1, 0.0, 1.0, 1.0),
+    (80, 0.1, 1.5, 1.0, 1.0),
+])
+def test_random_batches(num_classes: int, smoothing: float, gamma: float, cls_pw: float, obj_pw: float) -> None:
+    generator = torch.Generator().manual_seed(num_classes)
+    settings = dataclasses.replace(PLAIN, label_smoothing=smoothing, focal_gamma=gamma, cls_pos_weight=cls_pw,
+                                   obj_pos_weight=obj_pw, cls_gain=0.5 * num_classes / 80)
+    counts = [0, 5, 37, 2]  # an empty image among them
+    items = assert_matches_reference(settings, raw_outputs(generator, 4, num_classes),
+                                     padded_targets(generator, counts, num_classes), num_classes)
+    assert (items[2] == 0) == (num_classes == 1)  # no class loss for one class
+
+
+def test_fully_empty_batch() -> None:
+    generator = torch.Generator().manual_seed(1)
+    items = assert_matches_reference(PLAIN, raw_outputs(generator, 2, 3), padded_targets(generator, [0, 0], 3), 3)
+    assert items[0] == 0 and items[2] == 0 and items[1] > 0
+
+
+def test_crowded_image_with_several_matches_per_cell() -> None:
+    generator = torch.Generator().manual_seed(2)
+    padded = padded_targets(generator, [120, 3], 4)
+    padded[0, :120, 1:3] = padded[0, :120, 1:3] * 0.3 + 0.35  # all near the middle: few cells, many duplicates
+    raw = raw_outputs(generator, 2, 4)
+    for image, anchor, gy, gx, *_ in ReferenceLoss(PLAIN, ANCHORS, 4).build_targets(raw, flat_targets(padded)):
+        cells = torch.stack((image, anchor, gy, gx), 1)
+        assert len(cells.unique(dim=0)) < len(cells) / 4  # the test is about repeated (anchor, cell) writes
+    assert_matches_reference(dataclasses.replace(PLAIN, cls_gain=0.025), raw, padded, 4)
+
+
+def test_borders_and_cell_edges() -> None:
+    # Centres exactly on cell edges (frac 0), at frac 0.5 on each grid, and on both image borders.
+    edges = torch.tensor([0.0, 1.0, 0.5, 0.75, 0.0625, 0.1875, 0.625, 0.9375])
+    cx, cy = torch.meshgrid(edges, edges, indexing="ij")
+    rows = torch.stack(((torch.arange(64) % 3).float(), cx.flatten(), cy.flatten(), torch.full((64,), 0.25),
+                        torch.full((64,), 0.125)), 1)
+    padded = torch.zeros((2, CAPACITY, 5))
+    padded[..., 0] = -1
+    padded[0, :64] = rows
+    padded[1, :64] = rows[torch.arange(63, -1, -1)]
+    padded[1, :64, 3:5] = torch.tensor([0.5, 0.0625])
+    generator = torch.Generator().manual_seed(3)
+    assert_matches_reference(dataclasses.replace(PLAIN, cls_gain=0.02), raw_outputs(generator, 2, 3), padded, 3)
+
+
+def test_two_levels_use_their_own_balance() -> None:
+    generator = torch.Generator().manual_seed(4)
+    anchors = ANCHORS[:2]
+    assert DetectionLoss(PLAIN, anchors, 3).balance == (4.0, 1.0)
+    assert_matches_reference(PLAIN, raw_outputs(generator, 2, 3, levels=2), padded_targets(generator, [9, 4], 3), 3,
+                             anchors=anchors)
+
+
+def test_autocast_outputs_give_the_fp32_loss() -> None:
+    generator = torch.Generator().manual_seed(5)
+    raw = [r.bfloat16() for r in raw_outputs(generator, 2, 3)]
+    padded = padded_targets(generator, [6, 11], 3)
+    loss = DetectionLoss(PLAIN, ANCHORS, 3)
+    with torch.autocast(device_type=raw[0].device.type, dtype=torch.bfloat16):
+        total, items = loss(raw, padded)
+    expected_total, expected_items = loss([r.float() for r in raw], padded)
+    assert total.dtype == torch.float32
+    torch.testing.assert_close(total, expected_total, rtol=1e-6, atol=0)
+    torch.testing.assert_close(items, expected_items, rtol=1e-6, atol=0)
+
