@@ -149,3 +149,27 @@ def test_autocast_outputs_give_the_fp32_loss() -> None:
     torch.testing.assert_close(total, expected_total, rtol=1e-6, atol=0)
     torch.testing.assert_close(items, expected_items, rtol=1e-6, atol=0)
 
+
+def test_compiles_once_with_no_graph_break_and_reads_live_anchors() -> None:
+    # fullgraph=True fails on any graph break, and a host sync (.item(), nonzero(), boolean indexing) is one.
+    # CompileCounter counts compiled frames and runs them eagerly: the cheapest proof (no C compiler needed).
+    from torch._dynamo.testing import CompileCounter
+
+    torch._dynamo.reset()
+    anchors = ANCHORS.clone()
+    loss = DetectionLoss(PLAIN, anchors, 3)
+    counter = CompileCounter()
+    compiled = torch.compile(loss, backend=counter, fullgraph=True, dynamic=False)
+    generator = torch.Generator().manual_seed(6)
+    raw = raw_outputs(generator, 2, 3)
+    for counts in ([3, 0], [40, 17], [0, 0]):
+        padded = padded_targets(generator, counts, 3)
+        torch.testing.assert_close(compiled(raw, padded), loss(raw, padded), rtol=0, atol=0)
+    before = compiled(raw, padded_targets(torch.Generator().manual_seed(7), [20, 5], 3))[0]
+    anchors.mul_(1.5)  # what AutoAnchor does to the model's buffer
+    padded = padded_targets(torch.Generator().manual_seed(7), [20, 5], 3)
+    after = compiled(raw, padded)[0]
+    assert after != before
+    expected = ReferenceLoss(PLAIN, anchors, 3)(raw, flat_targets(padded))[0]
+    torch.testing.assert_close(after, expected, rtol=1e-5, atol=1e-5)
+    assert counter.frame_count == 1
