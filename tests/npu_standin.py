@@ -89,7 +89,7 @@ class Hf32Flag:
     @allow_hf32.setter
     def allow_hf32(self, value: bool) -> None:
         if not isinstance(value, bool):
-            raise TypeError(f"allow_hf32 expects a bool, got {type(value).__name__}")
+            raise TypeError(f"allow_hf32 must be a bool, but got {type(value).__name__}")  # torch_npu's words
         self._allow_hf32 = value
 
 

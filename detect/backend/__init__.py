@@ -8,7 +8,7 @@ from detect.backend.base import Backend, BackendUnavailable, MemoryStats
 from detect.backend.cpu import host_memory_stats
 from detect.errors import UserError
 
-__all__ = ["Backend", "BackendUnavailable", "MemoryStats", "SPEC_HELP", "host_memory_stats", "parse_spec", "select"]
+__all__ = ["SPEC_HELP", "Backend", "BackendUnavailable", "MemoryStats", "host_memory_stats", "parse_spec", "select"]
 
 SPEC_HELP = "auto (npu > cuda > cpu), cpu, cuda, cuda:N, npu or npu:N"
 _SPEC = re.compile(r"(auto|cpu|cuda|npu)(?::(\d+))?")

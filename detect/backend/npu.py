@@ -37,11 +37,11 @@ def import_torch_npu() -> ModuleType:
     """Import torch_npu, or raise BackendUnavailable (one line) saying what went wrong and what to install."""
     try:
         import torch_npu  # registers the "npu" device and the "hccl" process-group backend (NPU.md §2.1)
-    except Exception as error:  # noqa: BLE001 (any failure becomes the one line below)
+    except Exception as error:
         # Any type: a missing package (ImportError), missing CANN libraries (OSError, RuntimeError) or torch_npu's
         # CANN package check, which raises a bare Exception when parts of the toolkit are missing (NPU.md §5).
         message = f"NPU was asked for but torch_npu cannot be imported ({_one_line(error)}); {INSTALL_HINT}"
-        raise BackendUnavailable(message) from None
+        raise BackendUnavailable(message) from error
     return torch_npu
 
 
@@ -52,7 +52,8 @@ def is_available() -> bool:
     try:
         return bool(import_torch_npu().npu.is_available())
     except Exception as error:  # noqa: BLE001 (a broken CANN install means "no NPU" for auto, not a crash)
-        LOGGER.warning("torch_npu is installed but unusable, so auto does not pick the NPU: %s", _one_line(error))
+        cause = error.__cause__ or error  # the import's own error, not the "NPU was asked for" line
+        LOGGER.warning("torch_npu is installed but unusable, so auto does not pick the NPU (%s)", _one_line(cause))
         return False
 
 

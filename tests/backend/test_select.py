@@ -79,7 +79,7 @@ def test_npu_with_broken_cann_is_one_line(broken_torch_npu):
 
 def test_auto_skips_a_broken_torch_npu(broken_torch_npu, caplog):
     assert npu_module.is_available() is False
-    assert "torch_npu is installed but unusable" in caplog.text
+    assert "torch_npu is installed but unusable, so auto does not pick the NPU (Exception: CANN check" in caplog.text
 
 
 def test_npu_not_available_for_auto_without_torch_npu(monkeypatch):
