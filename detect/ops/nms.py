@@ -2,28 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
-import torchvision
 from torch import Tensor
 
 from detect.ops.boxes import xywh_to_xyxy
 
 # (boxes (N, 4) xyxy, scores (N,), iou_threshold) -> kept indices, int64, in decreasing score order.
+# The backend supplies it (Backend.nms: torchvision.ops.nms on CPU and CUDA, the NPU kernel on Ascend).
 NMSKernel = Callable[[Tensor, Tensor, float], Tensor]
-
-
-def torchvision_nms(boxes: Tensor, scores: Tensor, iou_threshold: float) -> Tensor:
-    """Single-class NMS by torchvision.ops.nms; the reference kernel for CPU and CUDA (NPU.md section 2.4)."""
-    return torchvision.ops.nms(boxes, scores, iou_threshold)
 
 
 def _candidates(
     image_prediction: Tensor,
     conf_threshold: float,
     multi_label: bool,
-    classes: Optional[Sequence[int]],
+    classes: Sequence[int] | None,
 ) -> Tensor:
     """Turn (N, 5+nc) [cx, cy, w, h, obj, cls...] rows into (M, 6) [x1, y1, x2, y2, score, class] candidates."""
     # Objectness filter first, then score = obj * cls (YOLOV5-FACTS.md, "NMS at validation").
@@ -51,23 +46,22 @@ def non_max_suppression(
     conf_threshold: float = 0.25,
     iou_threshold: float = 0.45,
     *,
-    classes: Optional[Sequence[int]] = None,
+    nms: NMSKernel,
+    classes: Sequence[int] | None = None,
     agnostic: bool = False,
     multi_label: bool = True,
     max_candidates: int = 30000,
     max_det: int = 300,
     max_wh: int = 7680,
-    nms: Optional[NMSKernel] = None,
 ) -> list[Tensor]:
     """Suppress overlapping boxes per image and class.
 
     prediction: (B, N, 5 + nc) decoded head output [cx, cy, w, h (pixels), obj, class scores...], sigmoided.
     Returns one (n, 6) tensor per image, [x1, y1, x2, y2 (pixels), score, class], in decreasing score order.
-    nms: the backend's single-class kernel (e.g. backend.nms); torchvision.ops.nms when None.
+    nms: the backend's single-class kernel (backend.nms). At most max_candidates, the best by score, enter it.
     """
     if prediction.dim() != 3 or prediction.shape[2] < 6:
         raise ValueError(f"prediction must be (B, N, 5 + nc) with nc >= 1, got {tuple(prediction.shape)}")
-    kernel = nms if nms is not None else torchvision_nms
     num_classes = prediction.shape[2] - 5
     # Multi-label only makes a difference with more than one class (YOLOV5-FACTS.md).
     use_multi_label = multi_label and num_classes > 1
@@ -83,6 +77,6 @@ def non_max_suppression(
         detections = detections[order]
         # Offsetting each class by max_wh pixels keeps classes apart in one single-class NMS call.
         offsets = detections[:, 5:6] * (0 if agnostic else max_wh)
-        kept = kernel((detections[:, :4] + offsets).float(), detections[:, 4].float(), iou_threshold)
+        kept = nms((detections[:, :4] + offsets).float(), detections[:, 4].float(), iou_threshold)
         outputs.append(detections[kept.long()[:max_det]])
     return outputs

@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torchvision
 
-from detect.ops.nms import non_max_suppression, torchvision_nms
+from detect.ops.nms import non_max_suppression
 from tests.ops.reference_nms import reference_kernel, reference_non_max_suppression
 
 STANDIN = Path(__file__).resolve().parents[1] / "npu_standin.py"
@@ -18,7 +19,7 @@ STANDIN = Path(__file__).resolve().parents[1] / "npu_standin.py"
 def kernel(request, monkeypatch):
     """Each single-class NMS kernel the pipeline can be given."""
     if request.param == "torchvision":
-        return torchvision_nms
+        return torchvision.ops.nms
     if request.param == "reference":
         return reference_kernel
     if not STANDIN.exists():
@@ -53,38 +54,40 @@ def run_both(kernel, prediction: torch.Tensor, conf: float, iou: float, **option
     assert_same_detections(actual, expected)
 
 
+# Sizes stay small: the reference is pure Python, and the "reference" kernel runs it inside the pipeline too.
 @pytest.mark.parametrize("classes", [1, 3, 80])
 @pytest.mark.parametrize("multi_label", [True, False])
 def test_random_inputs_match_reference(kernel, classes: int, multi_label: bool) -> None:
     generator = torch.Generator().manual_seed(classes * 10 + multi_label)
-    prediction = make_prediction(generator, images=2, boxes=300, classes=classes)
+    prediction = make_prediction(generator, images=2, boxes=300 if classes < 80 else 60, classes=classes)
     run_both(kernel, prediction, 0.05, 0.45, multi_label=multi_label)
 
 
 def test_agnostic_and_max_det(kernel) -> None:
-    prediction = make_prediction(torch.Generator().manual_seed(7), images=2, boxes=400, classes=5)
+    prediction = make_prediction(torch.Generator().manual_seed(7), images=2, boxes=200, classes=5)
     run_both(kernel, prediction, 0.01, 0.6, agnostic=True)
     run_both(kernel, prediction, 0.01, 0.6, max_det=17)
 
 
 @pytest.fixture(scope="module")
 def crowded() -> tuple[torch.Tensor, list[np.ndarray]]:
-    """16,000 boxes x 2 classes that all pass: 32,000 candidates, and the reference result (computed once)."""
+    """1,500 boxes x 2 classes that all pass: 3,000 candidates, and the reference result with a 2,000 cap."""
     generator = torch.Generator().manual_seed(3)
-    prediction = make_prediction(generator, images=1, boxes=16000, classes=2)
-    prediction[..., 4:] = 0.5 + 0.5 * torch.rand(1, 16000, 3, generator=generator)
-    expected = reference_non_max_suppression(prediction, 0.001, 0.6, max_candidates=30000, max_det=100000)
+    prediction = make_prediction(generator, images=1, boxes=1500, classes=2)
+    prediction[..., 4:] = 0.5 + 0.5 * torch.rand(1, 1500, 3, generator=generator)
+    expected = reference_non_max_suppression(prediction, 0.001, 0.6, max_candidates=2000, max_det=100000)
     return prediction, expected
 
 
-def test_thirty_thousand_candidates_are_capped(kernel, crowded) -> None:
+def test_candidates_beyond_the_cap_never_enter_nms(kernel, crowded) -> None:
+    # The cap of record is 30,000 (YOLOV5-FACTS.md); the same code path is tested with 2,000 of 3,000.
     prediction, expected = crowded
-    actual = non_max_suppression(prediction, 0.001, 0.6, max_candidates=30000, max_det=100000, nms=kernel)
+    actual = non_max_suppression(prediction, 0.001, 0.6, max_candidates=2000, max_det=100000, nms=kernel)
     assert_same_detections(actual, expected)
-    # The cap really bites: 32,000 candidates, of which the 30,000 best enter NMS.
-    capped = non_max_suppression(prediction, 0.001, 0.0, agnostic=True, max_candidates=30000, max_det=10**6)
-    wide = non_max_suppression(prediction, 0.001, 0.0, agnostic=True, max_candidates=10**6, max_det=10**6)
-    assert capped[0][0, 4] == wide[0][0, 4]
+    # The cap really bites: with IoU threshold 1 nothing is suppressed, so exactly the 2,000 best come out.
+    unsuppressed = non_max_suppression(prediction, 0.001, 1.0, max_candidates=2000, max_det=10**6, nms=kernel)[0]
+    every_score = (prediction[0, :, 4:5] * prediction[0, :, 5:]).flatten()
+    assert torch.equal(unsuppressed[:, 4], every_score.sort(descending=True).values[:2000])
 
 
 def test_identical_boxes_and_tied_scores(kernel) -> None:
@@ -115,9 +118,9 @@ def test_empty_input_and_nothing_above_threshold(kernel) -> None:
 
 def test_class_filter_and_output_format() -> None:
     prediction = make_prediction(torch.Generator().manual_seed(11), images=1, boxes=200, classes=4)
-    result = non_max_suppression(prediction, 0.05, 0.5, classes=[2])[0]
+    result = non_max_suppression(prediction, 0.05, 0.5, classes=[2], nms=torchvision.ops.nms)[0]
     assert len(result) > 0 and set(result[:, 5].tolist()) == {2.0}
-    full = non_max_suppression(prediction, 0.05, 0.5)[0]
+    full = non_max_suppression(prediction, 0.05, 0.5, nms=torchvision.ops.nms)[0]
     assert torch.all(full[:-1, 4] >= full[1:, 4])
     assert torch.all(full[:, 2] >= full[:, 0]) and torch.all(full[:, 3] >= full[:, 1])
 
@@ -125,10 +128,10 @@ def test_class_filter_and_output_format() -> None:
 def test_input_is_not_mutated() -> None:
     prediction = make_prediction(torch.Generator().manual_seed(5), images=2, boxes=100, classes=3)
     before = prediction.clone()
-    non_max_suppression(prediction, 0.01, 0.5)
+    non_max_suppression(prediction, 0.01, 0.5, nms=torchvision.ops.nms)
     assert torch.equal(prediction, before)
 
 
 def test_bad_shape_is_rejected() -> None:
     with pytest.raises(ValueError, match="5 \\+ nc"):
-        non_max_suppression(torch.zeros(10, 85))
+        non_max_suppression(torch.zeros(10, 85), nms=torchvision.ops.nms)
