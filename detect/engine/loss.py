@@ -97,6 +97,9 @@ class DetectionLoss(nn.Module):
         pred = output.reshape(-1, width).index_select(0, index.reshape(-1)).view(*index.shape, width).float()
         pred_xy = pred[..., :2].sigmoid() * 2 - 0.5
         pred_wh = (pred[..., 2:4].sigmoid() * 2) ** 2 * anchors[:, None, None]
+        # CIoU from ops, not torchvision.ops.complete_box_iou_loss: torchvision's agrees with yolov5's to fp32
+        # rounding (tests/engine/test_loss.py) but fills the intersection by boolean-mask indexing (aten.nonzero: a
+        # host sync and a data-dependent shape), which this loss must not have.
         unit = target_box.new_tensor(UNIT_BOX)
         keep = mask[..., None]
         ciou = ciou_paired(torch.where(keep, torch.cat((pred_xy, pred_wh), -1), unit),
