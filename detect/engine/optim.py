@@ -130,8 +130,6 @@ def apply_warmup(optimizer: torch.optim.Optimizer, settings: OptimSettings, iter
         # The bias group falls from warmup_bias_lr, the others rise from 0, to lr0 * lf(epoch).
         start = settings.warmup_bias_lr if index == 0 else 0.0
         group["lr"] = interpolate(start, group["initial_lr"] * lr_factor)
-        if "momentum" in group:
+        if "momentum" in group:  # SGD; yolov5 leaves Adam's betas alone during warmup
             group["momentum"] = momentum
-        elif "betas" in group:
-            group["betas"] = (momentum, group["betas"][1])
     return max(round(interpolate(1, NOMINAL_BATCH / batch_size)), 1)
