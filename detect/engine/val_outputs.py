@@ -12,13 +12,7 @@ from detect.engine.confusion import ConfusionMatrix
 from detect.engine.evaluator import Metrics
 from detect.engine.metric_plots import plot_confusion_matrix, plot_pr_curve
 from detect.engine.validate import ImageDetections
-
-
-def _xyxy_pixels(boxes: np.ndarray, width: int, height: int) -> torch.Tensor:
-    """(n, 4) normalised cx cy w h -> (n, 4) xyxy pixels."""
-    cx, cy, w, h = (torch.from_numpy(np.asarray(boxes, np.float64)).reshape(-1, 4) * torch.tensor(
-        [width, height, width, height], dtype=torch.float64)).unbind(1)
-    return torch.stack((cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2), dim=1)
+from detect.ops.boxes import xywhn_to_xyxy, xyxy_to_xywhn
 
 
 class ValOutputs:
@@ -38,16 +32,17 @@ class ValOutputs:
         if self.confusion is not None:
             record = self._records[image.image_id]
             keep = ~record.crowd
-            boxes = _xyxy_pixels(record.boxes[keep], record.width, record.height)
+            normalised = torch.from_numpy(np.asarray(record.boxes[keep], np.float64)).reshape(-1, 4)
+            boxes = xywhn_to_xyxy(normalised, record.width, record.height)
             self.confusion.update(image.detections, torch.from_numpy(record.classes[keep]), boxes)
 
     def _write_txt(self, image: ImageDetections) -> None:
         """One row per detection: class cx cy w h (normalised to the original image) [score]."""
         height, width = image.letterbox.original
+        boxes = xyxy_to_xywhn(image.detections[:, :4].double(), width, height).tolist()
         rows = []
-        for x1, y1, x2, y2, score, cls in image.detections.tolist():
-            row = f"{int(cls)} {(x1 + x2) / 2 / width:.6f} {(y1 + y2) / 2 / height:.6f} " \
-                  f"{(x2 - x1) / width:.6f} {(y2 - y1) / height:.6f}"
+        for (cx, cy, w, h), (score, cls) in zip(boxes, image.detections[:, 4:].tolist()):
+            row = f"{int(cls)} {cx:.6f} {cy:.6f} {w:.6f} {h:.6f}"
             rows.append(row + (f" {score:.5f}" if self.save_conf else ""))
         (self.labels_dir / f"{Path(image.path).stem}.txt").write_text("".join(r + "\n" for r in rows))
 

@@ -31,7 +31,7 @@ PLAIN_GLOBALS = {
     ("builtins", "frozenset"): frozenset, ("__builtin__", "frozenset"): frozenset,
     ("builtins", "slice"): slice, ("__builtin__", "slice"): slice,
     ("torch", "Size"): torch.Size,
-}  # fmt: skip
+}
 
 
 class Placeholder:

@@ -23,7 +23,7 @@ def test_hand_made_matrix() -> None:
         [100, 100, 110, 110, 0.6, 0],  # nothing there -> false positive of class 0
         [50, 50, 60, 60, 0.2, 2],      # below conf 0.25: ignored, so box 2 is missed
         [52, 50, 62, 60, 0.5, 2],      # IoU 8/12 = 0.67 > 0.45 with box 2 -> true positive after all
-    ])  # fmt: skip
+    ])
     confusion.update(detections, true_classes, true_boxes)
     expected = np.zeros((4, 4), dtype=np.int64)
     expected[0, 0] = 1
