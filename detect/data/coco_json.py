@@ -1,4 +1,4 @@
-"""COCO instances json as a label source: class k <-> category id sorted(ids)[k]; crowd boxes kept, flagged."""
+"""COCO instances json as a label source (class order: data/categories.py); crowd boxes kept, flagged."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
+from detect.data.categories import json_categories
 from detect.errors import UserError
+from detect.ops.boxes import ltwh_to_xyxy, xyxy_to_xywhn
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,31 +28,27 @@ def read_coco_labels(path: Path) -> CocoLabels:
         raise UserError(f"{path}: COCO json not found (set *_json in the data yaml relative to 'path')")
     try:
         data = json.loads(path.read_text())
-        category_ids = sorted(int(category["id"]) for category in data["categories"])
+        category_ids = [int(category["id"]) for category in json_categories(data["categories"])]
         images = {int(image["id"]): image for image in data["images"]}
-        annotations = data.get("annotations", [])
+        class_of = {category_id: index for index, category_id in enumerate(category_ids)}
+        annotations = [item for item in data.get("annotations", []) if int(item["image_id"]) in images]
+        owners = np.array([int(item["image_id"]) for item in annotations], np.int64)
+        classes = np.array([class_of[int(item["category_id"])] for item in annotations], np.float32)
+        ltwh = np.array([item["bbox"] for item in annotations], np.float64).reshape(-1, 4)
+        crowd = np.array([bool(item.get("iscrowd", 0)) for item in annotations], bool)
+        sizes = np.array([[images[owner]["width"], images[owner]["height"]] for owner in owners], np.float64)
     except (ValueError, KeyError, TypeError) as error:
         raise UserError(f"{path}: not a COCO instances json ({error})") from None
-    class_of = {category_id: index for index, category_id in enumerate(category_ids)}
-    per_image: dict[int, list[list[float]]] = {image_id: [] for image_id in images}
-    for annotation in annotations:
-        image = images.get(int(annotation["image_id"]))
-        if image is None:
-            continue
-        x, y, width, height = (float(value) for value in annotation["bbox"])
-        image_width, image_height = float(image["width"]), float(image["height"])
-        per_image[int(annotation["image_id"])].append([
-            class_of[int(annotation["category_id"])],
-            (x + width / 2) / image_width,
-            (y + height / 2) / image_height,
-            width / image_width,
-            height / image_height,
-            float(annotation.get("iscrowd", 0)),
-        ])
+    sizes = sizes.reshape(-1, 2)
+    boxes = xyxy_to_xywhn(ltwh_to_xyxy(ltwh), sizes[:, 0], sizes[:, 1]).astype(np.float32)
+    # Group the annotations by image: sorted by owner (stable: json order within an image), sliced per image.
+    order = np.argsort(owners, kind="stable")
+    table, crowd, owners = np.concatenate((classes[:, None], boxes), axis=1)[order], crowd[order], owners[order]
+    ids = np.array(list(images), np.int64)
+    starts, stops = np.searchsorted(owners, ids, "left"), np.searchsorted(owners, ids, "right")
     rows, image_ids = {}, {}
-    for image_id, image in images.items():
-        table = np.array(per_image[image_id], np.float32).reshape(-1, 6)
-        name = Path(image["file_name"]).name
-        rows[name] = (table[:, :5].copy(), table[:, 5] > 0)
+    for image_id, start, stop in zip(images, starts, stops):
+        name = Path(images[image_id]["file_name"]).name
+        rows[name] = (table[start:stop], crowd[start:stop])
         image_ids[name] = image_id
     return CocoLabels(rows=rows, image_ids=image_ids, category_ids=category_ids)

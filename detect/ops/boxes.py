@@ -41,6 +41,12 @@ def xyxy_to_ltwh(boxes: Boxes) -> Boxes:
     return _stack([x1, y1, x2 - x1, y2 - y1], boxes)
 
 
+def ltwh_to_xyxy(boxes: Boxes) -> Boxes:
+    """(..., 4) COCO ltwh [x, y, w, h] -> (..., 4) xyxy, same units."""
+    x, y, w, h = boxes[..., 0], boxes[..., 1], boxes[..., 2], boxes[..., 3]
+    return _stack([x, y, x + w, y + h], boxes)
+
+
 def xywhn_to_xyxy(boxes: Boxes, width: float, height: float, pad_x: float = 0.0, pad_y: float = 0.0) -> Boxes:
     """(..., 4) normalised xywh -> (..., 4) xyxy pixels of a width x height image placed at (pad_x, pad_y)."""
     corners = xywh_to_xyxy(boxes)

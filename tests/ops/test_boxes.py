@@ -13,6 +13,7 @@ from detect.ops.boxes import (
     box_iou,
     ciou_paired,
     clip_boxes,
+    ltwh_to_xyxy,
     xywh_to_xyxy,
     xywhn_to_xyxy,
     xyxy_to_ltwh,
@@ -29,6 +30,7 @@ def test_conversions_round_trip(kind) -> None:
     assert xyxy.tolist() == [[8.0, 17.0, 12.0, 23.0]]
     assert xyxy_to_xywh(xyxy).tolist() == xywh.tolist()
     assert xyxy_to_ltwh(xyxy).tolist() == [[8.0, 17.0, 4.0, 6.0]]
+    assert ltwh_to_xyxy(xyxy_to_ltwh(xyxy)).tolist() == xyxy.tolist()
 
 
 @pytest.mark.parametrize("kind", [torch.tensor, np.array])
