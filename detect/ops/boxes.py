@@ -85,6 +85,14 @@ def box_iou(boxes1: Tensor, boxes2: Tensor, eps: float = 0.0) -> Tensor:
     return torch.where(union > 0, iou, torch.zeros_like(iou))
 
 
+def _extents(centre1: Tensor, size1: Tensor, centre2: Tensor, size2: Tensor) -> tuple[Tensor, Tensor]:
+    """Overlap (0 when apart) and enclosing lengths of paired 1-D intervals given by centre and size."""
+    low1, high1 = centre1 - size1 / 2, centre1 + size1 / 2
+    low2, high2 = centre2 - size2 / 2, centre2 + size2 / 2
+    overlap = (torch.minimum(high1, high2) - torch.maximum(low1, low2)).clamp(min=0)
+    return overlap, torch.maximum(high1, high2) - torch.minimum(low1, low2)
+
+
 def ciou_paired(boxes1: Tensor, boxes2: Tensor, eps: float = 1e-7) -> Tensor:
     """Complete IoU of (..., 4) xywh boxes paired one to one, shape (...,); any units, same for both.
 
@@ -92,16 +100,16 @@ def ciou_paired(boxes1: Tensor, boxes2: Tensor, eps: float = 1e-7) -> Tensor:
     distance, c the diagonal of the smallest enclosing box, v the aspect-ratio term. eps sits where yolov5's loss
     puts it for xywh boxes (union, c^2, alpha's denominator; none on w or h), so a zero-size box gives NaN as there.
     """
-    centre1, size1 = boxes1[..., :2], boxes1[..., 2:4]
-    centre2, size2 = boxes2[..., :2], boxes2[..., 2:4]
-    low1, high1 = centre1 - size1 / 2, centre1 + size1 / 2
-    low2, high2 = centre2 - size2 / 2, centre2 + size2 / 2
-    inter = (torch.minimum(high1, high2) - torch.maximum(low1, low2)).clamp(min=0).prod(-1)
-    iou = inter / (size1.prod(-1) + size2.prod(-1) - inter + eps)
-    diagonal_sq = (torch.maximum(high1, high2) - torch.minimum(low1, low2)).pow(2).sum(-1) + eps
-    centre_sq = (centre2 - centre1).pow(2).sum(-1)
-    angle1, angle2 = torch.atan(size1[..., 0] / size1[..., 1]), torch.atan(size2[..., 0] / size2[..., 1])
-    aspect = (4 / math.pi**2) * (angle2 - angle1) ** 2
+    # One tensor per coordinate: (..., 2) slices would make every op loop over pairs, several times slower on CPU.
+    x1, y1, w1, h1 = boxes1.unbind(-1)
+    x2, y2, w2, h2 = boxes2.unbind(-1)
+    overlap_x, enclosing_x = _extents(x1, w1, x2, w2)
+    overlap_y, enclosing_y = _extents(y1, h1, y2, h2)
+    inter = overlap_x * overlap_y
+    iou = inter / (w1 * h1 + w2 * h2 - inter + eps)
+    diagonal_sq = enclosing_x**2 + enclosing_y**2 + eps
+    centre_sq = (x2 - x1) ** 2 + (y2 - y1) ** 2
+    aspect = (4 / math.pi**2) * (torch.atan(w2 / h2) - torch.atan(w1 / h1)) ** 2
     with torch.no_grad():
         # alpha is a trade-off weight, not a term to differentiate through (paper, eq. 11).
         alpha = aspect / (aspect - iou + (1 + eps))

@@ -128,7 +128,7 @@ def test_borders_and_cell_edges() -> None:
     padded[..., 0] = -1
     padded[0, :64] = rows
     padded[1, :64] = rows[torch.arange(63, -1, -1)]
-    padded[1, :64, 3:5] = torch.tensor([0.5, 0.0625])
+    padded[1, :64, 3:5] = torch.tensor([0.8, 0.6])  # large: matches on every level, 2 x 2 included
     generator = torch.Generator().manual_seed(3)
     assert_matches_reference(dataclasses.replace(PLAIN, cls_gain=0.02), raw_outputs(generator, 2, 3), padded, 3)
 
