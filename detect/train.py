@@ -1,0 +1,82 @@
+"""`python -m detect.train`: train YOLOv5 (one process, or many under torchrun) with yolov5's options."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from detect import backend as backends
+from detect import cli
+from detect.engine.distributed import DistContext
+from detect.engine.train_settings import TrainSettings
+from detect.engine.trainer import Trainer
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m detect.train", description=__doc__)
+    add = parser.add_argument
+    add("--cfg", default=None, help="model yaml: a bare name in configs/models/ or a path (from scratch)")
+    add("--weights", default=None, help="initial weights: ours or an ultralytics/yolov5 .pt (fine-tuning)")
+    add("--data", default="shapes.yaml", help="data yaml (default: the built-in shapes dataset)")
+    add("--hyp", default="scratch-low.yaml", help="hyper-parameter yaml: a bare name in configs/hyps/ or a path")
+    add("--epochs", type=int, default=100)
+    add("--batch-size", type=int, default=16, help="total batch size over all ranks")
+    add("--imgsz", "--img", "--img-size", type=int, default=640, help="train and val image size, pixels")
+    add("--device", default=None, help=backends.SPEC_HELP + " (default auto; under torchrun the index is LOCAL_RANK)")
+    add("--workers", type=int, default=None, help="data loader workers per rank (default 8)")
+    add("--project", default="runs/train", help="runs go to project/name")
+    add("--name", default="exp")
+    add("--exist-ok", action="store_true", help="reuse project/name instead of a new one")
+    add("--resume", nargs="?", const=True, default=False,
+        help="continue the latest run of --project, or the given last.pt, exactly where it stopped")
+    add("--seed", type=int, default=0, help="global seed (data order, augmentation, initial weights)")
+    add("--noval", action="store_true", help="validate only after the final epoch")
+    add("--nosave", action="store_true", help="save only the final checkpoint")
+    add("--noautoanchor", action="store_true", help="keep the model's anchors (no AutoAnchor check)")
+    add("--patience", type=int, default=100, help="stop after this many epochs without improvement (0: never)")
+    add("--freeze", type=int, nargs="+", default=[0], help="freeze the first N layers, or the listed layers")
+    add("--save-period", type=int, default=-1, help="also save weights/epoch<N>.pt every N epochs")
+    add("--cos-lr", action="store_true", help="cosine learning-rate schedule (default linear)")
+    add("--label-smoothing", type=float, default=0.0)
+    add("--multi-scale", action="store_true", help="vary the image size per batch over a fixed set of sizes")
+    add("--sync-bn", action="store_true", help="synchronised BatchNorm across ranks (accelerators, DDP only)")
+    add("--optimizer", default="SGD", choices=("SGD", "Adam", "AdamW"))
+    add("--cache", nargs="?", const="ram", default=None, choices=("ram",), help="decoded images in RAM")
+    add("--amp", action=argparse.BooleanOptionalAction, default=None,
+        help="mixed precision (default: on for accelerators, off on the CPU)")
+    add("--dist-timeout", type=float, default=1800.0, help="seconds any collective may wait (torchrun jobs)")
+    add("--no-progress", action="store_true", help="no progress bars (one line per epoch only)")
+    return parser.parse_args(argv)
+
+
+def settings_from_args(args: argparse.Namespace) -> TrainSettings:
+    """TrainSettings from the parsed flags (checked there: a bad value is one UserError line)."""
+    return TrainSettings(
+        cfg=args.cfg, weights=args.weights, data=args.data, hyp=args.hyp, epochs=args.epochs,
+        batch_size=args.batch_size, imgsz=args.imgsz, device=args.device or "auto",
+        workers=8 if args.workers is None else args.workers,
+        project=args.project, name=args.name, exist_ok=args.exist_ok, seed=args.seed, noval=args.noval,
+        nosave=args.nosave, noautoanchor=args.noautoanchor, patience=args.patience, freeze=tuple(args.freeze),
+        save_period=args.save_period, cos_lr=args.cos_lr, label_smoothing=args.label_smoothing,
+        multi_scale=args.multi_scale, sync_bn=args.sync_bn, optimizer=args.optimizer, cache=args.cache,
+        amp=args.amp, dist_timeout=args.dist_timeout, progress=not args.no_progress)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+
+    def body() -> None:
+        context = DistContext.from_env()
+        if not context.is_main:  # one voice per job: the other ranks report warnings and errors only
+            logging.getLogger().setLevel(logging.WARNING)
+        # A resumed run keeps its stored settings except these machine-specific ones, when given here.
+        overrides = {name: getattr(args, name) for name in ("device", "workers") if getattr(args, name) is not None}
+        overrides["progress"] = not args.no_progress
+        Trainer(settings_from_args(args), context, resume=args.resume, resume_overrides=overrides).fit()
+
+    return cli.run(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""Training throughput in one process: the model-only step rate against the end-to-end rate.
+
+model only:  forward + loss + backward + optimizer (every `accumulate` batches, as in training) on one fixed batch
+             already on the device;
+end to end:  the trainer's own train_one_epoch over the real loader (mosaic and the rest in CPU workers), with
+             warmup, AMP where it applies, gradient clipping and EMA.
+The two alternate for --rounds rounds in one process, so the ratio is fair on a shared machine (ENV-NOTES.md).
+
+    python scripts/bench_train.py --data coco128.yaml --cfg yolov5n.yaml --imgsz 320 --batch-size 16 --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import statistics
+import time
+
+import torch
+
+from detect import backend as backends
+from detect.config import load_hyp
+from detect.data import AugmentSettings, build_train_loader, load_data_config
+from detect.data.device_batch import to_device_batch
+from detect.engine.distributed import DistContext
+from detect.engine.ema import ModelEMA
+from detect.engine.loss import DetectionLoss, LossSettings
+from detect.engine.optim import OptimSettings, accumulate_steps, build_optimizer, lr_lambda
+from detect.engine.train_loop import StepParts, optimizer_step, train_one_epoch
+from detect.engine.train_state import Progress
+from detect.models import build_model
+
+
+class FirstBatches:
+    """The first `count` batches of a loader, as a Loader-like object train_one_epoch can run over."""
+
+    def __init__(self, loader, count: int) -> None:
+        self.loader, self.count = loader, count
+
+    def set_epoch(self, epoch: int) -> None:
+        self.loader.set_epoch(epoch)
+
+    def __iter__(self):
+        return itertools.islice(iter(self.loader), self.count)
+
+    def __len__(self) -> int:
+        return self.count
+
+
+def model_only(parts: StepParts, batch, steps: int, accumulate: int) -> float:
+    """Images per second of forward + loss + backward (+ optimizer every `accumulate`) on one device batch."""
+    device_batch = to_device_batch(batch, parts.backend)
+    images = device_batch.images
+    if parts.channels_last:
+        images = images.contiguous(memory_format=torch.channels_last)
+    parts.backend.synchronize()
+    started = time.perf_counter()
+    for step in range(steps):
+        with parts.backend.autocast():
+            loss, _ = parts.criterion(parts.model(images), device_batch.padded_targets)
+        parts.scaler.scale(loss).backward()
+        if (step + 1) % accumulate == 0:
+            optimizer_step(parts)
+    parts.backend.synchronize()
+    return steps * len(batch) / (time.perf_counter() - started)
+
+
+def end_to_end(parts: StepParts, loader: FirstBatches, epoch: int) -> float:
+    """Images per second of the trainer's epoch loop over the real loader."""
+    after_warmup = Progress(iteration=10**6, last_optimizer_step=10**6 - 1)
+    stats = train_one_epoch(parts, loader, epoch, epoch + 1, after_warmup, show_progress=False)
+    return stats.images / stats.seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default="coco128.yaml")
+    parser.add_argument("--cfg", default="yolov5n.yaml")
+    parser.add_argument("--hyp", default="scratch-low.yaml")
+    parser.add_argument("--imgsz", type=int, default=320)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--cache", default=None, choices=("ram",))
+    parser.add_argument("--batches", type=int, default=12, help="batches per round and mode")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    backend = backends.select(args.device, amp=args.amp)
+    backend.set_device()
+    backend.seed(0)
+    hyp, data = load_hyp(args.hyp), load_data_config(args.data)
+    loader = build_train_loader(data, AugmentSettings.from_hyp(hyp), args.imgsz, args.batch_size, args.workers,
+                                seed=0, cache=args.cache, pin_memory=backend.device.type != "cpu")
+    model = build_model(args.cfg, num_classes=len(data.names)).to(backend.device)
+    if backend.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    settings = OptimSettings.from_hyp(hyp)
+    optimizer = build_optimizer(model, settings, args.batch_size)
+    parts = StepParts(
+        model=model, optimizer=optimizer, ema=ModelEMA(model), backend=backend, context=DistContext(),
+        criterion=DetectionLoss(LossSettings.from_hyp(hyp, model.detect.nl, model.nc, args.imgsz),
+                                model.detect.anchors, model.nc),
+        scaler=backend.grad_scaler(init_scale=hyp.amp_init_scale, growth_factor=hyp.amp_growth_factor,
+                                   growth_interval=hyp.amp_growth_interval),
+        optim_settings=settings, global_batch=args.batch_size, warmup_iterations=0,
+        lr_factor=lr_lambda(settings, 100), multi_scale_sizes=None, seed=0, channels_last=backend.channels_last)
+    batches = FirstBatches(loader, args.batches)
+    fixed = next(iter(loader))
+    accumulate = accumulate_steps(args.batch_size)
+    model_only(parts, fixed, 2, accumulate)  # warm-up: allocator, kernels, worker start
+    end_to_end(parts, batches, 0)
+    rates = {"model only": [], "end to end": []}
+    for round_index in range(args.rounds):
+        rates["model only"].append(model_only(parts, fixed, args.batches, accumulate))
+        rates["end to end"].append(end_to_end(parts, batches, round_index + 1))
+    medians = {mode: statistics.median(values) for mode, values in rates.items()}
+    print(f"{args.cfg} at {args.imgsz}, batch {args.batch_size}, {args.workers} workers, {backend}, "
+          f"{torch.get_num_threads()} threads")
+    for mode, values in rates.items():
+        print(f"{mode:>11}: {medians[mode]:6.1f} img/s (rounds: {', '.join(f'{v:.1f}' for v in values)})")
+    print(f"end to end / model only: {medians['end to end'] / medians['model only']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
