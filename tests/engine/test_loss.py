@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.overrides import TorchFunctionMode
 from torchvision.ops import box_convert, complete_box_iou_loss
 
 from detect.config import Hyp
@@ -210,15 +210,16 @@ def test_ciou_against_yolov5_and_torchvision() -> None:
     assert not ours_indexing.seen
 
 
-class BooleanIndexingSeen(TorchDispatchMode):
-    """Notes whether any op run inside it indexes with a boolean mask (a nonzero underneath: data-dependent shape)."""
+class BooleanIndexingSeen(TorchFunctionMode):
+    """Notes whether code run inside it indexes a tensor with a boolean mask (a nonzero underneath: data-dependent
+    shape, host sync)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.seen = False
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.__name__.startswith("index"):
-            indices = args[1] if len(args) > 1 and isinstance(args[1], (list, tuple)) else []
-            self.seen |= any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices)
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in (torch.Tensor.__getitem__, torch.Tensor.__setitem__):
+            index = args[1] if isinstance(args[1], tuple) else (args[1],)
+            self.seen |= any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in index)
         return func(*args, **(kwargs or {}))
