@@ -45,6 +45,8 @@ class RunFiles:
         if context.is_main:
             save_dir = make_run_dir(settings.project, settings.name, settings.exist_ok or resume)
             (save_dir / "weights").mkdir(exist_ok=True)
+            for leftover in (save_dir / "weights").glob(".*.tmp"):  # a save killed half-way left its temp file
+                leftover.unlink()
         return cls(Path(broadcast_object(context, str(save_dir))), settings, context)
 
     @staticmethod

@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import csv
+import math
+import random
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
 
 from detect import train, val
+from detect.engine import train_loop
 from detect.engine.checkpoint import load_checkpoint
+from detect.engine.distributed import DistContext
+from detect.engine.run_files import RunFiles
+from detect.engine.train_loop import train_one_epoch
+from detect.engine.train_settings import TrainSettings
 from detect.engine.trainer import Trainer
+from detect.errors import UserError
 from tests.engine.train_helpers import tiny_dataset, train_args
 
 
@@ -103,3 +115,55 @@ def test_batch_that_does_not_divide_over_the_ranks(data, tmp_path, capsys, monke
     monkeypatch.setenv("RANK", "0")
     assert train.main(train_args(data, tmp_path, "--batch-size", "3")) == 2
     assert "does not divide over 2 ranks" in capsys.readouterr().err
+
+
+def test_kill_9_never_leaves_an_unreadable_last_checkpoint(data, tmp_path):
+    """Kill the trainer at random moments (saves take a good share of these tiny epochs); last.pt always loads."""
+    last = tmp_path / "exp" / "weights" / "last.pt"
+    rng = random.Random(0)
+    for attempt in range(3):
+        args = train_args(data, tmp_path, "--noval", epochs=1000) if attempt == 0 else ["--resume", str(last)]
+        process = subprocess.Popen([sys.executable, "-m", "detect.train", *args, "--no-progress"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while not last.is_file() or attempt and load_checkpoint(last)["progress"]["epoch"] <= attempt:
+            assert process.poll() is None, process.communicate()[1]
+            assert time.monotonic() < deadline, "no checkpoint written"
+            time.sleep(0.05)
+        time.sleep(rng.uniform(0.0, 1.5))
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        assert load_checkpoint(last)["progress"]["epoch"] >= 1
+
+
+def test_a_resumed_run_clears_a_killed_save(tmp_path):
+    settings = TrainSettings(cfg="yolov5n.yaml", project=str(tmp_path))
+    leftover = tmp_path / "exp" / "weights" / ".last.pt.k1ll3d.tmp"
+    leftover.parent.mkdir(parents=True)
+    leftover.write_bytes(b"half a checkpoint")
+    assert RunFiles.open(settings, DistContext(), resume=True).save_dir == tmp_path / "exp"
+    assert not leftover.exists()
+
+
+def test_non_finite_losses_skip_steps_then_stop_the_run(data, tmp_path, monkeypatch):
+    trainer = Trainer(TrainSettings(cfg="yolov5n.yaml", data=str(data), imgsz=64, batch_size=2, epochs=1, workers=0,
+                                    device="cpu", project=str(tmp_path), progress=False))
+    trainer.setup()
+    loss = trainer.parts.criterion
+    calls = []
+
+    def nan_on_second_call(raw, targets):
+        calls.append(1)
+        total, items = loss(raw, targets)
+        return (total * math.nan if len(calls) == 2 else total), items
+
+    trainer.parts.criterion = nan_on_second_call
+    before = [parameter.detach().clone() for parameter in trainer.model.parameters()]
+    stats = train_one_epoch(trainer.parts, trainer.train_loader, 0, 1, trainer.progress, show_progress=False)
+    assert stats.nonfinite_steps == 1 and trainer.progress.nonfinite_steps == 1
+    assert all(torch.isfinite(parameter).all() for parameter in trainer.model.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+    trainer.parts.criterion = lambda raw, targets: (loss(raw, targets)[0] * math.nan, torch.zeros(3))
+    monkeypatch.setattr(train_loop, "MAX_NONFINITE_STREAK", 3)
+    with pytest.raises(UserError, match="not finite for 3 steps in a row"):
+        train_one_epoch(trainer.parts, trainer.train_loader, 1, 2, trainer.progress, show_progress=False)
