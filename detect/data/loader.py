@@ -116,9 +116,10 @@ def _loader_options(workers: int, pin_memory: bool, prefetch_factor: int) -> dic
 
 def build_train_loader(data_config: DataConfig, augmentation: AugmentSettings, imgsz: int, batch_size: int,
                        workers: int, seed: int, rank: int = 0, world_size: int = 1, cache: str | None = None,
-                       pin_memory: bool = True, prefetch_factor: int = 2, split: str = "train") -> Loader:
+                       pin_memory: bool = True, prefetch_factor: int = 2, split: str = "train",
+                       single_class: bool = False) -> Loader:
     """Augmented imgsz x imgsz batches of batch_size per rank, drop_last (one shape), reshuffled by set_epoch."""
-    labelled = load_split(data_config, split)
+    labelled = load_split(data_config, split, single_class)
     if cache not in (None, "ram"):
         raise UserError(f"--cache {cache}: only 'ram' is supported")
     cached = cache_images(labelled.records, imgsz, augment=True) if cache == "ram" else None
@@ -137,9 +138,9 @@ def build_train_loader(data_config: DataConfig, augmentation: AugmentSettings, i
 
 def build_val_loader(data_config: DataConfig, split: str = "val", imgsz: int = 640, batch_size: int = 32,
                      workers: int | None = None, stride: int = 32, rect: bool = True, pin_memory: bool = True,
-                     prefetch_factor: int = 2) -> Loader:
+                     prefetch_factor: int = 2, single_class: bool = False) -> Loader:
     """Letterboxed rectangular batches of the whole split in aspect order (under DDP rank 0 alone evaluates)."""
-    labelled = load_split(data_config, split)
+    labelled = load_split(data_config, split, single_class)
     dataset = ValDataset(labelled.records, imgsz, batch_size, stride, rect=rect)
     workers = default_workers() if workers is None else workers
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False,

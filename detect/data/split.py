@@ -116,8 +116,15 @@ def _json_ids(images: list[Path], json_ids: dict[str, int]) -> list[int]:
     return ids
 
 
-def load_split(config: DataConfig, split: str = "train") -> LabelledSplit:
-    """Check (or load from cache) every image of `split`; one clear UserError if none is usable."""
+def as_single_class(split: LabelledSplit) -> LabelledSplit:
+    """yolov5's --single-cls: every box is class 0, "item"; scored against these labels, not a COCO json."""
+    records = [dataclasses.replace(record, classes=np.zeros_like(record.classes)) for record in split.records]
+    return dataclasses.replace(split, records=records, names=["item"], coco_json=None, category_ids=None)
+
+
+def load_split(config: DataConfig, split: str = "train", single_class: bool = False) -> LabelledSplit:
+    """Check (or load from cache) every image of `split`; one clear UserError if none is usable. With
+    `single_class` the labels are checked against the yaml's classes, then all become class 0 (as_single_class)."""
     if config.builtin is not None:
         # imported here: only built-in datasets need the generator
         from detect.data.builtin import ensure_builtin
@@ -155,5 +162,6 @@ def load_split(config: DataConfig, split: str = "train") -> LabelledSplit:
     if not records:
         raise UserError(f"{config.source}: no usable image in the '{split}' split ({counts['found']} found, all skipped; "
                         f"see {details_file})")
-    return LabelledSplit(records=records, names=list(config.names), coco_json=json_file,
-                         category_ids=coco.category_ids if coco else None, counts=counts, details_file=details_file)
+    labelled = LabelledSplit(records=records, names=list(config.names), coco_json=json_file,
+                             category_ids=coco.category_ids if coco else None, counts=counts, details_file=details_file)
+    return as_single_class(labelled) if single_class else labelled

@@ -131,12 +131,13 @@ class Trainer:
         if self.context.is_main:
             self.val_loader = build_val_loader(self.data, "val", self.settings.imgsz, 2 * self.batch_per_rank,
                                                self.settings.workers, stride=int(self.model.stride.max()),
-                                               pin_memory=self.backend.device.type != "cpu")
+                                               pin_memory=self.backend.device.type != "cpu",
+                                               single_class=self.settings.single_cls)
             self.evaluator = build_evaluator(self.val_loader.split)
             self.results = ResultsLog(self.files.save_dir, first_epoch=self.progress.epoch)
             self.files.write_config(self.hyp, self.data)
             if payload is None:
-                plot_label_stats(self.train_loader.records, list(self.data.names), self.files.save_dir / "labels.png")
+                plot_label_stats(self.train_loader.records, self.train_loader.names, self.files.save_dir / "labels.png")
 
     def _check_batch_size(self) -> None:
         world = self.context.world_size
@@ -178,14 +179,15 @@ class Trainer:
                     self.data, AugmentSettings.from_hyp(self.hyp), self.settings.imgsz, self.batch_per_rank,
                     self.settings.workers, self.settings.seed, rank=self.context.rank,
                     world_size=self.context.world_size,
-                    cache=self.settings.cache, pin_memory=self.backend.device.type != "cpu"))
+                    cache=self.settings.cache, pin_memory=self.backend.device.type != "cpu",
+                    single_class=self.settings.single_cls))
             barrier(self.context)
         return loaders[0]
 
     def _build_model(self, payload: dict | None) -> None:
         """Model (and EMA on rank 0) on the device; AutoAnchor before the first epoch; DDP around it."""
         settings = self.settings
-        model = build_train_model(settings.cfg, settings.weights if payload is None else None, list(self.data.names))
+        model = build_train_model(settings.cfg, settings.weights if payload is None else None, self.train_loader.names)
         freeze_layers(model, settings.freeze)
         model = model.to(self.backend.device)
         if self.backend.channels_last:
@@ -241,7 +243,7 @@ class Trainer:
     def plot_first_batches(self, index: int, batch) -> None:
         """train_batch0..2.jpg: what the network sees after augmentation (rank 0, first epoch of this process)."""
         if self.context.is_main and index < 3:
-            plot_batch(batch, list(self.data.names), self.files.save_dir / f"train_batch{index}.jpg")
+            plot_batch(batch, self.train_loader.names, self.files.save_dir / f"train_batch{index}.jpg")
 
     def validate(self, epoch: int) -> Metrics | None:
         """COCO metrics of the EMA weights on rank 0 (every epoch, or only the last with --noval)."""

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from detect.config import Hyp
-from detect.data import AugmentSettings, build_train_loader, load_data_config
+from detect.data import AugmentSettings, build_train_loader, load_data_config, load_split
 from detect.data.batch import TARGET_BUCKET
 from detect.errors import UserError
 from tests.data.helpers import simple_dataset
@@ -87,3 +87,13 @@ def test_ram_cache_refuses_when_memory_is_short(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setattr("detect.data.ram_cache.available_memory", lambda: 1000)
     with pytest.raises(UserError, match="--cache ram needs"):
         build_train_loader(config, AUGMENT, 64, 2, 0, seed=0, cache="ram")
+
+
+def test_single_class_checks_against_the_yaml_then_makes_every_box_class_0(tmp_path: Path) -> None:
+    config = load_data_config(simple_dataset(tmp_path))  # classes 0 and 1 of names a, b, c
+    split = load_split(config, "train", single_class=True)
+    multi = load_split(config, "train")
+    assert split.names == ["item"] and split.coco_json is None and split.category_ids is None
+    assert sum(len(r.classes) for r in split.records) == sum(len(r.classes) for r in multi.records) > 0
+    assert all((record.classes == 0).all() for record in split.records)
+    assert any((record.classes > 0).any() for record in multi.records)

@@ -117,6 +117,12 @@ def test_batch_that_does_not_divide_over_the_ranks(data, tmp_path, capsys, monke
     assert "does not divide over 2 ranks" in capsys.readouterr().err
 
 
+def test_single_class_trains_one_class(data, tmp_path):
+    assert train.main(train_args(data, tmp_path, "--single-cls", "--noval", epochs=1)) == 0
+    model = load_checkpoint(tmp_path / "exp" / "weights" / "best.pt")["ema"]
+    assert model["names"] == ["item"] and model["state_dict"]["model.24.m.0.bias"].shape[0] == 3 * 6
+
+
 def test_kill_9_never_leaves_an_unreadable_last_checkpoint(data, tmp_path):
     """Kill the trainer at random moments (saves take a good share of these tiny epochs); last.pt always loads."""
     last = tmp_path / "exp" / "weights" / "last.pt"
