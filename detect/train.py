@@ -44,6 +44,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--optimizer", default="SGD", choices=("SGD", "Adam", "AdamW"))
     add("--cache", nargs="?", const="ram", default=None, choices=("ram",), help="decoded images in RAM")
     add("--single-cls", action="store_true", help="train every class as one class, 'item'")
+    add("--rect", action="store_true", help="rectangular batches in aspect-ratio order (no mosaic; many shapes)")
     add("--amp", action=argparse.BooleanOptionalAction, default=None,
         help="mixed precision (default: on for accelerators, off on the CPU)")
     add("--dist-timeout", type=float, default=1800.0, help="seconds any collective may wait (torchrun jobs)")
@@ -61,7 +62,8 @@ def settings_from_args(args: argparse.Namespace) -> TrainSettings:
         nosave=args.nosave, noautoanchor=args.noautoanchor, patience=args.patience, freeze=tuple(args.freeze),
         save_period=args.save_period, cos_lr=args.cos_lr, label_smoothing=args.label_smoothing,
         multi_scale=args.multi_scale, sync_bn=args.sync_bn, optimizer=args.optimizer, cache=args.cache,
-        single_cls=args.single_cls, amp=args.amp, dist_timeout=args.dist_timeout, progress=not args.no_progress)
+        single_cls=args.single_cls, rect=args.rect, amp=args.amp, dist_timeout=args.dist_timeout,
+        progress=not args.no_progress)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
 
@@ -69,6 +71,10 @@ class TrainDataset(torch.utils.data.Dataset):
         raise UserError(f"{MAX_FAILURES} images in a row could not be read (the last: {failed}); the dataset looks "
                         "broken: is its disk or folder still there?")
 
+    def input_shape(self, index: int) -> tuple[int, int]:
+        """(height, width) of sample `index` as the network sees it."""
+        return self.imgsz, self.imgsz
+
     @property
     def _warp(self) -> tuple[float, float, float, float, float]:
         settings = self.settings
@@ -83,10 +89,10 @@ class TrainDataset(torch.utils.data.Dataset):
         return image, labels, loaded[indices.index(index)][0]
 
     def _single(self, index: int, problems: list[str]) -> tuple[np.ndarray, np.ndarray, int]:
-        """One image letterboxed to imgsz, warped: (image, (n, 5) labels pixels xyxy, index used)."""
+        """One image letterboxed to its input shape, warped: (image, (n, 5) labels pixels xyxy, index used)."""
         used, image, labels = self._load_any(index, problems)
         height, width = image.shape[:2]
-        image, ratio, pad = letterbox(image, (self.imgsz, self.imgsz), scale_up=True)
+        image, ratio, pad = letterbox(image, self.input_shape(index), scale_up=True)
         pixels = xywhn_to_xyxy(labels[:, 1:], ratio * width, ratio * height, pad[0], pad[1])
         labels = np.concatenate([labels[:, :1], pixels], axis=1)
         return (*augment.random_warp(image, labels, self.rng, *self._warp), used)
@@ -120,6 +126,25 @@ class TrainDataset(torch.utils.data.Dataset):
         record = self.records[used]
         return Sample(image=to_network_layout(image), labels=normalised, path=str(record.path),
                       image_id=record.image_id, problems=tuple(problems))
+
+
+class RectTrainDataset(TrainDataset):
+    """yolov5's --rect training: images in aspect-ratio order, each letterboxed to its batch's shape (pad 0), no
+    mosaic or mixup; warp, albumentations, HSV and flips as in TrainDataset."""
+
+    def __init__(self, records: list[ImageRecord], settings: AugmentSettings, imgsz: int, seed: int,
+                 batch_size: int, stride: int = 32, cached: list[np.ndarray] | None = None) -> None:
+        heights = np.array([record.height for record in records], np.float64)
+        widths = np.array([record.width for record in records], np.float64)
+        order, self.shapes = rect_batch_shapes(heights, widths, batch_size, imgsz, stride, pad=0.0)
+        super().__init__([records[index] for index in order], dataclasses.replace(settings, mosaic=0.0, mixup=0.0),
+                         imgsz, seed, [cached[index] for index in order] if cached is not None else None)
+        self.batch_size = batch_size
+
+    def input_shape(self, index: int) -> tuple[int, int]:
+        """The shape of the aspect-ratio batch that sample `index` belongs to."""
+        height, width = self.shapes[index // self.batch_size]
+        return int(height), int(width)
 
 
 class ValDataset(torch.utils.data.Dataset):

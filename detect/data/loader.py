@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, DistributedSampler, Sampler
 from detect.data.augment_settings import AugmentSettings
 from detect.data.batch import Batch, collate
 from detect.data.data_config import DataConfig
-from detect.data.datasets import TrainDataset, ValDataset
+from detect.data.datasets import RectTrainDataset, TrainDataset, ValDataset
 from detect.data.ram_cache import cache_images
 from detect.data.records import ImageRecord
 from detect.data.split import LabelledSplit, load_split
@@ -62,11 +62,33 @@ class EpochSampler(Sampler[tuple[int, int]]):
         return len(self.base)
 
 
+class RectBatchSampler(Sampler[list[tuple[int, int]]]):
+    """--rect: whole aspect-ratio batches of (epoch, index) keys; rank r of W takes every W-th batch of an order drawn
+    from seed + epoch, so all ranks get the same number of batches and a batch keeps its one shape."""
+
+    def __init__(self, size: int, batch_size: int, seed: int, rank: int = 0, world_size: int = 1) -> None:
+        self.batches = [list(range(start, min(start + batch_size, size))) for start in range(0, size, batch_size)]
+        self.seed, self.rank, self.world_size, self.epoch = seed, rank, world_size, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Pick the batch order and the augmentation seeds of this epoch."""
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        order = torch.randperm(len(self.batches), generator=generator).tolist()[:len(self) * self.world_size]
+        for position in order[self.rank::self.world_size]:
+            yield [(self.epoch, index) for index in self.batches[position]]
+
+    def __len__(self) -> int:
+        return len(self.batches) // self.world_size
+
+
 class Loader:
     """A DataLoader of Batch with its split (records, names) and set_epoch."""
 
     def __init__(self, loader: DataLoader, split: LabelledSplit, dataset: torch.utils.data.Dataset,
-                 sampler: EpochSampler | None = None) -> None:
+                 sampler: EpochSampler | RectBatchSampler | None = None) -> None:
         self.loader, self.split, self.dataset, self.sampler = loader, split, dataset, sampler
 
     @property
@@ -117,12 +139,20 @@ def _loader_options(workers: int, pin_memory: bool, prefetch_factor: int) -> dic
 def build_train_loader(data_config: DataConfig, augmentation: AugmentSettings, imgsz: int, batch_size: int,
                        workers: int, seed: int, rank: int = 0, world_size: int = 1, cache: str | None = None,
                        pin_memory: bool = True, prefetch_factor: int = 2, split: str = "train",
-                       single_class: bool = False) -> Loader:
-    """Augmented imgsz x imgsz batches of batch_size per rank, drop_last (one shape), reshuffled by set_epoch."""
+                       single_class: bool = False, rect: bool = False, stride: int = 32) -> Loader:
+    """Augmented imgsz x imgsz batches of batch_size per rank, drop_last (one shape), reshuffled by set_epoch;
+    with `rect`, aspect-ratio batches of one shape each (RectTrainDataset, RectBatchSampler)."""
     labelled = load_split(data_config, split, single_class)
     if cache not in (None, "ram"):
         raise UserError(f"--cache {cache}: only 'ram' is supported")
     cached = cache_images(labelled.records, imgsz, augment=True) if cache == "ram" else None
+    options = _loader_options(workers, pin_memory, prefetch_factor)
+    if rect:
+        dataset = RectTrainDataset(labelled.records, augmentation, imgsz, seed, batch_size, stride, cached)
+        sampler = RectBatchSampler(len(dataset), batch_size, seed, rank, world_size)
+        if len(sampler) == 0:
+            raise UserError(f"{data_config.source}: {len(dataset)} training images make fewer batches than ranks")
+        return Loader(DataLoader(dataset, batch_sampler=sampler, **options), labelled, dataset, sampler)
     dataset = TrainDataset(labelled.records, augmentation, imgsz, seed, cached)
     if world_size > 1:
         base = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True)
@@ -131,8 +161,7 @@ def build_train_loader(data_config: DataConfig, augmentation: AugmentSettings, i
     if len(base) < batch_size:
         raise UserError(f"{data_config.source}: {len(base)} training images per rank, fewer than batch size {batch_size}")
     sampler = EpochSampler(base)
-    loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True,
-                        **_loader_options(workers, pin_memory, prefetch_factor))
+    loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True, **options)
     return Loader(loader, labelled, dataset, sampler)
 
 

@@ -39,6 +39,7 @@ class TrainSettings:
     optimizer: str = "SGD"
     cache: str | None = None
     single_cls: bool = False
+    rect: bool = False
     amp: bool | None = None
     dist_timeout: float = 1800.0
     progress: bool = True
@@ -53,6 +54,8 @@ class TrainSettings:
         for flag, ok in checks.items():
             if not ok:
                 raise UserError(f"{flag} {getattr(self, flag[2:].replace('-', '_'))!r} is out of range")
+        if self.rect and self.multi_scale:
+            raise UserError("--rect and --multi-scale do not go together: a rectangular batch has its own shape")
         if self.optimizer not in ("SGD", "Adam", "AdamW"):
             raise UserError(f"--optimizer {self.optimizer!r}: choose SGD, Adam or AdamW")
 

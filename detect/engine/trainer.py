@@ -180,7 +180,7 @@ class Trainer:
                     self.settings.workers, self.settings.seed, rank=self.context.rank,
                     world_size=self.context.world_size,
                     cache=self.settings.cache, pin_memory=self.backend.device.type != "cpu",
-                    single_class=self.settings.single_cls))
+                    single_class=self.settings.single_cls, rect=self.settings.rect))
             barrier(self.context)
         return loaders[0]
 

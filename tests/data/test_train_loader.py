@@ -97,3 +97,21 @@ def test_single_class_checks_against_the_yaml_then_makes_every_box_class_0(tmp_p
     assert sum(len(r.classes) for r in split.records) == sum(len(r.classes) for r in multi.records) > 0
     assert all((record.classes == 0).all() for record in split.records)
     assert any((record.classes > 0).any() for record in multi.records)
+
+
+def test_rect_batches_have_one_aspect_shape_each_and_split_over_ranks(tmp_path: Path) -> None:
+    config = load_data_config(simple_dataset(tmp_path, count=9))  # 120-160 high, 160-250 wide
+    shards = [build_train_loader(config, AUGMENT, 128, 2, workers=0, seed=0, rank=rank, world_size=2, rect=True)
+              for rank in (0, 1)]
+    seen, heights = [], []
+    for loader in shards:
+        loader.set_epoch(3)
+        batches = list(loader)
+        assert len(batches) == len(loader) == 2  # 5 aspect batches of 2 (the last of 1), 2 whole ones per rank
+        for batch in batches:
+            height, width = batch.images.shape[2:]
+            assert height % 32 == 0 and height <= width == 128  # no image is taller than wide
+            heights.append(height)
+            assert batch.targets.numel() and 0 <= batch.targets[:, 2:].min() and batch.targets[:, 2:].max() <= 1
+        seen += [path for batch in batches for path in batch.paths]
+    assert len(seen) == len(set(seen)) and min(heights) < 128

@@ -100,6 +100,7 @@ def test_resume_of_a_finished_run_is_refused(finished_run, capsys):
     (["--epochs", "0"], "--epochs"),
     (["--batch-size", "0"], "--batch-size"),
     (["--hyp", "BAD_HYP"], "unknown key 'lr_zero'"),
+    (["--rect", "--multi-scale"], "do not go together"),
 ])
 def test_bad_input_is_one_line_and_exit_2(data, tmp_path, capsys, flags, message):
     hyp = tmp_path / "bad_hyp.yaml"
@@ -117,8 +118,8 @@ def test_batch_that_does_not_divide_over_the_ranks(data, tmp_path, capsys, monke
     assert "does not divide over 2 ranks" in capsys.readouterr().err
 
 
-def test_single_class_trains_one_class(data, tmp_path):
-    assert train.main(train_args(data, tmp_path, "--single-cls", "--noval", epochs=1)) == 0
+def test_single_class_rect_training(data, tmp_path):
+    assert train.main(train_args(data, tmp_path, "--single-cls", "--rect", "--noval", epochs=1)) == 0
     model = load_checkpoint(tmp_path / "exp" / "weights" / "best.pt")["ema"]
     assert model["names"] == ["item"] and model["state_dict"]["model.24.m.0.bias"].shape[0] == 3 * 6
 
