@@ -15,6 +15,7 @@ from detect.data import Loader, build_train_loader, build_val_loader, load_data_
 from detect.data.augment_settings import AugmentSettings
 from detect.data.categories import is_coco
 from detect.data.device_batch import multi_scale_sizes
+from detect.data.loader import default_workers
 from detect.data.plots import plot_batch, plot_label_stats
 from detect.engine.checkpoint import load_checkpoint, save_checkpoint
 from detect.engine.distributed import (
@@ -130,7 +131,7 @@ class Trainer:
         self._build_step_parts()
         if self.context.is_main:
             self.val_loader = build_val_loader(self.data, "val", self.settings.imgsz, 2 * self.batch_per_rank,
-                                               self.settings.workers, stride=int(self.model.stride.max()),
+                                               self.workers, stride=int(self.model.stride.max()),
                                                pin_memory=self.backend.device.type != "cpu",
                                                single_class=self.settings.single_cls)
             self.evaluator = build_evaluator(self.val_loader.split)
@@ -144,6 +145,8 @@ class Trainer:
         if self.settings.batch_size % world:
             raise UserError(f"--batch-size {self.settings.batch_size} does not divide over {world} ranks")
         self.batch_per_rank = self.settings.batch_size // world
+        # As yolov5: no more loader workers per rank than its share of the cores, nor than its batch.
+        self.workers = min(self.settings.workers, default_workers(world), self.batch_per_rank)
 
     def _resume_payload(self) -> dict | None:
         """The checkpoint this run continues from (--resume, or the job's last.pt after an elastic restart); every
@@ -177,7 +180,7 @@ class Trainer:
             if self.context.is_main == turn:
                 loaders.append(build_train_loader(
                     self.data, AugmentSettings.from_hyp(self.hyp), self.settings.imgsz, self.batch_per_rank,
-                    self.settings.workers, self.settings.seed, rank=self.context.rank,
+                    self.workers, self.settings.seed, rank=self.context.rank,
                     world_size=self.context.world_size,
                     cache=self.settings.cache, pin_memory=self.backend.device.type != "cpu",
                     single_class=self.settings.single_cls, rect=self.settings.rect))
