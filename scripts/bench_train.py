@@ -121,6 +121,8 @@ def main() -> None:
     for mode, values in rates.items():
         print(f"{mode:>11}: {medians[mode]:6.1f} img/s (rounds: {', '.join(f'{v:.1f}' for v in values)})")
     print(f"end to end / model only: {medians['end to end'] / medians['model only']:.2f}")
+    print(f"peak memory: device {backend.memory_stats().peak_bytes / 1e9:.2f} GB, "
+          f"host {backends.host_memory_stats().peak_bytes / 1e9:.2f} GB")
 
 
 if __name__ == "__main__":
