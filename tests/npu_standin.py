@@ -115,11 +115,13 @@ def make_torch_npu() -> ModuleType:
         calls.append(("is_bf16_supported", (), {}))
         return module.bf16_supported
 
+    module.__version__ = "2.14.0"  # torch_npu/__init__.py re-exports torch_npu.version.__version__
     module.npu_nms_v4 = nms
     module.bf16_supported = True  # what is_bf16_supported() answers; a test may set False
     module.npu = SimpleNamespace(
         is_available=record("is_available", True),
         device_count=record("device_count", 1),
+        get_device_name=record("get_device_name", "Ascend910B3"),  # torch_npu/npu/__init__.py: get_device_name
         is_bf16_supported=is_bf16_supported,
         set_device=record("set_device"),
         set_compile_mode=record("set_compile_mode"),

@@ -1,0 +1,54 @@
+"""`python -m detect.doctor`: is this machine ready to train? Versions and whether they pair, devices, process-group
+backends and the environment variables that matter, then a verdict with hints. It only reads; no network.
+
+Exit code 0: ready (warnings allowed); 1: a problem (FAIL) was found; 2: bad flags.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from detect import cli
+from detect.backend.environment import FAIL, WARN, Check
+from detect.backend.probe import Diagnosis, diagnose
+
+
+def format_check(check: Check) -> str:
+    """`  STATUS topic  detail`, and the hint on a line of its own for warnings and failures."""
+    line = f"  {check.status:<5} {check.topic:<30} {check.detail}"
+    if check.hint and check.status in (WARN, FAIL):
+        line += f"\n  {'':<5} {'':<30} -> {check.hint}"
+    return line
+
+
+def verdict(diagnosis: Diagnosis) -> str:
+    """One line: ready or not, how many problems and warnings, and the device `--device auto` picks."""
+    failures = sum(check.status == FAIL for check in diagnosis.checks)
+    warnings = sum(check.status == WARN for check in diagnosis.checks)
+    if diagnosis.accelerators:
+        best = diagnosis.accelerators[0]
+        names = ", ".join(sorted(set(best.devices)))
+        group = f", {best.process_group} for several devices" if best.process_group else ", no process group"
+        picks = f"{best.kind} ({len(best.devices)} x {names}{group})"
+    else:
+        picks = "cpu (no accelerator usable; gloo for several processes)"
+    state = f"NOT READY: {failures} problem(s) marked FAIL" if failures else "ready"
+    return f"verdict: {state}, {warnings} warning(s); --device auto picks {picks}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = cli.ArgumentParser(prog="python -m detect.doctor", description=__doc__)
+    parser.parse_args(argv)
+
+    def body() -> int:
+        diagnosis = diagnose(os.environ)
+        print("\n".join(format_check(check) for check in diagnosis.checks))
+        print(verdict(diagnosis))
+        return 1 if any(check.status == FAIL for check in diagnosis.checks) else 0
+
+    return cli.run(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
