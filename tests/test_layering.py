@@ -148,4 +148,5 @@ def test_no_package_imports_upward_or_sideways(package):
 def test_nothing_imports_a_cli():
     clis = {name for name, floor in FLOORS.items() if floor == 5} - {"cli"}
     for path in sorted(PACKAGE.rglob("*.py")):
-        assert not _detect_imports(path) & clis, f"{path.relative_to(PACKAGE.parent)} imports a CLI"
+        own = {path.relative_to(PACKAGE).parts[0]}  # a package's modules may share code (the tools do)
+        assert not _detect_imports(path) & clis - own, f"{path.relative_to(PACKAGE.parent)} imports a CLI"

@@ -1,0 +1,103 @@
+"""`python -m detect.tools.compare`: the same seeded batch through the same model in two settings (device A vs B,
+fp32 vs AMP, or two checkpoints); per layer the output range and the max/mean absolute and relative difference,
+the first layer past the tolerance flagged; then the losses and each layer's gradients.
+
+    python -m detect.tools.compare --cfg yolov5s.yaml --device cpu                    # fp32 vs bf16 autocast
+    python -m detect.tools.compare --weights best.pt --device cpu --device-b npu:0    # CPU fp32 vs NPU fp32
+    python -m detect.tools.compare --weights a.pt --weights-b b.pt                    # two checkpoints
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from detect import cli
+from detect.errors import UserError
+from detect.tools.capture import Difference, capture, differences
+from detect.tools.workload import (
+    PRECISIONS,
+    add_model_flags,
+    add_npu_flags,
+    build_tool_model,
+    precision_name,
+    select_backend,
+    synthetic_batch,
+)
+
+HEADER = f"{'':<18} {'A min':>10} {'A max':>10} {'max|A-B|':>10} {'mean|A-B|':>10} {'rel max':>9} {'rel mean':>9}"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = cli.ArgumentParser(prog="python -m detect.tools.compare", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_flags(parser, imgsz=320, batch_size=2)
+    parser.add_argument("--weights-b", default=None, help="B's checkpoint (default: the same model as A)")
+    parser.add_argument("--device", default="auto", help="A's device")
+    parser.add_argument("--device-b", default=None, help="B's device (default: A's)")
+    parser.add_argument("--precision", default="fp32", choices=PRECISIONS, help="A's precision")
+    parser.add_argument("--precision-b", default=None, choices=PRECISIONS,
+                        help="B's precision (default: amp, the device's AMP dtype; A's with --weights-b)")
+    parser.add_argument("--tolerance", type=cli.unit_float, default=0.05,
+                        help="a layer drifts when mean|A-B| / mean|A| is past this")
+    parser.add_argument("--mode", default="train", choices=("train", "eval"),
+                        help="BatchNorm on batch statistics (train, as in training) or running ones (eval)")
+    add_npu_flags(parser)
+    return parser.parse_args(argv)
+
+
+def row(difference: Difference, flag: str = "") -> str:
+    """One table row; `flag` marks the first drifting layer."""
+    d = difference
+    return (f"{d.name:<18} {d.low:>10.4g} {d.high:>10.4g} {d.max_abs:>10.3g} {d.mean_abs:>10.3g} "
+            f"{d.max_rel:>9.3g} {d.mean_rel:>9.3g}{flag}")
+
+
+def first_drift(rows: list[Difference], tolerance: float) -> Difference | None:
+    """The first row past the tolerance, in the order given."""
+    return next((d for d in rows if d.drifts(tolerance)), None)
+
+
+def table(title: str, rows: list[Difference], first: Difference | None) -> str:
+    lines = [title, HEADER] + [row(d, "  <- first past the tolerance" if d is first else "") for d in rows]
+    return "\n".join(lines)
+
+
+def report(outputs: list[Difference], losses: list[Difference], gradients: list[Difference], tolerance: float) -> str:
+    """The three tables and a one-line summary of where B first leaves A."""
+    first_output = first_drift(outputs, tolerance)
+    first_gradient = first_drift(gradients[::-1], tolerance)  # gradients flow from the head back to the input
+    where = [first.name if first else "none" for first in (first_output, first_gradient)]
+    return "\n\n".join([table("layer outputs", outputs, first_output), table("losses", losses, None),
+                        table("gradients", gradients, first_gradient),
+                        f"first past {tolerance}: outputs {where[0]}; gradients (from the head) {where[1]}"])
+
+
+def run(args: argparse.Namespace) -> str:
+    precision_b = args.precision_b or (args.precision if args.weights_b else "amp")
+    backend_a = select_backend(args.device, args.precision, args)
+    backend_b = select_backend(args.device_b or args.device, precision_b, args)
+    model_a = build_tool_model(args.cfg, args.weights, args.nc, args.seed)
+    model_b = build_tool_model(args.cfg, args.weights_b, args.nc, args.seed) if args.weights_b else model_a
+    if model_b.nc != model_a.nc or [p.shape for p in model_a.parameters()] != [p.shape for p in model_b.parameters()]:
+        raise UserError(f"{args.weights} and {args.weights_b} hold different architectures: nothing to compare")
+    batch = synthetic_batch(args.batch_size, args.imgsz, model_a.nc, args.seed)
+    header = (f"A: {backend_a.device} {precision_name(backend_a)} {args.weights or args.cfg} | B: {backend_b.device} "
+              f"{precision_name(backend_b)} {args.weights_b or args.weights or args.cfg} | {args.mode} mode, seeded "
+              f"batch {args.batch_size} x {args.imgsz} px")
+    a = capture(model_a, batch, backend_a, args.imgsz, train=args.mode == "train")
+    b = capture(model_b, batch, backend_b, args.imgsz, train=args.mode == "train")
+    return header + "\n\n" + report(*differences(a, b), args.tolerance)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+
+    def body() -> None:
+        print(run(args))
+
+    return cli.run(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
