@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import platform
 import random
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import ClassVar
 
@@ -91,6 +93,16 @@ class Backend:
     def synchronize(self) -> None:
         """Wait until queued device work has finished."""
 
+    def device_name(self) -> str:
+        """The device's model name, e.g. the CPU's "model name" (for benchmark tables)."""
+        try:
+            for line in Path("/proc/cpuinfo").read_text().splitlines():  # Linux
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+        except OSError:
+            pass
+        return platform.processor() or platform.machine()
+
     # --- memory -----------------------------------------------------------------------------------
     def memory_stats(self) -> MemoryStats:
         """Current and peak memory of this device, in bytes."""
@@ -166,6 +178,10 @@ class AcceleratorBackend(Backend):
     def synchronize(self) -> None:
         """Wait for this device's queued work."""
         self.runtime.synchronize()
+
+    def device_name(self) -> str:
+        """The device's model name as its runtime reports it."""
+        return str(self.runtime.get_device_name(self.device.index or 0))
 
     def memory_stats(self) -> MemoryStats:
         """Bytes held by tensors on this device now and at peak (the caching allocator's view)."""

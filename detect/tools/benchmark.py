@@ -1,0 +1,164 @@
+"""`python -m detect.tools.benchmark`: train img/s (fp32 and AMP), inference img/s, peak memory and an epoch-time
+estimate for one model, image size and batch on this device; prints the migration table and writes JSON, so that
+CPU, GPU and NPU runs can be put side by side with --compare.
+
+    python -m detect.tools.benchmark --cfg yolov5s.yaml --imgsz 640 --batch-size 16 --device auto
+    python -m detect.tools.benchmark --compare runs/benchmark/cpu_yolov5s_640_16.json runs/benchmark/npu_yolov5s_640_16.json
+
+Rates are model-only (one fixed synthetic batch on the device; no data loading, no NMS).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import sys
+from pathlib import Path
+
+import torch
+import torchvision
+
+import detect
+from detect import cli
+from detect.errors import UserError
+from detect.tools.throughput import Measurement, measure_inference, measure_train
+from detect.tools.workload import add_model_flags, add_npu_flags, build_tool_model, select_backend, synthetic_batch
+
+SCHEMA = 1
+COCO_TRAIN_IMAGES, COCO_VAL_IMAGES = 118_287, 5_000  # COCO 2017 train and val
+FIELDS = ("tool", "schema", "created", "device", "device_name", "versions", "model", "parameters", "imgsz",
+          "batch_size", "warmup", "steps", "train_images", "val_images", "threads", "rows")
+ROW_FIELDS = ("config", "mode", "precision", "img_per_s", "memory_gb", "epoch_seconds")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = cli.ArgumentParser(prog="python -m detect.tools.benchmark", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_flags(parser, imgsz=640, batch_size=16)
+    parser.add_argument("--device", default="auto", help="the device to measure")
+    parser.add_argument("--warmup", type=cli.non_negative_int, default=3, help="untimed steps per phase")
+    parser.add_argument("--steps", type=cli.positive_int, default=10, help="timed steps per phase")
+    parser.add_argument("--train-images", type=cli.positive_int, default=COCO_TRAIN_IMAGES,
+                        help="images per training epoch, for the time estimate (default: COCO train2017)")
+    parser.add_argument("--val-images", type=cli.positive_int, default=COCO_VAL_IMAGES,
+                        help="images per validation pass, for the time estimate (default: COCO val2017)")
+    parser.add_argument("--json", default=None, help="where to write the results (default: runs/benchmark/"
+                                                     "<device>_<model>_<imgsz>_<batch>.json)")
+    parser.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"), default=None,
+                        help="print B's ratios to A for two earlier results instead of measuring")
+    add_npu_flags(parser)
+    return parser.parse_args(argv)
+
+
+def row(measurement: Measurement, images: int) -> dict:
+    """One table row: config (e.g. "train amp"), its numbers, and the time `images` images take at that rate."""
+    config = f"{measurement.mode} {'amp' if measurement.amp else 'fp32'}"
+    return {"config": config, "mode": measurement.mode, "precision": measurement.precision,
+            "img_per_s": round(measurement.img_per_s, 2), "memory_gb": round(measurement.peak_memory_bytes / 1e9, 3),
+            "epoch_seconds": round(images / measurement.img_per_s, 1)}
+
+
+def measure(args: argparse.Namespace) -> dict:
+    """Every phase on this device; the result as the JSON document."""
+    model = build_tool_model(args.cfg, args.weights, args.nc, args.seed)
+    batch = synthetic_batch(args.batch_size, args.imgsz, model.nc, args.seed)
+    rows = []
+    for precision in ("fp32", "amp"):
+        backend = select_backend(args.device, precision, args)
+        rows.append(row(measure_train(model, batch, backend, args.imgsz, args.warmup, args.steps), args.train_images))
+        rows.append(row(measure_inference(model, batch, backend, args.warmup, args.steps), args.val_images))
+    return {
+        "tool": "detect.tools.benchmark", "schema": SCHEMA,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": str(backend.device), "device_name": backend.device_name(),
+        "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                     "torchvision": torchvision.__version__, "detect": detect.__version__},
+        "model": args.weights or args.cfg, "parameters": sum(p.numel() for p in model.parameters()),
+        "imgsz": args.imgsz, "batch_size": args.batch_size, "warmup": args.warmup, "steps": args.steps,
+        "train_images": args.train_images, "val_images": args.val_images, "threads": torch.get_num_threads(),
+        "rows": sorted(rows, key=lambda item: item["mode"] != "train"),
+    }
+
+
+def label(item: dict) -> str:
+    """A row's config, with the AMP dtype: "train fp32", "train amp (bf16)"."""
+    return item["config"] if item["precision"] == "fp32" else f"{item['config']} ({item['precision']})"
+
+
+def _clock(seconds: float) -> str:
+    minutes, second = divmod(round(seconds), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{second:02d}"
+
+
+def table(result: dict) -> str:
+    """The migration write-up's table: config | throughput img/s | memory GB | time."""
+    title = (f"{result['model']} at {result['imgsz']} px, batch {result['batch_size']}, on {result['device']} "
+             f"({result['device_name']})")
+    lines = [title, "| config | throughput img/s | memory GB | time |", "|---|---:|---:|---:|"]
+    for item in result["rows"]:
+        images = result["train_images"] if item["mode"] == "train" else result["val_images"]
+        what = "per epoch" if item["mode"] == "train" else "per val pass"
+        lines.append(f"| {label(item)} | {item['img_per_s']:.1f} | {item['memory_gb']:.2f} | "
+                     f"{_clock(item['epoch_seconds'])} {what} of {images} images |")
+    return "\n".join(lines)
+
+
+def load_result(path: str) -> dict:
+    """A benchmark JSON with every field, else one UserError line naming the file and what is wrong."""
+    try:
+        result = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as error:
+        raise UserError(f"{path}: not a readable benchmark JSON ({type(error).__name__}: {error})") from None
+    missing = [field for field in FIELDS if field not in result] + [
+        f"rows[].{field}" for item in result.get("rows", []) for field in ROW_FIELDS if field not in item]
+    if missing:
+        raise UserError(f"{path}: not a benchmark result of this tool (missing {', '.join(missing[:3])})")
+    return result
+
+
+def ratios(first: dict, second: dict) -> str:
+    """B's rates, memory and times relative to A's, for the configs both measured."""
+    lines = [f"A: {first['device']} ({first['device_name']})  B: {second['device']} ({second['device_name']})"]
+    workload = ("model", "imgsz", "batch_size")
+    if any(first[key] != second[key] for key in workload):
+        lines.append("note: not the same workload (" + ", ".join(f"{key} {first[key]} vs {second[key]}"
+                                                                   for key in workload) + ")")
+    lines += ["| config | A img/s | B img/s | B/A speed | A GB | B GB | B/A memory |", "|---|---:|---:|---:|---:|---:|---:|"]
+    theirs = {item["config"]: item for item in second["rows"]}
+    for a in first["rows"]:
+        b = theirs.get(a["config"])
+        if b is not None:
+            memory = f"{b['memory_gb'] / a['memory_gb']:.2f}x" if a["memory_gb"] else "-"
+            config = a["config"] if a["precision"] == "fp32" else f"{a['config']} ({a['precision']} vs {b['precision']})"
+            lines.append(f"| {config} | {a['img_per_s']:.1f} | "
+                         f"{b['img_per_s']:.1f} | {b['img_per_s'] / a['img_per_s']:.2f}x | {a['memory_gb']:.2f} | "
+                         f"{b['memory_gb']:.2f} | {memory} |")
+    return "\n".join(lines)
+
+
+def default_json(result: dict, args: argparse.Namespace) -> Path:
+    kind = result["device"].split(":")[0]
+    return Path("runs/benchmark") / f"{kind}_{Path(args.weights or args.cfg).stem}_{args.imgsz}_{args.batch_size}.json"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+
+    def body() -> None:
+        if args.compare:
+            print(ratios(*(load_result(path) for path in args.compare)))
+            return
+        result = measure(args)
+        path = Path(args.json) if args.json else default_json(result, args)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=2) + "\n")
+        print(table(result))
+        print(f"written to {path}")
+
+    return cli.run(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""Model-only throughput on one fixed batch already on the device: the trainer's training step (forward, loss,
+scaled backward, unscale -> clip -> step -> EMA every `accumulate` batches) and inference (fused, eval mode)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+
+import torch
+
+from detect import backend as backends
+from detect.config import load_hyp
+from detect.data.batch import Batch
+from detect.data.device_batch import to_device_batch
+from detect.engine.distributed import DistContext
+from detect.engine.ema import ModelEMA
+from detect.engine.optim import OptimSettings, accumulate_steps, build_optimizer, lr_lambda
+from detect.engine.train_loop import StepParts, optimizer_step
+from detect.models import DetectionModel
+from detect.tools.workload import build_criterion, precision_name
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    """One timed phase: images per second and the device's peak memory (the process's peak RSS on the CPU)."""
+
+    mode: str  # train | inference
+    precision: str  # fp32 | fp16 | bf16
+    amp: bool
+    img_per_s: float
+    peak_memory_bytes: int
+
+
+def _device_images(batch: Batch, backend: backends.Backend) -> tuple[torch.Tensor, torch.Tensor]:
+    device_batch = to_device_batch(batch, backend)
+    images = device_batch.images
+    if backend.channels_last:
+        images = images.contiguous(memory_format=torch.channels_last)
+    return images, device_batch.padded_targets
+
+
+def _prepared(model: DetectionModel, backend: backends.Backend) -> DetectionModel:
+    model = copy.deepcopy(model).to(backend.device)
+    return model.to(memory_format=torch.channels_last) if backend.channels_last else model
+
+
+def _step_parts(model: DetectionModel, backend: backends.Backend, imgsz: int, batch_size: int) -> StepParts:
+    """The trainer's step parts for one process with yolov5's default hyp, past warmup."""
+    hyp = load_hyp()
+    settings = OptimSettings.from_hyp(hyp)
+    return StepParts(
+        model=model, criterion=build_criterion(model, imgsz), optimizer=build_optimizer(model, settings, batch_size),
+        scaler=backend.grad_scaler(init_scale=hyp.amp_init_scale, growth_factor=hyp.amp_growth_factor,
+                                   growth_interval=hyp.amp_growth_interval),
+        ema=ModelEMA(model), backend=backend, context=DistContext(), optim_settings=settings,
+        global_batch=batch_size, warmup_iterations=0, lr_factor=lr_lambda(settings, 1), multi_scale_sizes=None,
+        seed=0, channels_last=backend.channels_last)
+
+
+def _timed(backend: backends.Backend, run, warmup: int, steps: int, batch_size: int) -> tuple[float, int]:
+    """(images per second over `steps` calls of run(step) after `warmup` untimed ones, peak memory bytes)."""
+    backend.empty_cache()
+    backend.reset_peak_memory()
+    for step in range(warmup):
+        run(step)
+    backend.synchronize()
+    started = time.perf_counter()
+    for step in range(warmup, warmup + steps):
+        run(step)
+    backend.synchronize()
+    return steps * batch_size / (time.perf_counter() - started), backend.memory_stats().peak_bytes
+
+
+def measure_train(model: DetectionModel, batch: Batch, backend: backends.Backend, imgsz: int, warmup: int,
+                  steps: int) -> Measurement:
+    """Training steps on the batch: model only, the data loader excluded."""
+    parts = _step_parts(_prepared(model, backend).train(), backend, imgsz, len(batch))
+    images, targets = _device_images(batch, backend)
+    accumulate = accumulate_steps(len(batch))
+
+    def step(index: int) -> None:
+        with backend.autocast():
+            loss, _ = parts.criterion(parts.model(images), targets)
+        parts.scaler.scale(loss).backward()
+        if (index + 1) % accumulate == 0:  # nominal batch 64, as in training (YOLOV5-FACTS.md)
+            optimizer_step(parts)
+
+    rate, peak = _timed(backend, step, warmup, steps, len(batch))
+    return Measurement("train", precision_name(backend), backend.amp_enabled, rate, peak)
+
+
+def measure_inference(model: DetectionModel, batch: Batch, backend: backends.Backend, warmup: int,
+                      steps: int) -> Measurement:
+    """Forward passes of the fused model in eval mode (NMS excluded)."""
+    fused = _prepared(model, backend).eval().fuse()
+    images, _ = _device_images(batch, backend)
+
+    def step(index: int) -> None:
+        with torch.inference_mode(), backend.autocast():
+            fused(images)
+
+    rate, peak = _timed(backend, step, warmup, steps, len(batch))
+    return Measurement("inference", precision_name(backend), backend.amp_enabled, rate, peak)
