@@ -53,11 +53,20 @@ def unit_float(text: str) -> float:
     return _parse(text, float, "a number in [0, 1]", lambda value: 0 <= value <= 1)
 
 
+def user_message(error: UserError) -> str:
+    """The one line of a UserError; one re-raised by a DataLoader worker carries the worker's traceback, whose
+    last line is the original error."""
+    text = str(error).strip()
+    if "Original Traceback" in text:
+        text = text.splitlines()[-1].removeprefix(f"{type(error).__module__}.{type(error).__name__}: ")
+    return text
+
+
 def run(main: Callable[[], int | None]) -> int:
     """Run a CLI body; a UserError becomes one line on stderr and exit code 2."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         return main() or 0
     except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {user_message(error)}", file=sys.stderr)
         return 2

@@ -14,31 +14,33 @@ from detect.engine.trainer import Trainer
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m detect.train", description=__doc__)
+    parser = cli.ArgumentParser(prog="python -m detect.train", description=__doc__)
     add = parser.add_argument
     add("--cfg", default=None, help="model yaml: a bare name in configs/models/ or a path (from scratch)")
     add("--weights", default=None, help="initial weights: ours or an ultralytics/yolov5 .pt (fine-tuning)")
     add("--data", default="shapes.yaml", help="data yaml (default: the built-in shapes dataset)")
     add("--hyp", default="scratch-low.yaml", help="hyper-parameter yaml: a bare name in configs/hyps/ or a path")
-    add("--epochs", type=int, default=100)
-    add("--batch-size", type=int, default=16, help="total batch size over all ranks")
-    add("--imgsz", "--img", "--img-size", type=int, default=640, help="train and val image size, pixels")
+    add("--epochs", type=cli.positive_int, default=100)
+    add("--batch-size", type=cli.positive_int, default=16, help="total batch size over all ranks")
+    add("--imgsz", "--img", "--img-size", type=cli.positive_int, default=640, help="train and val image size")
     add("--device", default=None, help=backends.SPEC_HELP + " (default auto; under torchrun the index is LOCAL_RANK)")
-    add("--workers", type=int, default=None, help="data loader workers per rank (default 8)")
+    add("--workers", type=cli.non_negative_int, default=None, help="data loader workers per rank (default 8)")
     add("--project", default="runs/train", help="runs go to project/name")
     add("--name", default="exp")
     add("--exist-ok", action="store_true", help="reuse project/name instead of a new one")
     add("--resume", nargs="?", const=True, default=False,
         help="continue the latest run of --project, or the given last.pt, exactly where it stopped")
-    add("--seed", type=int, default=0, help="global seed (data order, augmentation, initial weights)")
+    add("--seed", type=cli.non_negative_int, default=0, help="seed of the data order, augmentation and init")
     add("--noval", action="store_true", help="validate only after the final epoch")
     add("--nosave", action="store_true", help="save only the final checkpoint")
     add("--noautoanchor", action="store_true", help="keep the model's anchors (no AutoAnchor check)")
-    add("--patience", type=int, default=100, help="stop after this many epochs without improvement (0: never)")
-    add("--freeze", type=int, nargs="+", default=[0], help="freeze the first N layers, or the listed layers")
+    add("--patience", type=cli.non_negative_int, default=100,
+        help="stop after this many epochs without improvement (0: never)")
+    add("--freeze", type=cli.non_negative_int, nargs="+", default=[0],
+        help="freeze the first N layers, or the listed layers")
     add("--save-period", type=int, default=-1, help="also save weights/epoch<N>.pt every N epochs")
     add("--cos-lr", action="store_true", help="cosine learning-rate schedule (default linear)")
-    add("--label-smoothing", type=float, default=0.0)
+    add("--label-smoothing", type=cli.unit_float, default=0.0)
     add("--multi-scale", action="store_true", help="vary the image size per batch over a fixed set of sizes")
     add("--sync-bn", action="store_true", help="synchronised BatchNorm across ranks (accelerators, DDP only)")
     add("--optimizer", default="SGD", choices=("SGD", "Adam", "AdamW"))

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 
 import pytest
+import torch
 
 from detect import cli
 from detect.data.__main__ import main as data_main
+from detect.errors import UserError
 from detect.models.__main__ import main as models_main
 
 
@@ -47,3 +49,17 @@ def test_models_and_data_clis_check_ranges_first(capsys, main, argv, message) ->
         main(argv)
     assert stopped.value.code == 2
     assert capsys.readouterr().err == f"error: {message}\n"
+
+
+class _Unreadable(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, index: int):
+        raise UserError("10 images in a row could not be read (the last: x.jpg)")
+
+
+def test_a_user_error_from_a_loader_worker_is_still_one_line(capsys) -> None:
+    loader = torch.utils.data.DataLoader(_Unreadable(), num_workers=1)
+    assert cli.run(lambda: list(loader)) == 2
+    assert capsys.readouterr().err == "error: 10 images in a row could not be read (the last: x.jpg)\n"

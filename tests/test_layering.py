@@ -36,9 +36,7 @@ def device_literals(source: str) -> list[tuple[int, str]]:
     skip = _docstring_lines(source)
     found = []
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
-        if token.type == tokenize.NAME and token.string in FORBIDDEN_NAMES:
-            found.append((token.start[0], token.string))
-        elif token.type in STRING_TYPES and token.start[0] not in skip and FORBIDDEN_IN_STRINGS.search(token.string):
+        if token.type == tokenize.NAME and token.string in FORBIDDEN_NAMES or token.type in STRING_TYPES and token.start[0] not in skip and FORBIDDEN_IN_STRINGS.search(token.string):
             found.append((token.start[0], token.string))
     return found
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from detect.config import from_mapping, read_yaml, resolve_config
 from detect.errors import ConfigError
@@ -15,7 +15,7 @@ class ConvArgs:
     channels: int
     kernel: int = 1
     stride: int = 1
-    padding: Union[int, None] = None
+    padding: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)

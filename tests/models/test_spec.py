@@ -3,9 +3,9 @@
 import pytest
 import yaml
 
+from detect.config import CONFIGS_DIR
 from detect.errors import ConfigError
 from detect.models import build_model
-from detect.config import CONFIGS_DIR
 
 
 def write_variant(tmp_path, edit):
