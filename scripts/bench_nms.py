@@ -67,13 +67,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--worst-case-batch-sizes", type=int, nargs="*", default=[1, 8],
-                        help="batch sizes for the worst case (about 1.7 s per image)")  # fmt: skip
+                        help="batch sizes for the worst case (about 1.7 s per image)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     generator = torch.Generator().manual_seed(args.seed)
     load = os.getloadavg()[0]  # other work on the machine inflates the medians; min is the steadier figure
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU, torchvision.ops.nms kernel, "
-          f"load average {load:.2f} on {os.cpu_count()} cores")  # fmt: skip
+          f"load average {load:.2f} on {os.cpu_count()} cores")
     columns = f"{'images':>6} | {'scores':<10} | {'candidates/img':>14} | {'median ms':>9} | {'ms/image':>8}"
     print(f"{columns} | {'min ms':>8}")
     print("-" * 72)
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             median = statistics.median(times)
             label = "worst case" if worst_case else "realistic"
             print(f"{batch_size:>6} | {label:<10} | {count:>14,.0f} | {median:>9.1f} | {median / batch_size:>8.2f} | "
-                  f"{min(times):>8.1f}")  # fmt: skip
+                  f"{min(times):>8.1f}")
     return 0
 
 

@@ -62,6 +62,6 @@ def plot_confusion_matrix(
     if len(labels) < 30:  # numbers in cells are readable only for small matrices
         for row, column in zip(*np.nonzero(values)):
             axes.text(column, row, f"{values[row, column]:.2f}" if normalize else str(int(values[row, column])),
-                      ha="center", va="center", fontsize=7)  # fmt: skip
+                      ha="center", va="center", fontsize=7)
     axes.set(xlabel="True", ylabel="Predicted", title="Confusion matrix" + (" (normalised)" if normalize else ""))
     return save_figure(figure, path)
