@@ -110,7 +110,11 @@ class Trainer:
         self._check_batch_size()
         if self.settings.cfg is None and self.settings.weights is None:
             raise UserError("give a model: --cfg yolov5s.yaml (from scratch) and/or --weights FILE (fine-tune)")
+        self.data = load_data_config(self.settings.data)  # bad yamls stop here, before any folder is made
+        self.hyp = self._hyp(payload)
         self.backend = select_backend(self.settings, self.context)
+        if self.settings.sync_bn and self.backend.device.type == "cpu":
+            raise UserError("--sync-bn needs GPUs or NPUs: torch's SyncBatchNorm does not run on the CPU")
         self.backend.set_device()
         init_process_group(self.context, self.backend.distributed_backend, self.settings.dist_timeout)
         resumed_epoch = payload["progress"]["epoch"] if payload is not None else -1
@@ -119,8 +123,6 @@ class Trainer:
                             "folder (shared storage)")
         self.backend.seed(self.settings.seed + self.context.rank)
         self.files = RunFiles.open(self.settings, self.context, resume=payload is not None)
-        self.data = load_data_config(self.settings.data)
-        self.hyp = self._hyp(payload)
         self.train_loader = self._train_loader()
         self._build_model(payload)
         self._build_optimization()
@@ -201,6 +203,8 @@ class Trainer:
         if payload is None and self.context.is_main and not settings.noautoanchor:
             autoanchor(model, self.train_loader.records, settings.imgsz, self.hyp.anchor_t, settings.seed)
         self.train_model = model
+        if settings.sync_bn and not self.context.distributed:
+            LOGGER.warning("--sync-bn does nothing in a single process (launch with torchrun)")
         if self.context.distributed:
             if settings.sync_bn:
                 self.train_model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
@@ -263,6 +267,7 @@ class Trainer:
     def end_epoch(self, epoch: int, stats: EpochStats, metrics: Metrics | None) -> None:
         """Gather problems, log the epoch's row, save last/best/periodic checkpoints (rank 0 writes)."""
         problems = gather_objects(self.context, stats.problems)
+        self.progress.epoch = epoch + 1
         if not self.context.is_main:
             return
         for rank_problems in problems:
@@ -270,7 +275,6 @@ class Trainer:
         fitness = metrics.fitness if metrics is not None else 0.0
         if fitness >= self.progress.best_fitness:  # ties go to the later epoch (YOLOV5-FACTS.md)
             self.progress.best_fitness, self.progress.best_epoch = fitness, epoch
-        self.progress.epoch = epoch + 1
         device_peak = None if self.backend.device.type == "cpu" else self.backend.memory_stats().peak_bytes
         row = epoch_row(epoch, stats, metrics, backends.host_memory_stats().peak_bytes, device_peak)
         self.results.add(row)

@@ -101,6 +101,7 @@ def test_resume_of_a_finished_run_is_refused(finished_run, capsys):
     (["--batch-size", "0"], "--batch-size"),
     (["--hyp", "BAD_HYP"], "unknown key 'lr_zero'"),
     (["--rect", "--multi-scale"], "do not go together"),
+    (["--sync-bn"], "--sync-bn needs GPUs or NPUs"),
 ])
 def test_bad_input_is_one_line_and_exit_2(data, tmp_path, capsys, flags, message):
     hyp = tmp_path / "bad_hyp.yaml"
@@ -113,6 +114,7 @@ def test_bad_input_is_one_line_and_exit_2(data, tmp_path, capsys, flags, message
     assert code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "exp").exists()  # stopped before making a run folder
 
 
 def test_batch_that_does_not_divide_over_the_ranks(data, tmp_path, capsys, monkeypatch):
