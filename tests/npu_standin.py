@@ -16,7 +16,12 @@ Use it with pytest's monkeypatch fixture, which undoes the sys.modules change af
 
 from __future__ import annotations
 
+import enum
+import json
+import os
+import socket
 import sys
+import time
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -93,6 +98,73 @@ class Hf32Flag:
         self._allow_hf32 = value
 
 
+class ProfilerActivity(enum.Enum):
+    """torch_npu.profiler.ProfilerActivity (compiled, torch_npu._C._profiler): CPU and NPU (NPU.md §2.7)."""
+
+    CPU = 0
+    NPU = 1
+
+
+class ExperimentalConfig:
+    """torch_npu.profiler._ExperimentalConfig's signature (profiler/experimental_config.py, 2.14.0)."""
+
+    def __init__(self, profiler_level: str = "Level0", aic_metrics: str = "ACL_AICORE_PIPE_UTILIZATION",
+                 l2_cache: bool = False, msprof_tx: bool = False, mstx: bool = False, data_simplification: bool = True,
+                 record_op_args: bool = False, op_attr: bool = False, gc_detect_threshold: float | None = None,
+                 export_type: str | list = "text", host_sys: list | None = None,
+                 mstx_domain_include: list | None = None, mstx_domain_exclude: list | None = None,
+                 sys_io: bool = False, sys_interconnection: bool = False) -> None:
+        self.profiler_level, self.aic_metrics, self.export_type = profiler_level, aic_metrics, export_type
+
+
+class Schedule:
+    """torch_npu.profiler.schedule: note the positional order (wait, active, warmup, ...), unlike torch's."""
+
+    def __init__(self, wait: int, active: int, warmup: int = 0, repeat: int = 0, skip_first: int = 0,
+                 skip_first_wait: int = 0) -> None:
+        self.wait, self.active, self.warmup, self.repeat, self.skip_first = wait, active, warmup, repeat, skip_first
+
+
+class TraceHandler:
+    """What tensorboard_trace_handler returns: at trace-ready it writes the layout torch_npu writes,
+    <dir>/<worker>_<time>_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json, a bare list of events whose torch ranges
+    are all cpu_op and whose ts is a string (torch_npu 2.14.0: _profiler_path_creator.py, _trace_event_manager.py)."""
+
+    def __init__(self, dir_name: str | None = None, worker_name: str | None = None, analyse_flag: bool = True,
+                 async_mode: bool = False) -> None:
+        self.folder = Path(dir_name or ".")
+        self.worker = worker_name or f"{socket.gethostname()}_{os.getpid()}"
+
+    def __call__(self, profile: torch.profiler.profile) -> None:
+        output = self.folder / f"{self.worker}_{time.strftime('%Y%m%d%H%M%S')}000_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+        output.mkdir(parents=True)
+        profile.export_chrome_trace(str(output / "torch.json"))
+        events = json.loads((output / "torch.json").read_text())["traceEvents"]
+        (output / "torch.json").unlink()
+        converted = [{**event, "cat": "cpu_op", "ts": str(event["ts"])} for event in events
+                     if event.get("ph") == "X" and event.get("cat") in ("cpu_op", "user_annotation")]
+        (output / "trace_view.json").write_text(json.dumps(converted))
+
+
+def profile(*, activities: list | None = None, schedule: Schedule | None = None,
+            on_trace_ready: TraceHandler | None = None, record_shapes: bool = False, profile_memory: bool = False,
+            with_stack: bool = False, with_flops: bool = False, with_modules: bool = False,
+            experimental_config: ExperimentalConfig | None = None, execution_trace_observer: Any = None,
+            custom_trace_id_callback: Any = None, use_cuda: bool | None = None) -> torch.profiler.profile:
+    """torch_npu.profiler.profile's keyword-only signature; records host activity with torch's profiler."""
+    _require(all(isinstance(activity, ProfilerActivity) for activity in activities or []),
+             "activities must be torch_npu.profiler.ProfilerActivity members")
+    _require(isinstance(schedule, Schedule), "schedule must come from torch_npu.profiler.schedule")
+    _require(isinstance(on_trace_ready, TraceHandler), "on_trace_ready must be torch_npu's tensorboard_trace_handler")
+    _require(experimental_config is None or isinstance(experimental_config, ExperimentalConfig),
+             "experimental_config must be a torch_npu.profiler._ExperimentalConfig")
+    return torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        schedule=torch.profiler.schedule(wait=schedule.wait, warmup=schedule.warmup, active=schedule.active,
+                                         repeat=schedule.repeat, skip_first=schedule.skip_first),
+        on_trace_ready=on_trace_ready, record_shapes=record_shapes)
+
+
 def make_torch_npu() -> ModuleType:
     """A fresh fake torch_npu; `.calls` records (name, args, kwargs) of each npu.* call and of npu_nms_v4."""
     calls: list[tuple[Any, ...]] = []
@@ -138,6 +210,14 @@ def make_torch_npu() -> ModuleType:
         matmul=Hf32Flag(False),
         amp=SimpleNamespace(GradScaler=GradScaler),
     )
+    module.profiler = ModuleType("torch_npu.profiler")  # a subpackage: install() registers it in sys.modules
+    vars(module.profiler).update(
+        profile=profile, schedule=Schedule, tensorboard_trace_handler=TraceHandler, ProfilerActivity=ProfilerActivity,
+        _ExperimentalConfig=ExperimentalConfig,
+        ProfilerLevel=SimpleNamespace(Level0="Level0", Level1="Level1", Level2="Level2", Level_none="Level_none"),
+        AiCMetrics=SimpleNamespace(PipeUtilization="ACL_AICORE_PIPE_UTILIZATION", AiCoreNone="ACL_AICORE_NONE"),
+        ExportType=SimpleNamespace(Db="db", Text="text"),
+    )
     module.calls = calls
     return module
 
@@ -146,6 +226,7 @@ def install(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     """Put a fresh stand-in at sys.modules['torch_npu'] for the current test; returns it."""
     module = make_torch_npu()
     monkeypatch.setitem(sys.modules, "torch_npu", module)
+    monkeypatch.setitem(sys.modules, "torch_npu.profiler", module.profiler)
     return module
 
 

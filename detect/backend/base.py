@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 import torchvision
 
+from detect.backend.profiler import ProfileSchedule
 from detect.errors import UserError
 
 # Names a user may give for the AMP dtype.
@@ -140,6 +141,21 @@ class Backend:
     def _fp16_scaler(self, **settings: float) -> torch.amp.GradScaler:
         """The device's dynamic loss scaler for fp16 AMP, built with grad_scaler's settings."""
         raise NotImplementedError
+
+    # --- profiling --------------------------------------------------------------------------------
+    def profiler(self, trace_dir: Path, schedule: ProfileSchedule) -> contextlib.AbstractContextManager:
+        """A profiler context; call .step() once per training step. It records `schedule`'s active steps and
+        writes a Chrome trace (Perfetto, TensorBoard) into trace_dir (detect/backend/profiler.py reads it)."""
+        return torch.profiler.profile(
+            activities=self._profiler_activities(),
+            schedule=torch.profiler.schedule(wait=schedule.wait, warmup=schedule.warmup, active=schedule.active,
+                                             repeat=1),
+            on_trace_ready=torch.profiler.tensorboard_trace_handler(str(trace_dir)),
+            record_shapes=True)
+
+    def _profiler_activities(self) -> list[torch.profiler.ProfilerActivity]:
+        """What torch.profiler records on this device."""
+        return [torch.profiler.ProfilerActivity.CPU]
 
     # --- ops --------------------------------------------------------------------------------------
     def resize(self, images: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:

@@ -34,3 +34,6 @@ class CudaBackend(AcceleratorBackend):
 
     def _fp16_scaler(self, **settings: float) -> torch.amp.GradScaler:
         return torch.amp.GradScaler("cuda", **settings)
+
+    def _profiler_activities(self) -> list[torch.profiler.ProfilerActivity]:
+        return [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]

@@ -5,14 +5,18 @@ Every torch_npu name used here is checked against the 2.14.0 wheel in docs/NPU.m
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import importlib.util
 import logging
+from pathlib import Path
 from types import ModuleType
 
 import torch
 import torch.nn.functional as F
 
 from detect.backend.base import AcceleratorBackend, BackendUnavailable
+from detect.backend.profiler import ProfileSchedule
 
 LOGGER = logging.getLogger(__name__)
 
@@ -109,6 +113,20 @@ class NpuBackend(AcceleratorBackend):
     def _fp16_scaler(self, **settings: float) -> torch.amp.GradScaler:
         # torch_npu's own scaler, dynamic by default (NPU.md §1 #3, §2.2); torch.amp.GradScaler("npu") is unverified.
         return self.runtime.amp.GradScaler(**settings)
+
+    def profiler(self, trace_dir: Path, schedule: ProfileSchedule) -> contextlib.AbstractContextManager:
+        """torch_npu's profiler (NPU.md §1 #8, §2.7): host and NPU activity, Level1 with AI Core pipe utilisation;
+        it writes <trace_dir>/<worker>_<time>_ascend_pt/ASCEND_PROFILER_OUTPUT/ (trace_view.json and CSVs)."""
+        profiler = importlib.import_module("torch_npu.profiler")  # a subpackage: imported, not assumed loaded
+        settings = profiler._ExperimentalConfig(  # the real, underscored name torch_npu exports (NPU.md §2.7)
+            profiler_level=profiler.ProfilerLevel.Level1, aic_metrics=profiler.AiCMetrics.PipeUtilization,
+            export_type=profiler.ExportType.Text)
+        return profiler.profile(
+            activities=[profiler.ProfilerActivity.CPU, profiler.ProfilerActivity.NPU],
+            # torch_npu's schedule takes (wait, active, warmup, ...) in that order: keywords only (NPU.md §1 #8).
+            schedule=profiler.schedule(wait=schedule.wait, warmup=schedule.warmup, active=schedule.active, repeat=1),
+            on_trace_ready=profiler.tensorboard_trace_handler(str(trace_dir)),
+            record_shapes=True, experimental_config=settings)
 
     def nms(self, boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torch.Tensor:
         """Indices (int64, decreasing score) kept by NMS of (N, 4) xyxy boxes with (N,) scores > NMS_SCORE_FLOOR."""
