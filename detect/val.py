@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> EvalResult:
     outputs = ValOutputs(save_dir, loader.split, args.save_txt, args.save_conf, args.plots)
     settings = EvalSettings(args.conf_thres, args.iou_thres, args.max_det, args.half)
     evaluator = build_evaluator(loader.split, args.evaluator)
-    result = evaluate(model, loader, backend, evaluator, settings, progress=not args.no_progress,
+    result = evaluate(model.predict, loader, backend, evaluator, settings, progress=not args.no_progress,
                       on_image=outputs.add)
     LOGGER.info("%d images\n%s", result.images, metrics_table(result.metrics, per_class=args.verbose))
     if args.verbose:

@@ -259,7 +259,7 @@ class Trainer:
             return None
         self.evaluator.reset()
         with self.backend.autocast():  # fp16 on accelerators when AMP is on, as yolov5 validates during training
-            result = evaluate(self.ema.module, self.val_loader, self.backend, self.evaluator, EvalSettings(),
+            result = evaluate(self.ema.module.predict, self.val_loader, self.backend, self.evaluator, EvalSettings(),
                               progress=self.settings.progress)
         self.problems.extend(result.problems)
         return result.metrics
@@ -341,7 +341,7 @@ class Trainer:
         settings = EvalSettings(iou_threshold=0.65 if is_coco(split.names) else 0.6)
         outputs = ValOutputs(self.files.save_dir, split, save_txt=False, save_conf=False, plots=True)
         self.evaluator.reset()
-        result = evaluate(model, self.val_loader, self.backend, self.evaluator, settings,
+        result = evaluate(model.predict, self.val_loader, self.backend, self.evaluator, settings,
                           progress=self.settings.progress, on_image=outputs.add)
         outputs.finish(result.metrics)
         LOGGER.info("%s (%d images)\n%s", weights, result.images, metrics_table(result.metrics, per_class=True))

@@ -7,7 +7,6 @@ import time
 from collections.abc import Callable
 
 import torch
-from torch import nn
 from tqdm import tqdm
 
 from detect.backend import Backend
@@ -15,6 +14,10 @@ from detect.data import Batch, LabelledSplit, LetterboxInfo, Loader, boxes_to_or
 from detect.data.device_batch import to_device_batch
 from detect.engine.evaluator import CocoEvaluator, Metrics
 from detect.ops.nms import non_max_suppression
+
+# The inference contract (DetectionModel.predict, an exported ONNX's session): (B, 3, H, W) float images in [0, 1]
+# on the backend's device -> (B, N, 5+nc) decoded predictions [cx, cy, w, h (input pixels), obj, class scores...].
+Predict = Callable[[torch.Tensor], torch.Tensor]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,14 +87,14 @@ class _Clock:
         self._last = now
 
 
-def _detections(model: nn.Module, batch: Batch, backend: Backend, settings: EvalSettings,
+def _detections(predict: Predict, batch: Batch, backend: Backend, settings: EvalSettings,
                 clock: _Clock) -> list[torch.Tensor]:
     """Per-image (n, 6) detections in input pixels for one batch."""
     clock.start()
     images = to_device_batch(batch, backend).images
     images = images.half() if settings.half else images
     clock.lap("preprocess")
-    decoded, _ = model(images)
+    decoded = predict(images)
     clock.lap("inference")
     detections = non_max_suppression(decoded.float(), settings.conf_threshold, settings.iou_threshold,
                                      max_det=settings.max_det, nms=backend.nms)
@@ -100,22 +103,21 @@ def _detections(model: nn.Module, batch: Batch, backend: Backend, settings: Eval
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, loader: Loader, backend: Backend, evaluator: CocoEvaluator,
+def evaluate(predict: Predict, loader: Loader, backend: Backend, evaluator: CocoEvaluator,
              settings: EvalSettings = EvalSettings(), *, progress: bool = True,
              on_image: Callable[[ImageDetections], None] | None = None) -> EvalResult:
-    """Score `model` (already on the backend's device) over `loader`; `on_image` sees every scored image's boxes.
+    """Score `predict` (e.g. an eval-mode model's `predict`, on the backend's device) over `loader`; `on_image` sees
+    every scored image's boxes.
 
     An image the loader could not read (a grey placeholder in `batch.unusable_ids`) is left out of the scores
     and of `on_image`, and named in the result's problems; an image the loader never yields counts as missed.
     """
-    was_training = model.training
-    model.eval()
     clock, images, unusable = _Clock(backend), 0, set()
     problems: dict[str, None] = {}  # a dict keeps the lines in first-seen order without repeats
     for batch in tqdm(loader, desc="val", disable=not progress, leave=False):
         problems.update(dict.fromkeys(batch.problems))
         unusable.update(batch.unusable_ids)
-        for index, detections in enumerate(_detections(model, batch, backend, settings, clock)):
+        for index, detections in enumerate(_detections(predict, batch, backend, settings, clock)):
             if batch.image_ids[index] in unusable:
                 continue
             info = batch.letterbox[index]
@@ -125,7 +127,6 @@ def evaluate(model: nn.Module, loader: Loader, backend: Backend, evaluator: Coco
             if on_image is not None:
                 on_image(ImageDetections(batch.image_ids[index], batch.paths[index], info, detections))
         images += len(batch)
-    model.train(was_training)
     per_image = {stage: 1000 * total / max(images, 1) for stage, total in clock.totals.items()}
     scored = [image_id for image_id in evaluator.image_ids() if image_id not in unusable] if unusable else None
     return EvalResult(evaluator.evaluate(image_ids=scored), Speed(**per_image), images, tuple(problems))

@@ -2,7 +2,7 @@
 
 from detect.models.spec import ModelSpec, load_model_spec, parse_model_spec
 from detect.models.summary import ModelSummary, summarize
-from detect.models.yolo import DetectionModel, build_model
+from detect.models.yolo import DetectionModel, PredictModule, build_model
 
-__all__ = ["DetectionModel", "ModelSpec", "ModelSummary", "build_model", "load_model_spec", "parse_model_spec",
-           "summarize"]
+__all__ = ["DetectionModel", "ModelSpec", "ModelSummary", "PredictModule", "build_model", "load_model_spec",
+           "parse_model_spec", "summarize"]

@@ -9,7 +9,7 @@ from torch import nn
 
 
 class Detect(nn.Module):
-    """Predicts na*(nc+5) values per cell on each level; decodes them to pixel boxes in eval mode."""
+    """Predicts na*(nc+5) raw values per cell on each level; `decode` turns them into pixel boxes and scores."""
 
     def __init__(self, num_classes: int, anchors: list[list[float]], in_channels: list[int]):
         super().__init__()
@@ -37,31 +37,46 @@ class Detect(nn.Module):
             bias[:, 4] += math.log(8 / (640 / stride) ** 2)
             bias[:, 5:] += math.log(0.6 / (self.nc - 0.99))
 
-    def forward(self, features: list[torch.Tensor]):
-        """Train: list of raw (B, na, ny, nx, no). Eval: ((B, N, no) decoded [cx, cy, w, h px, obj, cls...], raw)."""
-        raw = []
-        for level, (conv, x) in enumerate(zip(self.m, features)):
+    def levels(self, features: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Per level, the 1x1 conv's output seen as (B, na, ny, nx, no): a permuted view, not a copy."""
+        views = []
+        for conv, x in zip(self.m, features):
             batch, _, ny, nx = x.shape
-            raw.append(conv(x).view(batch, self.na, self.no, ny, nx).permute(0, 1, 3, 4, 2).contiguous())
-        if self.training:
-            return raw
-        return torch.cat([self.decode(r, level) for level, r in enumerate(raw)], dim=1), raw
+            views.append(conv(x).view(batch, self.na, self.no, ny, nx).permute(0, 1, 3, 4, 2))
+        return views
 
-    def decode(self, raw: torch.Tensor, level: int) -> torch.Tensor:
+    def forward(self, features: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Raw outputs, a contiguous (B, na, ny, nx, no) tensor per level, in train and eval mode alike."""
+        return [level.contiguous() for level in self.levels(features)]
+
+    def decode(self, levels: list[torch.Tensor]) -> torch.Tensor:
+        """Raw (B, na, ny, nx, no) per level -> (B, N, no) [cx, cy, w, h (input pixels), obj, class scores...].
+
+        N = na * sum(ny * nx), level by level, anchor-major then row-major within a level (the order yolov5 uses).
+        """
+        return torch.cat([self.decode_level(raw, level) for level, raw in enumerate(levels)], dim=1)
+
+    def decode_level(self, raw: torch.Tensor, level: int) -> torch.Tensor:
         """(B, na, ny, nx, no) raw -> (B, na*ny*nx, no): xy = (2s - 0.5 + grid) * stride, wh = (2s)^2 * anchor."""
         batch, _, ny, nx, _ = raw.shape
         grid = self._grid(ny, nx, raw)
         anchor_px = (self.anchors[level] * self.stride[level]).view(1, self.na, 1, 1, 2).to(raw.dtype)
-        s = raw.sigmoid()
-        xy = (s[..., :2] * 2 - 0.5 + grid) * self.stride[level]
-        wh = (s[..., 2:4] * 2) ** 2 * anchor_px
-        return torch.cat((xy, wh, s[..., 4:]), dim=-1).view(batch, -1, self.no)
+        # One sigmoid pass over the (possibly permuted) view and one cat that writes the contiguous result: the
+        # scores are never copied on their own (YOLOV5-FACTS.md, "Decode" for the formulas).
+        xy, wh, scores = raw.sigmoid().split((2, 2, self.no - 4), dim=-1)
+        xy = (xy * 2 - 0.5 + grid) * self.stride[level]
+        wh = (wh * 2) ** 2 * anchor_px
+        return torch.cat((xy, wh, scores), dim=-1).view(batch, -1, self.no)
 
     def _grid(self, ny: int, nx: int, like: torch.Tensor) -> torch.Tensor:
-        """Cell offsets (1, 1, ny, nx, 2) as (x, y), cached per shape, device and dtype."""
+        """Cell offsets (1, 1, ny, nx, 2) as (x, y), cached per shape, device and dtype (never while tracing)."""
         key = (ny, nx, like.device, like.dtype)
-        if key not in self._grids:
-            ys, xs = torch.meshgrid(torch.arange(ny, device=like.device), torch.arange(nx, device=like.device),
-                                    indexing="ij")
-            self._grids[key] = torch.stack((xs, ys), dim=-1).view(1, 1, ny, nx, 2).to(like.dtype)
-        return self._grids[key]
+        # A traced export computes the grid in its graph, so that a dynamic height and width stay dynamic.
+        if key in self._grids and not torch.jit.is_tracing():
+            return self._grids[key]
+        ys, xs = torch.meshgrid(torch.arange(ny, device=like.device), torch.arange(nx, device=like.device),
+                                indexing="ij")
+        grid = torch.stack((xs, ys), dim=-1).view(1, 1, ny, nx, 2).to(like.dtype)
+        if not torch.jit.is_tracing():
+            self._grids[key] = grid
+        return grid

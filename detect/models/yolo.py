@@ -61,7 +61,6 @@ class DetectionModel(nn.Module):
         self._kept = {i for ins in self.inputs for i in ins if i >= 0}
         detect = self.detect
         with torch.no_grad():  # strides from one forward pass of a small image
-            self.train()
             outputs = self.forward(torch.zeros(1, 3, 256, 256))
         detect.set_strides(torch.tensor([256 / o.shape[2] for o in outputs]))
         detect.initialize_biases()
@@ -74,13 +73,30 @@ class DetectionModel(nn.Module):
     def stride(self) -> torch.Tensor:
         return self.detect.stride
 
-    def forward(self, images: torch.Tensor):
-        """Train mode: raw per-level outputs. Eval mode: (decoded (B, N, 5+nc), raw); see Detect.forward."""
-        x, saved = images, {}
+    def forward(self, images: torch.Tensor) -> list[torch.Tensor]:
+        """Raw head outputs, one (B, na, ny, nx, 5+nc) tensor per level, in train and eval mode alike (the loss's input).
+
+        images: (B, 3, H, W) float in [0, 1], H and W multiples of the largest stride.
+        """
+        return self.detect(self._head_inputs(images))
+
+    def predict(self, images: torch.Tensor) -> torch.Tensor:
+        """Decoded predictions (B, N, 5+nc) [cx, cy, w, h (input pixels), obj, class scores...], before NMS.
+
+        The inference contract that validation, predict and every export share; call it in eval mode.
+        """
+        detect = self.detect
+        return detect.decode(detect.levels(self._head_inputs(images)))
+
+    def _head_inputs(self, images: torch.Tensor) -> list[torch.Tensor]:
+        """Run every layer but the last, the Detect head (the spec guarantees it); return the maps the head reads."""
+        x, saved, head = images, {}, len(self.model) - 1
         for index, (module, inputs) in enumerate(zip(self.model, self.inputs)):
             if len(inputs) > 1 or inputs[0] != index - 1:
                 x = [saved[i] if i >= 0 else images for i in inputs]
                 x = x if isinstance(module, (Concat, Detect)) else x[0]
+            if index == head:
+                break
             x = module(x)
             if index in self._kept:
                 saved[index] = x
@@ -92,6 +108,18 @@ class DetectionModel(nn.Module):
             if isinstance(module, Conv):
                 module.fuse()
         return self
+
+
+class PredictModule(nn.Module):
+    """A model whose forward is its `predict` (decode in the graph, NMS outside): what the exports trace."""
+
+    def __init__(self, model: DetectionModel):
+        super().__init__()
+        self.model = model
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """(B, 3, H, W) float [0, 1] -> (B, N, 5+nc) decoded, as DetectionModel.predict."""
+        return self.model.predict(images)
 
 
 def build_model(cfg: str | Path | ModelSpec, num_classes: int | None = None,

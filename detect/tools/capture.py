@@ -86,7 +86,7 @@ def capture(model: DetectionModel, batch: Batch, backend: backends.Backend, imgs
     try:
         with backend.autocast():
             output = model(images)
-            loss, items = criterion(output if train else output[1], targets)  # eval mode: (decoded, raw)
+            loss, items = criterion(output, targets)  # raw head outputs in both modes
     finally:
         for hook in hooks:
             hook.remove()

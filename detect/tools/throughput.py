@@ -98,7 +98,7 @@ def measure_inference(model: DetectionModel, batch: Batch, backend: backends.Bac
 
     def step(index: int) -> None:
         with torch.inference_mode(), backend.autocast():
-            fused(images)
+            fused.predict(images)
 
     rate, peak = _timed(backend, step, warmup, steps, len(batch))
     return Measurement("inference", precision_name(backend), backend.amp_enabled, rate, peak)

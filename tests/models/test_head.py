@@ -19,7 +19,7 @@ def test_decode_of_a_hand_made_raw_tensor():
     head = make_head()
     raw = torch.zeros(1, 3, 2, 3, 7)  # level 0: 2 rows, 3 columns
     raw[0, 1, 1, 2] = torch.tensor([0.0, math.log(3), 0.0, math.log(1 / 3), 2.0, -1.0, 0.5])
-    decoded = head.decode(raw, level=0).view(1, 3, 2, 3, 7)
+    decoded = head.decode_level(raw, level=0).view(1, 3, 2, 3, 7)
     s = torch.sigmoid(torch.tensor([0.0, math.log(3), 0.0, math.log(1 / 3), 2.0, -1.0, 0.5]))
     # anchor 1 of P3 is (16, 30) pixels; the cell is column 2, row 1; stride 8
     expected = torch.tensor([(2 * s[0] - 0.5 + 2) * 8, (2 * s[1] - 0.5 + 1) * 8,
@@ -43,3 +43,15 @@ def test_bias_initialisation():
         torch.testing.assert_close(delta[:, 4], torch.full((3,), math.log(8 / (640 / stride) ** 2)))
         torch.testing.assert_close(delta[:, 5:], torch.full((3, 2), math.log(0.6 / (2 - 0.99))))
         torch.testing.assert_close(delta[:, :4], torch.zeros(3, 4))
+
+
+def test_decode_reads_permuted_views_and_concatenates_levels_in_order():
+    head = make_head()
+    features = [torch.randn(2, 4, 4, 6), torch.randn(2, 4, 2, 3)]
+    views = head.levels(features)
+    assert not views[0].is_contiguous()  # the fast path decodes without copying the conv output first
+    raw = head(features)
+    assert [tuple(r.shape) for r in raw] == [(2, 3, 4, 6, 7), (2, 3, 2, 3, 7)]
+    expected = torch.cat([head.decode_level(raw[0], 0), head.decode_level(raw[1], 1)], dim=1)
+    torch.testing.assert_close(head.decode(views), expected)
+    assert head.decode(views).shape == (2, 3 * (24 + 6), 7)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from detect.config import CONFIGS_DIR
-from detect.models import build_model, summarize
+from detect.models import PredictModule, build_model, summarize
 
 CONFIGS = sorted((CONFIGS_DIR / "models").glob("yolov5*.yaml"))
 # size -> (exact parameters at nc=80, published unfused GFLOPs at 640)
@@ -41,22 +41,32 @@ def test_parameter_names_follow_the_layer_index():
 
 @pytest.mark.parametrize("imgsz", [320, 640])
 @pytest.mark.parametrize("batch", [1, 3])
-def test_output_shapes_in_train_and_eval_mode(imgsz, batch):
+def test_forward_is_raw_in_both_modes_and_predict_decodes(imgsz, batch):
     model = build_model("yolov5n.yaml", num_classes=7)
     images = torch.rand(batch, 3, imgsz, imgsz)
-    raw = model.train()(images)
-    assert [tuple(r.shape) for r in raw] == [(batch, 3, imgsz // s, imgsz // s, 12) for s in (8, 16, 32)]
+    levels = [(batch, 3, imgsz // s, imgsz // s, 12) for s in (8, 16, 32)]
+    assert [tuple(r.shape) for r in model.train()(images)] == levels
     with torch.no_grad():
-        decoded, raw_eval = model.eval()(images)
+        raw = model.eval()(images)
+        decoded = model.predict(images)
+    assert [tuple(r.shape) for r in raw] == levels and all(r.is_contiguous() for r in raw)
     cells = sum(3 * (imgsz // s) ** 2 for s in (8, 16, 32))
     assert decoded.shape == (batch, cells, 12)
-    assert len(raw_eval) == 3
+    # predict is the head's decode of exactly the raw outputs forward returns
+    torch.testing.assert_close(decoded, model.detect.decode(raw))
 
 
 def test_rectangular_input():
     with torch.no_grad():
-        decoded, _ = build_model("yolov5n.yaml").eval()(torch.rand(2, 3, 256, 416))
+        decoded = build_model("yolov5n.yaml").eval().predict(torch.rand(2, 3, 256, 416))
     assert decoded.shape == (2, 3 * (32 * 52 + 16 * 26 + 8 * 13), 85)
+
+
+def test_predict_module_is_predict():
+    model = build_model("yolov5n.yaml", num_classes=2).eval()
+    images = torch.rand(1, 3, 128, 96)
+    with torch.no_grad():
+        torch.testing.assert_close(PredictModule(model)(images), model.predict(images))
 
 
 def test_fused_model_gives_the_same_output():
@@ -70,7 +80,7 @@ def test_fused_model_gives_the_same_output():
             module.bias.data.uniform_(-0.5, 0.5)
     images = torch.rand(2, 3, 320, 320)
     with torch.no_grad():
-        expected, _ = model(images)
-        fused, _ = model.fuse()(images)
+        expected = model.predict(images)
+        fused = model.fuse().predict(images)
     assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())
     torch.testing.assert_close(fused, expected, atol=1e-4, rtol=1e-4)
