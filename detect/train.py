@@ -8,6 +8,7 @@ import sys
 
 from detect import backend as backends
 from detect import cli
+from detect.backend.profiler import ProfileSchedule
 from detect.engine.distributed import DistContext
 from detect.engine.train_settings import TrainSettings
 from detect.engine.trainer import Trainer
@@ -51,6 +52,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="mixed precision (default: on for accelerators, off on the CPU)")
     add("--dist-timeout", type=float, default=1800.0, help="seconds any collective may wait (torchrun jobs)")
     add("--no-progress", action="store_true", help="no progress bars (one line per epoch only)")
+    add("--profile", nargs="*", type=cli.non_negative_int, default=None, metavar="N",
+        help="profile the first epoch: skip WAIT steps, warm up WARMUP, record ACTIVE (default 3 1 3); trace in "
+             "the run's profile/, top operators and data-loading share printed")
     return parser.parse_args(argv)
 
 
@@ -78,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
         # A resumed run keeps its stored settings except these machine-specific ones, when given here.
         overrides = {name: getattr(args, name) for name in ("device", "workers") if getattr(args, name) is not None}
         overrides["progress"] = not args.no_progress
-        Trainer(settings_from_args(args), context, resume=args.resume, resume_overrides=overrides).fit()
+        profile = None if args.profile is None else ProfileSchedule.from_flag(args.profile)
+        Trainer(settings_from_args(args), context, resume=args.resume, resume_overrides=overrides,
+                profile=profile).fit()
 
     return cli.run(body)
 

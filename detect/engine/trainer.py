@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from detect import backend as backends
+from detect.backend.profiler import ProfileSchedule, find_trace, format_summary, summarize
 from detect.config import Hyp, from_mapping, load_hyp
-from detect.data import Loader, build_train_loader, build_val_loader, load_data_config
+from detect.data import Batch, Loader, build_train_loader, build_val_loader, load_data_config
 from detect.data.augment_settings import AugmentSettings
 from detect.data.categories import is_coco
 from detect.data.device_batch import multi_scale_sizes
@@ -78,11 +81,13 @@ class Trainer:
     """One training run; every rank builds one, rank 0 alone evaluates and writes."""
 
     def __init__(self, settings: TrainSettings, context: DistContext | None = None, resume: bool | str = False,
-                 resume_overrides: dict | None = None) -> None:
+                 resume_overrides: dict | None = None, profile: ProfileSchedule | None = None) -> None:
         """resume: False, True (the latest runs/<project>/*/weights/last.pt) or a checkpoint path; a resumed run
-        takes its stored settings, with `resume_overrides` (e.g. device, workers) replacing some."""
+        takes its stored settings, with `resume_overrides` (e.g. device, workers) replacing some. profile: record
+        these steps of this process's first epoch on rank 0 (--profile)."""
         self.context = context or DistContext.from_env()
         self.settings, self.resume, self.resume_overrides = settings, resume, resume_overrides or {}
+        self.profile = profile
         self.problems: list[str] = []
 
     def fit(self) -> FitResult:
@@ -90,9 +95,10 @@ class Trainer:
         self.setup()
         try:
             for epoch in range(self.progress.epoch, self.settings.epochs):
-                stats = train_one_epoch(self.parts, self.train_loader, epoch, self.settings.epochs, self.progress,
-                                        show_progress=self.context.is_main and self.settings.progress,
-                                        on_batch=self.plot_first_batches if epoch == self.first_epoch else None)
+                with self.batch_hook(epoch) as on_batch:
+                    stats = train_one_epoch(self.parts, self.train_loader, epoch, self.settings.epochs, self.progress,
+                                            show_progress=self.context.is_main and self.settings.progress,
+                                            on_batch=on_batch)
                 self.scheduler.step()
                 metrics = self.validate(epoch)
                 self.end_epoch(epoch, stats, metrics)
@@ -251,6 +257,28 @@ class Trainer:
         """train_batch0..2.jpg: what the network sees after augmentation (rank 0, first epoch of this process)."""
         if self.context.is_main and index < 3:
             plot_batch(batch, self.train_loader.names, self.files.save_dir / f"train_batch{index}.jpg")
+
+    @contextlib.contextmanager
+    def batch_hook(self, epoch: int) -> Iterator[Callable[[int, Batch], None] | None]:
+        """train_one_epoch's on_batch: in the first epoch the batch plots and, with --profile, the profiler's step
+        (rank 0); the profiler ends with the epoch, so validation stays out of the trace, and its summary is logged."""
+        if epoch != self.first_epoch:
+            yield None
+            return
+        if self.profile is None or not self.context.is_main:
+            yield self.plot_first_batches
+            return
+        folder = self.files.save_dir / "profile"
+        with self.backend.profiler(folder, self.profile) as profiler:
+            def on_batch(index: int, batch: Batch) -> None:
+                self.plot_first_batches(index, batch)  # plots fall in waiting steps, before any recorded one
+                profiler.step()
+
+            yield on_batch
+        try:
+            LOGGER.info("%s", format_summary(summarize(find_trace(folder))))
+        except UserError as error:  # a first epoch shorter than the schedule records nothing; training goes on
+            LOGGER.warning("--profile: %s (the schedule needs %d)", error, self.profile.steps)
 
     def validate(self, epoch: int) -> Metrics | None:
         """COCO metrics of the EMA weights on rank 0 (every epoch, or only the last with --noval)."""

@@ -3,8 +3,9 @@ fp32 vs AMP, or two checkpoints); per layer the output range and the max/mean ab
 the first layer past the tolerance flagged; then the losses and each layer's gradients.
 
     python -m detect.tools.compare --cfg yolov5s.yaml --device cpu                    # fp32 vs bf16 autocast
+    python -m detect.tools.compare --weights best.pt --device npu:0                   # NPU fp32 vs NPU fp16 AMP
     python -m detect.tools.compare --weights best.pt --device cpu --device-b npu:0    # CPU fp32 vs NPU fp32
-    python -m detect.tools.compare --weights a.pt --weights-b b.pt                    # two checkpoints
+    python -m detect.tools.compare --weights a.pt --weights-b b.pt --device cpu       # two checkpoints
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device-b", default=None, help="B's device (default: A's)")
     parser.add_argument("--precision", default="fp32", choices=PRECISIONS, help="A's precision")
     parser.add_argument("--precision-b", default=None, choices=PRECISIONS,
-                        help="B's precision (default: amp, the device's AMP dtype; A's with --weights-b)")
+                        help="B's precision (default: A's when --device-b or --weights-b is given, else amp: "
+                             "the device's AMP dtype)")
     parser.add_argument("--tolerance", type=cli.unit_float, default=0.05,
                         help="a layer drifts when mean|A-B| / mean|A| is past this")
     parser.add_argument("--mode", default="train", choices=("train", "eval"),
@@ -74,7 +76,8 @@ def report(outputs: list[Difference], losses: list[Difference], gradients: list[
 
 
 def run(args: argparse.Namespace) -> str:
-    precision_b = args.precision_b or (args.precision if args.weights_b else "amp")
+    # One thing changes unless told otherwise: the device, the checkpoint, or else the precision.
+    precision_b = args.precision_b or (args.precision if args.device_b or args.weights_b else "amp")
     backend_a = select_backend(args.device, args.precision, args)
     backend_b = select_backend(args.device_b or args.device, precision_b, args)
     model_a = build_tool_model(args.cfg, args.weights, args.nc, args.seed)

@@ -97,3 +97,10 @@ def test_different_architectures_are_refused(tmp_path, capsys):
                          "--imgsz", "64", "--batch-size", "1"])
     assert code == 2
     assert "hold different architectures" in capsys.readouterr().err
+
+
+def test_a_second_device_keeps_the_precision(capsys):
+    code = compare.main(["--nc", "2", "--device", "cpu", "--device-b", "cpu", "--imgsz", "64", "--batch-size", "1"])
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 0 and lines[0].startswith("A: cpu fp32 yolov5n.yaml | B: cpu fp32 yolov5n.yaml")
+    assert lines[-1] == "first past 0.05: outputs none; gradients (from the head) none"  # same device: bit-exact

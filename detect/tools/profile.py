@@ -1,0 +1,48 @@
+"""`python -m detect.tools.profile PATH`: what a profiler trace says: the top host operators by self time, the top
+device kernels, and the data-loading share of each recorded step. PATH is a trace (.pt.trace.json, or torch_npu's
+trace_view.json), a folder holding one, or a run folder of `python -m detect.train --profile` (its profile/).
+
+    python -m detect.train --cfg yolov5n.yaml --epochs 1 --profile        # records, writes and prints it
+    python -m detect.tools.profile runs/train/exp --top 20                # reads it again, e.g. copied off an NPU box
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from detect import cli
+from detect.backend.profiler import find_trace, format_summary, summarize
+from detect.errors import UserError
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = cli.ArgumentParser(prog="python -m detect.tools.profile", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("path", help="a trace file, a folder with one, or a run folder (its profile/)")
+    parser.add_argument("--top", type=cli.positive_int, default=10, help="operators and kernels to list")
+    return parser.parse_args(argv)
+
+
+def resolve_trace(path: Path) -> Path:
+    """The trace at `path`: the file itself, else the newest under the folder or its profile/ subfolder."""
+    if path.is_file():
+        return path
+    if not path.is_dir():
+        raise UserError(f"{path}: no such file or folder")
+    run_profile = path / "profile"
+    return find_trace(run_profile if run_profile.is_dir() else path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+
+    def body() -> None:
+        print(format_summary(summarize(resolve_trace(Path(args.path))), top=args.top))
+
+    return cli.run(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
