@@ -50,6 +50,15 @@ def test_run_folder_holds_config_results_weights_and_plots(finished_run):
     assert float(rows[0]["x/lr0"]) > float(rows[0]["x/lr1"])  # warmup: the bias group falls from 0.1
 
 
+def test_tensorboard_events_when_tensorboard_is_installed(finished_run):
+    pytest.importorskip("tensorboard", reason="tensorboard is optional; without it a run writes no events")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(finished_run)).Reload()
+    steps = [event.step for event in events.Scalars("metrics/mAP_0.5")]
+    assert steps == [0, 1] and "train/box_loss" in events.Tags()["scalars"]
+
+
 def test_last_checkpoint_holds_everything_resume_needs(finished_run):
     payload = load_checkpoint(finished_run / "weights" / "last.pt")
     assert payload["progress"]["epoch"] == 2 and payload["progress"]["iteration"] == 4
