@@ -11,11 +11,11 @@ from detect import cli
 from detect.data import load_data_config
 from detect.data.loader import build_val_loader
 from detect.engine.evaluator import BACKENDS
+from detect.engine.inference import load_inference_model, square_input_size
 from detect.engine.report import coco_stats, metrics_table, problems_list
 from detect.engine.run_dir import make_run_dir
 from detect.engine.val_outputs import ValOutputs
 from detect.engine.validate import EvalResult, EvalSettings, build_evaluator, evaluate
-from detect.engine.weights import load_model
 from detect.errors import UserError
 
 LOGGER = logging.getLogger("detect.val")
@@ -23,7 +23,8 @@ LOGGER = logging.getLogger("detect.val")
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = cli.ArgumentParser(prog="python -m detect.val", description=__doc__)
-    parser.add_argument("--weights", required=True, help="checkpoint: ours (.pt) or an ultralytics/yolov5 .pt")
+    parser.add_argument("--weights", required=True,
+                        help="checkpoint: ours (.pt), an ultralytics/yolov5 .pt, or an exported .onnx (onnxruntime)")
     parser.add_argument("--data", default="shapes.yaml", help="data yaml: a bare name in configs/data/ or a path")
     parser.add_argument("--task", default="val", choices=("train", "val", "test"), help="which split")
     parser.add_argument("--imgsz", type=cli.positive_int, default=640, help="inference size (long side), pixels")
@@ -56,18 +57,19 @@ def run(args: argparse.Namespace) -> EvalResult:
     if args.half and backend.device.type == "cpu":
         raise UserError("--half needs an accelerator; on the CPU evaluate in fp32")
     backend.set_device()
-    model = load_model(args.weights).fuse()  # weights are evaluated fused, in fp32 (YOLOV5-FACTS.md)
-    model = (model.half() if args.half else model).to(backend.device)
+    # weights are evaluated fused, in fp32 (YOLOV5-FACTS.md); an exported .onnx runs in onnxruntime
+    model = load_inference_model(args.weights, backend, args.half)
     data = load_data_config(args.data)
-    loader = build_val_loader(data, args.task, args.imgsz, args.batch_size, args.workers,
-                              stride=int(model.stride.max()), pin_memory=backend.device.type != "cpu")
-    if len(data.names) != model.nc:
-        raise UserError(f"the model predicts {model.nc} classes but {args.data} has {len(data.names)}")
+    loader = build_val_loader(data, args.task, square_input_size(model, args.imgsz), args.batch_size, args.workers,
+                              stride=model.stride, rect=model.fixed_shape is None,
+                              pin_memory=backend.device.type != "cpu")
+    if len(data.names) != len(model.names):
+        raise UserError(f"the model predicts {len(model.names)} classes but {args.data} has {len(data.names)}")
     save_dir = make_run_dir(args.project, args.name, args.exist_ok)
     outputs = ValOutputs(save_dir, loader.split, args.save_txt, args.save_conf, args.plots)
-    settings = EvalSettings(args.conf_thres, args.iou_thres, args.max_det, args.half)
+    settings = EvalSettings(args.conf_thres, args.iou_thres, args.max_det)
     evaluator = build_evaluator(loader.split, args.evaluator)
-    result = evaluate(model.predict, loader, backend, evaluator, settings, progress=not args.no_progress,
+    result = evaluate(model, loader, backend, evaluator, settings, progress=not args.no_progress,
                       on_image=outputs.add)
     LOGGER.info("%d images\n%s", result.images, metrics_table(result.metrics, per_class=args.verbose))
     if args.verbose:

@@ -14,7 +14,7 @@ import onnxruntime
 import pytest
 import torch
 
-from detect import export
+from detect import export, val
 from detect.engine.checkpoint import save_checkpoint
 from detect.engine.exporting import TORCHSCRIPT_METADATA
 from detect.engine.weights import load_model, model_state
@@ -23,6 +23,9 @@ from detect.models import build_model
 # torch 2.14 marks torch.jit.load deprecated; loading the TorchScript file is what these tests check.
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:FutureWarning")
 NAMES = ["cat", "dog", "bird"]
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+YOLOV5N = SHARED / "weights" / "yolov5n.pt"
+COCO128 = SHARED / "data" / "coco128"
 IMGSZ = (96, 128)  # (h, w), small so tracing and exporting stay fast
 
 
@@ -197,3 +200,20 @@ def test_bad_options_are_one_line_and_exit_2(weights, tmp_path, capsys, options,
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (YOLOV5N.is_file() and COCO128.is_dir()), reason=f"shared weights or coco128 absent: {SHARED}")
+def test_val_of_the_exported_yolov5n_onnx_gives_the_pt_map(tmp_path):
+    # A --dynamic export takes val's rectangular batches as the .pt does; a static one is scored on square
+    # letterboxed inputs (0.359 here), as yolov5 scores its exports.
+    onnx_path = export.run(export.parse_args(["--weights", str(YOLOV5N), "--include", "onnx", "--dynamic",
+                                              "--output-dir", str(tmp_path)]))["onnx"]
+    results = {}
+    for weights in (YOLOV5N, onnx_path):
+        results[weights.suffix] = val.run(val.parse_args(
+            ["--weights", str(weights), "--data", "coco128.yaml", "--batch-size", "16", "--device", "cpu",
+             "--project", str(tmp_path / weights.suffix[1:]), "--no-progress"])).metrics
+    assert results[".pt"].map50_95 == pytest.approx(0.370, abs=0.002)
+    assert results[".onnx"].map50_95 == pytest.approx(results[".pt"].map50_95, abs=0.001)
+    assert results[".onnx"].map50 == pytest.approx(results[".pt"].map50, abs=0.001)

@@ -49,6 +49,11 @@ class Backend:
     supported_amp_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float16, torch.bfloat16)
     # Whether convolutions here run faster on channels_last tensors (measured where True).
     channels_last: ClassVar[bool] = False
+    # Inference runs a batch through the network in slices whose widest activation stays under this many bytes
+    # (None: the whole batch at once).
+    inference_slice_bytes: ClassVar[int | None] = None
+    # Whether NMS runs every image of a batch in one kernel call (ops/nms.py, whole_batch), else one call per image.
+    nms_whole_batch: ClassVar[bool] = False
 
     def __init__(self, device: torch.device, *, amp: bool | None = None, amp_dtype: str | None = None) -> None:
         self.device = device

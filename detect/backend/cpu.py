@@ -54,6 +54,14 @@ class CpuBackend(Backend):
     supported_amp_dtypes = (torch.bfloat16,)
     # yolov5n at 320 trains 1.17-1.23x faster with channels_last on this project's CPUs (ENV-NOTES.md).
     channels_last = True
+    # glibc serves an allocation above its mmap threshold (32 MB at most) with fresh pages, so a 16-image batch at
+    # 640 page-faults its activations into existence on every forward: 160-300k faults, 0.4-0.85 s of kernel time a
+    # batch. Slices of 2 images at 640 (the stem's 16 x 320 x 320 float32 output is 6.5 MB an image) fault 4-8x less
+    # and take 0.74 s instead of 0.75-1.13 s (yolov5n, scripts/bench_infer.py --slices).
+    inference_slice_bytes = 16 * 2**20
+    # One call per image: torchvision's CPU kernel compares each kept box with every later candidate, so one call
+    # over 16 images of coco128 at conf 0.001 took 6.5 s against 0.2 s for 16 calls (measured, torch 2.14).
+    nms_whole_batch = False
 
     def __init__(self, *, amp: bool | None = None, amp_dtype: str | None = None) -> None:
         super().__init__(torch.device("cpu"), amp=amp, amp_dtype=amp_dtype)

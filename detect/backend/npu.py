@@ -68,6 +68,9 @@ class NpuBackend(AcceleratorBackend):
     distributed_backend = "hccl"
     amp_by_default = True
     default_amp_dtype = "fp16"
+    # One npu_nms_v4 call per batch: one host sync (the valid count) instead of one per image, and one padded
+    # candidate bucket (NPU.md §2.4, §2.5). Checked on the CPU stand-in only, not on a 910B.
+    nms_whole_batch = True
 
     def __init__(
         self,

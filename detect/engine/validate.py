@@ -27,7 +27,6 @@ class EvalSettings:
     conf_threshold: float = 0.001
     iou_threshold: float = 0.6
     max_det: int = 300
-    half: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,12 +91,11 @@ def _detections(predict: Predict, batch: Batch, backend: Backend, settings: Eval
     """Per-image (n, 6) detections in input pixels for one batch."""
     clock.start()
     images = to_device_batch(batch, backend).images
-    images = images.half() if settings.half else images
     clock.lap("preprocess")
     decoded = predict(images)
     clock.lap("inference")
     detections = non_max_suppression(decoded.float(), settings.conf_threshold, settings.iou_threshold,
-                                     max_det=settings.max_det, nms=backend.nms)
+                                     max_det=settings.max_det, nms=backend.nms, whole_batch=backend.nms_whole_batch)
     clock.lap("nms")
     return detections
 

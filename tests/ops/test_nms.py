@@ -135,3 +135,57 @@ def test_input_is_not_mutated() -> None:
 def test_bad_shape_is_rejected() -> None:
     with pytest.raises(ValueError, match="5 \\+ nc"):
         non_max_suppression(torch.zeros(10, 85), nms=torchvision.ops.nms)
+
+
+@pytest.mark.parametrize("agnostic", [False, True])
+def test_one_kernel_call_for_the_whole_batch_keeps_every_image_apart(kernel, agnostic: bool) -> None:
+    # Image 1 repeats image 0's boxes exactly: only the image offset keeps them from suppressing each other.
+    prediction = make_prediction(torch.Generator().manual_seed(21), images=3, boxes=150, classes=4)
+    prediction[1] = prediction[0]
+    calls = []
+
+    def counting(boxes, scores, iou):
+        calls.append(len(boxes))
+        return kernel(boxes, scores, iou)
+
+    expected = reference_non_max_suppression(prediction, 0.05, 0.5, agnostic=agnostic, max_det=40)
+    assert_same_detections(non_max_suppression(prediction, 0.05, 0.5, nms=counting, agnostic=agnostic, max_det=40,
+                                               whole_batch=True), expected)
+    assert len(calls) == 1
+    calls.clear()
+    assert_same_detections(non_max_suppression(prediction, 0.05, 0.5, nms=counting, agnostic=agnostic, max_det=40),
+                           expected)
+    assert len(calls) == 3
+
+
+def test_an_image_without_candidates_launches_no_kernel() -> None:
+    prediction = make_prediction(torch.Generator().manual_seed(4), images=3, boxes=50, classes=2)
+    prediction[1, :, 4] = 0.0
+    calls = []
+    result = non_max_suppression(prediction, 0.05, 0.5, nms=lambda *args: calls.append(1) or torchvision.ops.nms(*args))
+    assert len(calls) == 2 and result[1].shape == (0, 6) and len(result[0]) > 0 and len(result[2]) > 0
+
+
+def test_scores_at_the_threshold_are_decided_by_the_exact_product() -> None:
+    # Class scores a few float32 steps either side of conf / obj: the cheap pre-filter (cls > conf / obj, relaxed)
+    # must keep exactly the (box, class) pairs whose float32 product obj * cls exceeds conf.
+    conf, rows = 0.001, []
+    for obj in (0.0010001, 0.013, 0.25, 0.7777, 1.0):
+        edge = torch.tensor(conf / obj, dtype=torch.float32)
+        steps = [edge]
+        for _ in range(6):
+            steps.append(torch.nextafter(steps[-1], torch.tensor(2.0)))
+            steps.insert(0, torch.nextafter(steps[0], torch.tensor(0.0)))
+        scores = torch.stack(steps)
+        for start in range(0, len(scores), 4):
+            row = torch.zeros(9)
+            row[:4] = torch.tensor([100.0 + 300 * len(rows), 100, 10, 10])  # far apart: NMS removes nothing
+            row[4] = obj
+            row[5:5 + len(scores[start:start + 4])] = scores[start:start + 4]
+            rows.append(row)
+    prediction = torch.stack(rows)[None]
+    result = non_max_suppression(prediction, conf, 0.5, nms=torchvision.ops.nms, max_det=10**6)[0]
+    products = prediction[0, :, 5:] * prediction[0, :, 4:5]
+    expected = sorted(products[products > conf].tolist())
+    assert sorted(result[:, 4].tolist()) == expected
+    assert 0 < len(expected) < (products > 0).sum()  # the boundary really is crossed inside the test data
