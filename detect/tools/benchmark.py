@@ -56,8 +56,8 @@ def row(measurement: Measurement, images: int) -> dict:
     """One table row: config (e.g. "train amp"), its numbers, and the time `images` images take at that rate."""
     config = f"{measurement.mode} {'amp' if measurement.amp else 'fp32'}"
     return {"config": config, "mode": measurement.mode, "precision": measurement.precision,
-            "img_per_s": round(measurement.img_per_s, 2), "memory_gb": round(measurement.peak_memory_bytes / 1e9, 3),
-            "epoch_seconds": round(images / measurement.img_per_s, 1)}
+            "img_per_s": measurement.img_per_s, "memory_gb": measurement.peak_memory_bytes / 1e9,
+            "epoch_seconds": images / measurement.img_per_s}
 
 
 def measure(args: argparse.Namespace) -> dict:
