@@ -49,9 +49,6 @@ class Backend:
     supported_amp_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float16, torch.bfloat16)
     # Whether convolutions here run faster on channels_last tensors (measured where True).
     channels_last: ClassVar[bool] = False
-    # Inference runs a batch through the network in slices whose widest activation stays under this many bytes
-    # (None: the whole batch at once).
-    inference_slice_bytes: ClassVar[int | None] = None
     # Whether NMS runs every image of a batch in one kernel call (ops/nms.py, whole_batch), else one call per image.
     nms_whole_batch: ClassVar[bool] = False
 
@@ -98,6 +95,9 @@ class Backend:
 
     def synchronize(self) -> None:
         """Wait until queued device work has finished."""
+
+    def prepare_inference(self) -> None:
+        """Process-wide settings that make repeated inference faster on this device (none by default)."""
 
     def device_name(self) -> str:
         """The device's model name, e.g. the CPU's "model name" (for benchmark tables)."""

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Protocol
 
 import torch
-from torch import nn
 
 from detect.backend import Backend
 from detect.engine.onnx_model import OnnxInference
@@ -32,37 +31,24 @@ class InferenceModel(Protocol):
 
 class TorchInference:
     """A DetectionModel made ready to infer on a backend: BatchNorm fused, eval mode, fp16 when asked, channels_last
-    where the backend is faster with it, and a large batch in slices where the backend asks for them."""
+    where the backend is faster with it, and the backend's process-wide inference settings applied."""
 
     fixed_shape = None
 
     def __init__(self, model: DetectionModel, backend: Backend, half: bool = False, fuse: bool = True) -> None:
-        model = (model.fuse() if fuse else model).eval().to(backend.device)
+        backend.prepare_inference()
         self.dtype = torch.float16 if half else torch.float32
-        model = model.to(self.dtype)
         self.memory_format = torch.channels_last if backend.channels_last else torch.contiguous_format
-        self.model = model.to(memory_format=self.memory_format)
+        model = (model.fuse() if fuse else model).eval()
+        self.model = model.to(backend.device, self.dtype).to(memory_format=self.memory_format)
         self.names = tuple(model.names)
         self.stride = int(model.stride.max())
-        self.slice_bytes = backend.inference_slice_bytes
-        self._stem = next(module for module in model.modules() if isinstance(module, nn.Conv2d))
-
-    def slice_size(self, images: torch.Tensor) -> int:
-        """Images per forward: the whole batch, or as many as keep the stem's output (the widest activation of a
-        YOLOv5) under the backend's slice budget."""
-        if self.slice_bytes is None:
-            return len(images)
-        stem = self._stem
-        height, width = images.shape[2] // stem.stride[0], images.shape[3] // stem.stride[1]
-        per_image = stem.out_channels * height * width * self.dtype.itemsize
-        return max(1, self.slice_bytes // per_image)
 
     @torch.no_grad()
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         """(B, 3, H, W) float in [0, 1] on the device -> (B, N, 5+nc) float32 decoded predictions."""
         images = images.to(self.dtype).contiguous(memory_format=self.memory_format)
-        parts = [self.model.predict(part) for part in images.split(self.slice_size(images))]
-        return (parts[0] if len(parts) == 1 else torch.cat(parts)).float()
+        return self.model.predict(images).float()
 
 
 def square_input_size(model: InferenceModel, imgsz: int) -> int:
