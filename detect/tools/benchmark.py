@@ -64,11 +64,13 @@ def measure(args: argparse.Namespace) -> dict:
     """Every phase on this device; the result as the JSON document."""
     model = build_tool_model(args.cfg, args.weights, args.nc, args.seed)
     batch = synthetic_batch(args.batch_size, args.imgsz, model.nc, args.seed)
-    rows = []
-    for precision in ("fp32", "amp"):
-        backend = select_backend(args.device, precision, args)
-        rows.append(row(measure_train(model, batch, backend, args.imgsz, args.warmup, args.steps), args.train_images))
-        rows.append(row(measure_inference(model, batch, backend, args.warmup, args.steps), args.val_images))
+    backends = {precision: select_backend(args.device, precision, args) for precision in ("fp32", "amp")}
+    # Training first: inference may change process-wide settings (Backend.prepare_inference).
+    rows = [row(measure_train(model, batch, backend, args.imgsz, args.warmup, args.steps), args.train_images)
+            for backend in backends.values()]
+    rows += [row(measure_inference(model, batch, backend, args.warmup, args.steps), args.val_images)
+             for backend in backends.values()]
+    backend = backends["fp32"]
     return {
         "tool": "detect.tools.benchmark", "schema": SCHEMA,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -78,7 +80,7 @@ def measure(args: argparse.Namespace) -> dict:
         "model": args.weights or args.cfg, "parameters": sum(p.numel() for p in model.parameters()),
         "imgsz": args.imgsz, "batch_size": args.batch_size, "warmup": args.warmup, "steps": args.steps,
         "train_images": args.train_images, "val_images": args.val_images, "threads": torch.get_num_threads(),
-        "rows": sorted(rows, key=lambda item: item["mode"] != "train"),
+        "rows": rows,
     }
 
 

@@ -15,6 +15,7 @@ from detect.data.batch import Batch
 from detect.data.device_batch import to_device_batch
 from detect.engine.distributed import DistContext
 from detect.engine.ema import ModelEMA
+from detect.engine.inference import TorchInference
 from detect.engine.optim import OptimSettings, accumulate_steps, build_optimizer, lr_lambda
 from detect.engine.train_loop import StepParts, optimizer_step
 from detect.models import DetectionModel
@@ -92,13 +93,14 @@ def measure_train(model: DetectionModel, batch: Batch, backend: backends.Backend
 
 def measure_inference(model: DetectionModel, batch: Batch, backend: backends.Backend, warmup: int,
                       steps: int) -> Measurement:
-    """Forward passes of the fused model in eval mode (NMS excluded)."""
-    fused = _prepared(model, backend).eval().fuse()
+    """Predictions through validation's own inference path (fused, decoded; NMS excluded), under the backend's
+    autocast as validation during training runs it."""
+    inference = TorchInference(copy.deepcopy(model), backend)  # it fuses the model it is given
     images, _ = _device_images(batch, backend)
 
     def step(index: int) -> None:
-        with torch.inference_mode(), backend.autocast():
-            fused.predict(images)
+        with backend.autocast():
+            inference(images)
 
     rate, peak = _timed(backend, step, warmup, steps, len(batch))
     return Measurement("inference", precision_name(backend), backend.amp_enabled, rate, peak)
