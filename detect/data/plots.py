@@ -38,7 +38,7 @@ def plot_label_stats(records: list[ImageRecord], names: list[str], path: Path) -
     return path
 
 
-def _colour(class_index: int) -> tuple[int, int, int]:
+def class_colour(class_index: int) -> tuple[int, int, int]:
     """A stable, distinct BGR colour per class (golden-ratio hue steps)."""
     hue = int((class_index * 0.618034 % 1) * 179)
     pixel = cv2.cvtColor(np.uint8([[[hue, 220, 255]]]), cv2.COLOR_HSV2BGR)[0, 0]
@@ -58,7 +58,7 @@ def plot_batch(batch: Batch, names: list[str], path: Path, max_images: int = 16)
         tile = np.ascontiguousarray(batch.images[index].numpy().transpose(1, 2, 0)[:, :, ::-1])
         mine = targets[:, 0] == index
         for class_index, (x1, y1, x2, y2) in zip(targets[mine, 1].astype(int).tolist(), corners[mine].tolist()):
-            colour = _colour(class_index)
+            colour = class_colour(class_index)
             cv2.rectangle(tile, (x1, y1), (x2, y2), colour, 2)
             label = names[class_index] if class_index < len(names) else str(class_index)
             cv2.putText(tile, label, (x1, max(y1 - 3, 10)), cv2.FONT_HERSHEY_SIMPLEX, 0.4, colour, 1)

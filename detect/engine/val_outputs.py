@@ -15,6 +15,17 @@ from detect.engine.validate import ImageDetections
 from detect.ops.boxes import xywhn_to_xyxy, xyxy_to_xywhn
 
 
+def yolo_txt(detections: torch.Tensor, height: int, width: int, save_conf: bool) -> str:
+    """(n, 6) [x1, y1, x2, y2, score, class] pixel detections as YOLO txt lines: class cx cy w h [score],
+    normalised to a (height, width) image."""
+    boxes = xyxy_to_xywhn(detections[:, :4].double(), width, height).tolist()
+    rows = []
+    for (cx, cy, w, h), (score, cls) in zip(boxes, detections[:, 4:].tolist()):
+        row = f"{int(cls)} {cx:.6f} {cy:.6f} {w:.6f} {h:.6f}"
+        rows.append(row + (f" {score:.5f}" if save_conf else ""))
+    return "".join(row + "\n" for row in rows)
+
+
 class ValOutputs:
     """Consumes each image's detections (see engine.validate.evaluate's on_image) and writes the extras."""
 
@@ -38,13 +49,8 @@ class ValOutputs:
 
     def _write_txt(self, image: ImageDetections) -> None:
         """One row per detection: class cx cy w h (normalised to the original image) [score]."""
-        height, width = image.letterbox.original
-        boxes = xyxy_to_xywhn(image.detections[:, :4].double(), width, height).tolist()
-        rows = []
-        for (cx, cy, w, h), (score, cls) in zip(boxes, image.detections[:, 4:].tolist()):
-            row = f"{int(cls)} {cx:.6f} {cy:.6f} {w:.6f} {h:.6f}"
-            rows.append(row + (f" {score:.5f}" if self.save_conf else ""))
-        (self.labels_dir / f"{Path(image.path).stem}.txt").write_text("".join(r + "\n" for r in rows))
+        text = yolo_txt(image.detections, *image.letterbox.original, self.save_conf)
+        (self.labels_dir / f"{Path(image.path).stem}.txt").write_text(text)
 
     def finish(self, metrics: Metrics) -> None:
         """Write the plots once every image has been seen."""
