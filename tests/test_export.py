@@ -100,6 +100,15 @@ def test_torchscript_equals_eager(weights, static_exports):
         np.testing.assert_allclose(traced(images).numpy(), eager(weights, images), rtol=0, atol=1e-4)
 
 
+def test_no_fuse_keeps_batchnorm_in_the_torchscript_graph(weights, static_exports, tmp_path):
+    unfused = torch.jit.load(str(run_export(weights, tmp_path, "--no-fuse")["torchscript"]))
+    fused = torch.jit.load(str(static_exports["torchscript"]))
+    assert "batch_norm" in str(unfused.inlined_graph) and "batch_norm" not in str(fused.inlined_graph)
+    images = torch.rand(1, 3, *IMGSZ, generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        np.testing.assert_allclose(unfused(images).numpy(), eager(weights, images), rtol=0, atol=1e-4)
+
+
 def test_dynamic_onnx_equals_pytorch_at_batch_3_and_another_size(weights, tmp_path):
     path = run_export(weights, tmp_path, "--include", "onnx", "--dynamic")["onnx"]
     onnx.checker.check_model(onnx.load(str(path)))
