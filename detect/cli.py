@@ -53,6 +53,14 @@ def unit_float(text: str) -> float:
     return _parse(text, float, "a number in [0, 1]", lambda value: 0 <= value <= 1)
 
 
+def add_npu_flags(parser: argparse.ArgumentParser) -> None:
+    """The NPU switches backends.select takes; left out, torch_npu's defaults stay (NPU.md §1 #5, §2.1)."""
+    parser.add_argument("--npu-jit-compile", action=argparse.BooleanOptionalAction, default=None,
+                        help="NPU only: set_compile_mode(jit_compile=...) (910B default: off)")
+    parser.add_argument("--npu-allow-hf32", action=argparse.BooleanOptionalAction, default=None,
+                        help="NPU only: HF32 in fp32 convolutions and matmuls (910B default: conv on, matmul off)")
+
+
 def user_message(error: UserError) -> str:
     """The one line of a UserError; one re-raised by a DataLoader worker carries the worker's traceback, whose
     last line is the original error."""

@@ -50,6 +50,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--rect", action="store_true", help="rectangular batches in aspect-ratio order (no mosaic; many shapes)")
     add("--amp", action=argparse.BooleanOptionalAction, default=None,
         help="mixed precision (default: on for accelerators, off on the CPU)")
+    cli.add_npu_flags(parser)
     add("--dist-timeout", type=float, default=1800.0, help="seconds any collective may wait (torchrun jobs)")
     add("--no-progress", action="store_true", help="no progress bars (one line per epoch only)")
     add("--profile", nargs="*", type=cli.non_negative_int, default=None, metavar="N",
@@ -68,7 +69,8 @@ def settings_from_args(args: argparse.Namespace) -> TrainSettings:
         nosave=args.nosave, noautoanchor=args.noautoanchor, patience=args.patience, freeze=tuple(args.freeze),
         save_period=args.save_period, cos_lr=args.cos_lr, label_smoothing=args.label_smoothing,
         multi_scale=args.multi_scale, sync_bn=args.sync_bn, optimizer=args.optimizer, cache=args.cache,
-        single_cls=args.single_cls, rect=args.rect, amp=args.amp, dist_timeout=args.dist_timeout,
+        single_cls=args.single_cls, rect=args.rect, amp=args.amp, npu_jit_compile=args.npu_jit_compile,
+        npu_allow_hf32=args.npu_allow_hf32, dist_timeout=args.dist_timeout,
         progress=not args.no_progress)
 
 

@@ -41,6 +41,8 @@ class TrainSettings:
     single_cls: bool = False
     rect: bool = False
     amp: bool | None = None
+    npu_jit_compile: bool | None = None  # None keeps torch_npu's default (NPU.md §1 #5)
+    npu_allow_hf32: bool | None = None
     dist_timeout: float = 1800.0
     progress: bool = True
 

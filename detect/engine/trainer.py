@@ -74,7 +74,8 @@ def select_backend(settings: TrainSettings, context: DistContext) -> backends.Ba
     if context.distributed and kind != "cpu":
         kind = backends.select(kind, amp=False).name if kind == "auto" else kind
         spec = kind if kind == "cpu" else f"{kind}:{context.local_rank}"
-    return backends.select(spec, amp=settings.amp)
+    return backends.select(spec, amp=settings.amp, npu_jit_compile=settings.npu_jit_compile,
+                           npu_allow_hf32=settings.npu_allow_hf32)
 
 
 class Trainer:

@@ -24,7 +24,7 @@ import detect
 from detect import cli
 from detect.errors import UserError
 from detect.tools.throughput import Measurement, measure_inference, measure_train
-from detect.tools.workload import add_model_flags, add_npu_flags, build_tool_model, select_backend, synthetic_batch
+from detect.tools.workload import add_model_flags, build_tool_model, select_backend, synthetic_batch
 
 SCHEMA = 1
 COCO_TRAIN_IMAGES, COCO_VAL_IMAGES = 118_287, 5_000  # COCO 2017 train and val
@@ -48,7 +48,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                                      "<device>_<model>_<imgsz>_<batch>.json)")
     parser.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"), default=None,
                         help="print B's ratios to A for two earlier results instead of measuring")
-    add_npu_flags(parser)
+    cli.add_npu_flags(parser)
     return parser.parse_args(argv)
 
 

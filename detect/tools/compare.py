@@ -19,7 +19,6 @@ from detect.tools.capture import Difference, capture, differences
 from detect.tools.workload import (
     PRECISIONS,
     add_model_flags,
-    add_npu_flags,
     build_tool_model,
     precision_name,
     select_backend,
@@ -44,7 +43,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="a layer drifts when mean|A-B| / mean|A| is past this")
     parser.add_argument("--mode", default="train", choices=("train", "eval"),
                         help="BatchNorm on batch statistics (train, as in training) or running ones (eval)")
-    add_npu_flags(parser)
+    cli.add_npu_flags(parser)
     return parser.parse_args(argv)
 
 

@@ -30,14 +30,6 @@ def add_model_flags(parser: argparse.ArgumentParser, imgsz: int, batch_size: int
     parser.add_argument("--seed", type=cli.non_negative_int, default=0, help="initial weights and the batch")
 
 
-def add_npu_flags(parser: argparse.ArgumentParser) -> None:
-    """The NPU switches backends.select takes; left out, torch_npu's defaults stay (NPU.md §1 #5, §2.1)."""
-    parser.add_argument("--npu-jit-compile", action=argparse.BooleanOptionalAction, default=None,
-                        help="NPU only: set_compile_mode(jit_compile=...) (910B default: off)")
-    parser.add_argument("--npu-allow-hf32", action=argparse.BooleanOptionalAction, default=None,
-                        help="NPU only: HF32 in fp32 convolutions and matmuls (910B default: conv on, matmul off)")
-
-
 def select_backend(device: str, precision: str, args: argparse.Namespace) -> backends.Backend:
     """The backend for `device` computing in `precision` (one of PRECISIONS), with the NPU switches of `args`."""
     named = precision if precision in ("fp16", "bf16") else None

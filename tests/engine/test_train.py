@@ -15,12 +15,13 @@ import torch
 
 from detect import train, val
 from detect.engine import train_loop
+from detect.engine import trainer as trainer_module
 from detect.engine.checkpoint import load_checkpoint
 from detect.engine.distributed import DistContext
 from detect.engine.run_files import RunFiles
 from detect.engine.train_loop import train_one_epoch
 from detect.engine.train_settings import TrainSettings
-from detect.engine.trainer import Trainer
+from detect.engine.trainer import Trainer, select_backend
 from detect.errors import UserError
 from tests.engine.train_helpers import tiny_dataset, train_args
 
@@ -189,3 +190,17 @@ def test_non_finite_losses_skip_steps_then_stop_the_run(data, tmp_path, monkeypa
     monkeypatch.setattr(train_loop, "MAX_NONFINITE_STREAK", 3)
     with pytest.raises(UserError, match="not finite for 3 steps in a row"):
         train_one_epoch(trainer.parts, trainer.train_loader, 1, 2, trainer.progress, show_progress=False)
+
+
+@pytest.mark.parametrize("device, context, spec", [
+    ("npu", DistContext(rank=3, world_size=4, local_rank=1), "npu:1"),  # torchrun: the index is LOCAL_RANK
+    ("cuda:0", DistContext(rank=1, world_size=2, local_rank=1), "cuda:1"),
+    ("cpu", DistContext(rank=1, world_size=2, local_rank=1), "cpu"),
+    ("npu:2", DistContext(), "npu:2"),  # one process: the device as given
+])
+def test_each_rank_takes_its_local_device_with_the_npu_switches(monkeypatch, device, context, spec):
+    calls = []
+    monkeypatch.setattr(trainer_module.backends, "select", lambda spec, **options: calls.append((spec, options)))
+    settings = TrainSettings(cfg="yolov5n.yaml", device=device, amp=False, npu_allow_hf32=True)
+    select_backend(settings, context)
+    assert calls == [(spec, {"amp": False, "npu_jit_compile": None, "npu_allow_hf32": True})]
