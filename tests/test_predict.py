@@ -14,8 +14,8 @@ import torch
 
 from detect import export, predict
 from detect.data.plots import class_colour
+from detect.engine.annotate import annotate
 from detect.engine.checkpoint import save_checkpoint
-from detect.engine.predict_outputs import OutputSettings, annotate
 from detect.engine.predictor import Detections, Detector, PredictSettings
 from detect.engine.weights import model_state
 from detect.models import build_model
@@ -143,11 +143,11 @@ def test_annotate_draws_the_box_and_label_in_the_class_colour():
     rows = torch.tensor([[20.0, 30.0, 60.0, 70.0, 0.9, 2.0]])
     found = Detections(rows, tuple(NAMES), (96, 96))
     blank = np.zeros((96, 96, 3), np.uint8)
-    drawn = annotate(blank, found, OutputSettings(line_thickness=3))
+    drawn = annotate(blank, found, line_thickness=3)
     assert tuple(drawn[50, 20]) == class_colour(2) and tuple(drawn[70, 40]) == class_colour(2)
     label = drawn[6:27, 21:60]  # above the box: the filled label with white text ("bird 0.90")
     assert (label == class_colour(2)).all(axis=2).any() and (label == 255).all(axis=2).any()
-    bare = annotate(blank, found, OutputSettings(line_thickness=3, hide_labels=True))
+    bare = annotate(blank, found, line_thickness=3, hide_labels=True)
     assert not bare[:26].any() and tuple(bare[50, 20]) == class_colour(2)  # a box, nothing above it
     assert not blank.any()  # the input is left alone
 

@@ -7,17 +7,14 @@ import json
 from pathlib import Path
 
 import cv2
-import numpy as np
 
 from detect.data.categories import yolo_category_ids
-from detect.data.plots import class_colour
+from detect.engine.annotate import annotate
 from detect.engine.media import Frame
 from detect.engine.predictor import Detections
 from detect.engine.val_outputs import yolo_txt
 from detect.errors import UserError
 from detect.ops.boxes import xyxy_to_ltwh
-
-FONT = cv2.FONT_HERSHEY_SIMPLEX  # built into OpenCV: no font file, no download
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,26 +28,6 @@ class OutputSettings:
     line_thickness: int = 3
     hide_labels: bool = False
     hide_conf: bool = False
-
-
-def annotate(image: np.ndarray, detections: Detections, settings: OutputSettings) -> np.ndarray:
-    """A copy of a BGR image with each detection's box and, unless hidden, its class name and score."""
-    canvas = image.copy()
-    thickness = settings.line_thickness
-    text_scale, text_thickness = thickness / 3, max(thickness - 1, 1)
-    for (x1, y1, x2, y2), score, cls in zip(detections.boxes.round().astype(int).tolist(),
-                                            detections.scores.tolist(), detections.classes.tolist()):
-        colour = class_colour(cls)
-        cv2.rectangle(canvas, (x1, y1), (x2, y2), colour, thickness, cv2.LINE_AA)
-        if settings.hide_labels:
-            continue
-        label = detections.names[cls] if settings.hide_conf else f"{detections.names[cls]} {score:.2f}"
-        (width, height), _ = cv2.getTextSize(label, FONT, text_scale, text_thickness)
-        top = y1 - height - 3 if y1 - height - 3 >= 0 else y1  # the label sits above the box, inside it at the top
-        cv2.rectangle(canvas, (x1, top), (x1 + width, top + height + 3), colour, -1, cv2.LINE_AA)
-        cv2.putText(canvas, label, (x1, top + height + 1), FONT, text_scale, (255, 255, 255), text_thickness,
-                    cv2.LINE_AA)
-    return canvas
 
 
 class PredictOutputs:
@@ -70,7 +47,9 @@ class PredictOutputs:
         """Write (or queue) everything for one image or video frame."""
         stem = frame.path.stem + (f"_{frame.index}" if frame.video else "")
         if self.settings.save_images:
-            annotated = annotate(frame.image, detections, self.settings)
+            settings = self.settings
+            annotated = annotate(frame.image, detections, settings.line_thickness, settings.hide_labels,
+                                 settings.hide_conf)
             if frame.video:
                 self._video_writer(frame).write(annotated)
             else:

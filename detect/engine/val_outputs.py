@@ -1,4 +1,4 @@
-"""Optional validation outputs: per-image YOLO txt of detections, confusion matrix and PR curve PNGs."""
+"""Optional validation outputs: per-image YOLO txt of detections, confusion matrix, PR curve and predictions plots."""
 
 from __future__ import annotations
 
@@ -8,11 +8,14 @@ import numpy as np
 import torch
 
 from detect.data import LabelledSplit
+from detect.engine.annotate import plot_predictions
 from detect.engine.confusion import ConfusionMatrix
 from detect.engine.evaluator import Metrics
 from detect.engine.metric_plots import plot_confusion_matrix, plot_pr_curve
 from detect.engine.validate import ImageDetections
 from detect.ops.boxes import xywhn_to_xyxy, xyxy_to_xywhn
+
+PLOTTED_IMAGES = 16
 
 
 def yolo_txt(detections: torch.Tensor, height: int, width: int, save_conf: bool) -> str:
@@ -34,6 +37,7 @@ class ValOutputs:
         self.labels_dir = save_dir / "labels" if save_txt else None
         self.confusion = ConfusionMatrix(len(split.names)) if plots else None
         self._records = {record.image_id: record for record in split.records}
+        self._shown: list[tuple[Path, torch.Tensor]] = []  # the first PLOTTED_IMAGES images, for val_predictions.jpg
         if self.labels_dir is not None:
             self.labels_dir.mkdir(parents=True, exist_ok=True)
 
@@ -41,6 +45,8 @@ class ValOutputs:
         if self.labels_dir is not None:
             self._write_txt(image)
         if self.confusion is not None:
+            if len(self._shown) < PLOTTED_IMAGES:
+                self._shown.append((Path(image.path), image.detections))
             record = self._records[image.image_id]
             keep = ~record.crowd
             normalised = torch.from_numpy(np.asarray(record.boxes[keep], np.float64)).reshape(-1, 4)
@@ -57,3 +63,4 @@ class ValOutputs:
         if self.confusion is not None:
             plot_confusion_matrix(self.confusion, self.split.names, self.save_dir / "confusion_matrix.png")
             plot_pr_curve(metrics, self.save_dir / "PR_curve.png")
+            plot_predictions(self._shown, tuple(self.split.names), self.save_dir / "val_predictions.jpg")

@@ -41,7 +41,7 @@ def finished_run(data, tmp_path_factory):
 
 def test_run_folder_holds_config_results_weights_and_plots(finished_run):
     for name in ("config.yaml", "results.csv", "results.png", "labels.png", "train_batch0.jpg",
-                 "PR_curve.png", "confusion_matrix.png", "weights/last.pt", "weights/best.pt"):
+                 "PR_curve.png", "confusion_matrix.png", "val_predictions.jpg", "weights/last.pt", "weights/best.pt"):
         assert (finished_run / name).is_file(), name
     with open(finished_run / "results.csv") as handle:
         rows = list(csv.DictReader(handle))
