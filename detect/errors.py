@@ -7,3 +7,9 @@ class UserError(Exception):
 
 class ConfigError(UserError):
     """A config file (model, data or hyp yaml) that is missing, malformed or has a bad key."""
+
+
+def one_line(error: BaseException, limit: int = 300) -> str:
+    """An exception as one short line: its type and its message with the whitespace collapsed."""
+    text = " ".join(f"{type(error).__name__}: {error}".split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from detect.backend.base import AcceleratorBackend, BackendUnavailable
 from detect.backend.profiler import ProfileSchedule
+from detect.errors import one_line
 
 LOGGER = logging.getLogger(__name__)
 
@@ -31,12 +32,6 @@ NMS_BUCKET = 1024
 NMS_SCORE_FLOOR = 1e-6
 
 
-def _one_line(error: BaseException, limit: int = 300) -> str:
-    """An exception as one short line: its type and its message with the whitespace collapsed."""
-    text = " ".join(f"{type(error).__name__}: {error}".split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def import_torch_npu() -> ModuleType:
     """Import torch_npu, or raise BackendUnavailable (one line) saying what went wrong and what to install."""
     try:
@@ -44,7 +39,7 @@ def import_torch_npu() -> ModuleType:
     except Exception as error:
         # Any type: a missing package (ImportError), missing CANN libraries (OSError, RuntimeError) or torch_npu's
         # CANN package check, which raises a bare Exception when parts of the toolkit are missing (NPU.md §5).
-        message = f"NPU was asked for but torch_npu cannot be imported ({_one_line(error)}); {INSTALL_HINT}"
+        message = f"NPU was asked for but torch_npu cannot be imported ({one_line(error)}); {INSTALL_HINT}"
         raise BackendUnavailable(message) from error
     return torch_npu
 
@@ -57,7 +52,7 @@ def is_available() -> bool:
         return bool(import_torch_npu().npu.is_available())
     except Exception as error:  # noqa: BLE001 (a broken CANN install means "no NPU" for auto, not a crash)
         cause = error.__cause__ or error  # the import's own error, not the "NPU was asked for" line
-        LOGGER.warning("torch_npu is installed but unusable, so auto does not pick the NPU (%s)", _one_line(cause))
+        LOGGER.warning("torch_npu is installed but unusable, so auto does not pick the NPU (%s)", one_line(cause))
         return False
 
 

@@ -19,10 +19,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torchvision
+from packaging.requirements import Requirement
 
 from detect.backend.base import BackendUnavailable
 from detect.backend.environment import FAIL, INFO, OK, WARN, Check, environment_checks
-from detect.backend.npu import _one_line, import_torch_npu
+from detect.backend.npu import import_torch_npu
+from detect.errors import one_line
 
 MIN_PYTHON = (3, 10)  # pyproject.toml's requires-python
 SMI_TIMEOUT_S = 20.0  # a hung driver must not hang the doctor
@@ -70,7 +72,7 @@ def torch_checks() -> list[Check]:
         torchvision.ops.nms(torch.zeros(1, 4), torch.ones(1), 0.5)
         checks.append(Check("torchvision ops", OK, "nms runs"))
     except Exception as error:  # noqa: BLE001 (any failure of the compiled extension is the finding)
-        checks.append(Check("torchvision ops", FAIL, _one_line(error), hint))
+        checks.append(Check("torchvision ops", FAIL, one_line(error), hint))
     return checks
 
 
@@ -84,8 +86,6 @@ def _distribution(name: str) -> tuple[str | None, list[str]]:
 
 def _torch_pairing(requirements: list[str], version: str) -> tuple[bool, str]:
     """Whether this torch meets torch_npu's own `torch==...` requirement (else its major.minor must match)."""
-    from packaging.requirements import Requirement  # packaging comes with matplotlib, a dependency
-
     for text in requirements:
         requirement = Requirement(text)
         if requirement.name == "torch":
@@ -103,7 +103,7 @@ def npu_checks(environ: Mapping[str, str]) -> tuple[list[Check], Accelerator | N
         cause = error.__cause__
         if isinstance(cause, ModuleNotFoundError) and cause.name == "torch_npu":
             return [Check("torch_npu", INFO, "not installed (only needed for Ascend NPUs)")], None
-        return [Check("torch_npu", FAIL, f"{version or 'installed'} but import fails: {_one_line(cause or error)}",
+        return [Check("torch_npu", FAIL, f"{version or 'installed'} but import fails: {one_line(cause or error)}",
                       "source the CANN toolkit's set_env.sh (e.g. /usr/local/Ascend/ascend-toolkit/set_env.sh) "
                       "and check that CANN matches torch_npu; until then use --device cpu, and note that "
                       "`import torch` fails in programs that leave TORCH_DEVICE_BACKEND_AUTOLOAD unset"),
@@ -118,7 +118,7 @@ def npu_checks(environ: Mapping[str, str]) -> tuple[list[Check], Accelerator | N
         count = runtime.device_count() if runtime.is_available() else 0
         names = tuple(str(runtime.get_device_name(index)) for index in range(count))
     except Exception as error:  # noqa: BLE001 (a broken driver or runtime is the finding)
-        return [*checks, Check("NPUs", FAIL, _one_line(error), "check the driver with npu-smi info")], None
+        return [*checks, Check("NPUs", FAIL, one_line(error), "check the driver with npu-smi info")], None
     if not names:
         return [*checks, Check("NPUs", WARN, "torch_npu sees no NPU", "check npu-smi info and "
                                                                          "ASCEND_RT_VISIBLE_DEVICES")], None
@@ -178,7 +178,7 @@ def smi_checks(run: Runner = subprocess.run) -> list[Check]:
         try:
             result = run([tool, *args], capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=False)
         except (OSError, subprocess.TimeoutExpired) as error:
-            checks.append(Check(tool, FAIL, _one_line(error), "the driver does not answer: check it is loaded"))
+            checks.append(Check(tool, FAIL, one_line(error), "the driver does not answer: check it is loaded"))
             continue
         if result.returncode != 0:
             message = " ".join((result.stderr or result.stdout).split())[:200]

@@ -32,6 +32,7 @@ from detect.engine.distributed import (
 )
 from detect.engine.ema import ModelEMA
 from detect.engine.evaluator import Metrics
+from detect.engine.inference import TorchInference
 from detect.engine.loss import DetectionLoss, LossSettings
 from detect.engine.optim import OptimSettings, build_optimizer, build_scheduler, lr_lambda, warmup_iterations
 from detect.engine.report import metrics_table
@@ -365,12 +366,12 @@ class Trainer:
 
     def final_evaluation(self, weights: Path) -> Metrics:
         """`weights` fused, in fp32, NMS IoU 0.65 on COCO (the published numbers) else 0.6; PR and confusion PNGs."""
-        model = load_model(weights).fuse().to(self.backend.device)
+        model = TorchInference(load_model(weights), self.backend)
         split = self.val_loader.split
         settings = EvalSettings(iou_threshold=0.65 if is_coco(split.names) else 0.6)
         outputs = ValOutputs(self.files.save_dir, split, save_txt=False, save_conf=False, plots=True)
         self.evaluator.reset()
-        result = evaluate(model.predict, self.val_loader, self.backend, self.evaluator, settings,
+        result = evaluate(model, self.val_loader, self.backend, self.evaluator, settings,
                           progress=self.settings.progress, on_image=outputs.add)
         outputs.finish(result.metrics)
         LOGGER.info("%s (%d images)\n%s", weights, result.images, metrics_table(result.metrics, per_class=True))
