@@ -5,6 +5,7 @@ model only:  forward + loss + backward + optimizer (every `accumulate` batches, 
 end to end:  the trainer's own train_one_epoch over the real loader (mosaic and the rest in CPU workers), with
              warmup, AMP where it applies, gradient clipping and EMA.
 The two alternate for --rounds rounds in one process, so the ratio is fair on a shared machine (ENV-NOTES.md).
+It runs with OMP_WAIT_POLICY=PASSIVE unless you export another value, as `python -m detect.train` does.
 
     python scripts/bench_train.py --data coco128.yaml --cfg yolov5n.yaml --imgsz 320 --batch-size 16 --workers 2
 """
@@ -13,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import statistics
+import sys
 import time
 
 import torch
@@ -73,6 +76,8 @@ def end_to_end(parts: StepParts, loader: FirstBatches, epoch: int) -> float:
 
 
 def main() -> None:
+    if "OMP_WAIT_POLICY" not in os.environ:  # read when torch loads, so start again with it (detect/__init__.py)
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="coco128.yaml")
     parser.add_argument("--cfg", default="yolov5n.yaml")

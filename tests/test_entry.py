@@ -57,3 +57,14 @@ def test_importing_detect_as_a_library_leaves_the_environment_alone(tmp_path):
     env = {key: value for key, value in os.environ.items() if key != AUTOLOAD}
     code = f"import os, detect; print(os.environ.get({AUTOLOAD!r}))"
     assert run(["-c", code], env, tmp_path).stdout.strip() == "None"
+
+
+@pytest.mark.parametrize(("exported", "expected"), [(None, "'PASSIVE'"), ("ACTIVE", "'ACTIVE'")])
+def test_the_clis_make_torchs_threads_sleep_unless_told_otherwise(tmp_path, exported, expected):
+    env = {key: value for key, value in os.environ.items() if key != "OMP_WAIT_POLICY"}
+    if exported is not None:
+        env["OMP_WAIT_POLICY"] = exported
+    report = run(["-m", "detect.doctor"], env, tmp_path).stdout
+    line = next(line for line in report.splitlines() if "OMP_WAIT_POLICY" in line)
+    assert expected in line, report
+    assert ("PASSIVE trains faster" in report) == (exported == "ACTIVE")

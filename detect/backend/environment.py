@@ -54,6 +54,12 @@ def _exists(value: str) -> str:
     return "" if Path(value).is_file() else "no such file"
 
 
+def _omp_wait_policy(value: str) -> str:
+    if value.upper() == "ACTIVE":
+        return "spinning threads take the cores from the DataLoader workers: PASSIVE trains faster here"
+    return ""
+
+
 def _invented(value: str) -> str:
     return "this variable does not exist in CANN and has no effect: use ASCEND_GLOBAL_EVENT_ENABLE=0/1"
 
@@ -81,6 +87,7 @@ VARIABLES: dict[str, tuple[str, Callable[[str], str] | None]] = {
     "NCCL_SOCKET_IFNAME": ("the network interface NCCL binds", None),
     "TORCH_DEVICE_BACKEND_AUTOLOAD": ("0: torch does not load torch_npu by itself; python -m detect.* sets 0", None),
     "OMP_NUM_THREADS": ("CPU threads per process", None),
+    "OMP_WAIT_POLICY": ("how torch's CPU threads wait; python -m detect.* sets PASSIVE", _omp_wait_policy),
 }
 
 
