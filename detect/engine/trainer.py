@@ -115,7 +115,7 @@ class Trainer:
         """Device, process group, run folder, data, model, optimizer and loaders; restored state on resume."""
         self._check_batch_size()  # before the process group: a bad flag must not leave ranks waiting
         payload = self._resume_payload()
-        self._check_batch_size()
+        self._check_batch_size()  # again: a resumed run takes its stored batch size
         if self.settings.cfg is None and self.settings.weights is None:
             raise UserError("give a model: --cfg yolov5s.yaml (from scratch) and/or --weights FILE (fine-tune)")
         self.data = load_data_config(self.settings.data)  # bad yamls stop here, before any folder is made
@@ -365,7 +365,7 @@ class Trainer:
                          files.last_path if files.last_path.is_file() else None, metrics, epochs_run)
 
     def final_evaluation(self, weights: Path) -> Metrics:
-        """`weights` fused, in fp32, NMS IoU 0.65 on COCO (the published numbers) else 0.6; PR and confusion PNGs."""
+        """`weights` fused, in fp32, NMS IoU 0.65 on COCO (the published numbers) else 0.6; PR, confusion, predictions."""
         model = TorchInference(load_model(weights), self.backend)
         split = self.val_loader.split
         settings = EvalSettings(iou_threshold=0.65 if is_coco(split.names) else 0.6)
