@@ -106,7 +106,7 @@ def test_torch_npu_pins_its_torch(monkeypatch, torch_version, paired):
     ("HCCL_CONNECT_TIMEOUT", "2h", "WARN"), ("ASCEND_GLOBAL_LOG_LEVEL", "1", "WARN"),
     ("ASCEND_GLOBAL_LOG_LEVEL", "3", "INFO"), ("ASCEND_GLOBAL_LOG_LEVEL", "9", "WARN"),
     ("TASK_QUEUE_ENABLE", "0", "WARN"), ("TASK_QUEUE_ENABLE", "2", "INFO"), ("ASCEND_LAUNCH_BLOCKING", "1", "WARN"),
-    ("ASCEND_GLOBAL_EVENT_LEVEL", "0", "WARN"), ("RANK_TABLE_FILE", "/nonexistent/ranks.json", "WARN"),
+    ("RANK_TABLE_FILE", "/nonexistent/ranks.json", "WARN"),
     ("ASCEND_RT_VISIBLE_DEVICES", "0,1", "INFO"),
 ])
 def test_environment_rules(name, value, status):

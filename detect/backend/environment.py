@@ -60,17 +60,12 @@ def _omp_wait_policy(value: str) -> str:
     return ""
 
 
-def _invented(value: str) -> str:
-    return "this variable does not exist in CANN and has no effect: use ASCEND_GLOBAL_EVENT_ENABLE=0/1"
-
-
 # name -> (what it does, a rule returning a problem or ""); the names and meanings are NPU.md's.
 VARIABLES: dict[str, tuple[str, Callable[[str], str] | None]] = {
     "ASCEND_RT_VISIBLE_DEVICES": ("the NPUs this process may use", None),
     "ASCEND_HOME_PATH": ("the CANN toolkit (set by set_env.sh)", None),
     "ASCEND_GLOBAL_LOG_LEVEL": ("CANN log level", _log_level),
     "ASCEND_GLOBAL_EVENT_ENABLE": ("CANN event logging 0/1", None),
-    "ASCEND_GLOBAL_EVENT_LEVEL": ("invented by a blog post", _invented),
     "ASCEND_SLOG_PRINT_TO_STDOUT": ("CANN logs to stdout", None),
     "ASCEND_LAUNCH_BLOCKING": ("synchronous NPU launches", _launch_blocking),
     "TASK_QUEUE_ENABLE": ("torch_npu's launch queue", _task_queue),
