@@ -10,7 +10,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from detect.data.data_config import DataConfig
+from detect.data.data_config import DATA_DIR_VARIABLE, DataConfig
 from detect.errors import UserError
 from detect.ops.boxes import xyxy_to_xywhn
 
@@ -19,19 +19,6 @@ LOGGER = logging.getLogger(__name__)
 SHAPE_NAMES = ("circle", "rectangle", "triangle", "cross", "ring")
 SPLIT_SIZES = {"train": 300, "val": 100}
 GENERATOR_VERSION = "shapes-1"  # bump when the scenes change: an old folder is then regenerated
-DATA_DIR_VARIABLE = "DETECT_DATA_DIR"
-
-
-def builtin_root(name: str) -> Path:
-    """Where built-in dataset `name` is generated: $DETECT_DATA_DIR/name, else the user cache's detect/name."""
-    # Never inside the package (site-packages may be read-only or shared) nor the working directory, so an
-    # editable checkout and a wheel behave the same. The cache is $XDG_CACHE_HOME or ~/.cache (XDG base
-    # directory spec, which ignores a relative XDG_CACHE_HOME).
-    chosen = os.environ.get(DATA_DIR_VARIABLE)
-    if chosen:
-        return Path(chosen).expanduser().resolve() / name
-    cache = os.environ.get("XDG_CACHE_HOME", "")
-    return (Path(cache) if Path(cache).is_absolute() else Path.home() / ".cache") / "detect" / name
 
 
 def _background(rng: np.random.Generator, height: int, width: int) -> np.ndarray:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ from detect.config import from_mapping, read_yaml, resolve_config
 from detect.errors import ConfigError
 
 SPLITS = ("train", "val", "test")
+DATA_DIR_VARIABLE = "DETECT_DATA_DIR"  # where built-in datasets are generated (builtin_root)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +60,18 @@ def _names_list(names: list[str] | dict[int, str], nc: int | None, source: Path)
     return tuple(str(name) for name in names)
 
 
+def builtin_root(name: str) -> Path:
+    """Where built-in dataset `name` is generated: $DETECT_DATA_DIR/name, else the user cache's detect/name."""
+    # Never inside the package (site-packages may be read-only or shared) nor the working directory, so an
+    # editable checkout and a wheel behave the same. The cache is $XDG_CACHE_HOME or ~/.cache (XDG base
+    # directory spec, which ignores a relative XDG_CACHE_HOME).
+    chosen = os.environ.get(DATA_DIR_VARIABLE)
+    if chosen:
+        return Path(chosen).expanduser().resolve() / name
+    cache = os.environ.get("XDG_CACHE_HOME", "")
+    return (Path(cache) if Path(cache).is_absolute() else Path.home() / ".cache") / "detect" / name
+
+
 def _resolve_root(raw: str | None, source: Path) -> Path:
     """`path` from the yaml's folder, else from the working directory (where yolov5 looks)."""
     if raw is None:
@@ -79,8 +93,6 @@ def load_data_config(name_or_path: str | Path) -> DataConfig:
     names = _names_list(raw.names, raw.nc, source)
     root = _resolve_root(raw.path, source)
     if raw.builtin is not None and raw.path is None:
-        from detect.data.builtin import builtin_root  # here, not at the top: builtin.py imports this module
-
         root = builtin_root(raw.builtin)  # generated there on first use
     elif raw.builtin is not None and not (source.parent / raw.path).exists():
         root = (source.parent / raw.path).resolve()  # generated there on first use
