@@ -10,11 +10,17 @@ from pathlib import Path
 
 from detect import backend as backends
 from detect import cli
-from detect.engine.export_om import convert_om
-from detect.engine.export_onnx import export_onnx
-from detect.engine.exporting import DEFAULT_OPSET, ExportSettings, export_metadata, export_torchscript, traced_module
-from detect.engine.weights import load_model, resolve_weights
 from detect.errors import UserError
+from detect.exporters.om import convert_om
+from detect.exporters.onnx_export import export_onnx
+from detect.exporters.torchscript import (
+    DEFAULT_OPSET,
+    ExportSettings,
+    export_metadata,
+    export_torchscript,
+    traced_module,
+)
+from detect.models.weights import load_model, resolve_weights
 
 LOGGER = logging.getLogger("detect.export")
 FORMATS = ("torchscript", "onnx", "om")

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from detect import backend as backends
 from detect import cli
-from detect.engine.media import Frame, frames, list_sources
-from detect.engine.predict_outputs import OutputSettings, PredictOutputs
-from detect.engine.predictor import Detections, Detector, PredictSettings
-from detect.engine.run_dir import make_run_dir
+from detect.inference.detector import Detections, Detector, PredictSettings
+from detect.inference.media import Frame, frames, list_sources
+from detect.inference.outputs import OutputSettings, PredictOutputs
+from detect.run_dir import make_run_dir
 
 LOGGER = logging.getLogger("detect.predict")
 

@@ -9,9 +9,9 @@ import sys
 from detect import backend as backends
 from detect import cli
 from detect.backend.profiler import ProfileSchedule
-from detect.engine.distributed import DistContext
-from detect.engine.train_settings import TrainSettings
-from detect.engine.trainer import Trainer
+from detect.training.distributed import DistContext
+from detect.training.settings import TrainSettings
+from detect.training.trainer import Trainer
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -10,13 +10,13 @@ from detect import backend as backends
 from detect import cli
 from detect.data import load_data_config
 from detect.data.loader import build_val_loader
-from detect.engine.evaluator import BACKENDS
-from detect.engine.inference import load_inference_model, square_input_size
-from detect.engine.report import coco_stats, metrics_table, problems_list
-from detect.engine.run_dir import make_run_dir
-from detect.engine.val_outputs import ValOutputs
-from detect.engine.validate import EvalResult, EvalSettings, build_evaluator, evaluate
 from detect.errors import UserError
+from detect.evaluation.evaluator import BACKENDS
+from detect.evaluation.loop import EvalResult, EvalSettings, build_evaluator, evaluate
+from detect.evaluation.outputs import ValOutputs
+from detect.evaluation.report import coco_stats, metrics_table, problems_list
+from detect.inference.model import load_inference_model, square_input_size
+from detect.run_dir import make_run_dir
 
 LOGGER = logging.getLogger("detect.val")
 

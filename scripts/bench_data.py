@@ -15,16 +15,16 @@ import numpy as np
 from detect.config import load_hyp
 from detect.data import (
     AugmentSettings,
-    augment,
     build_train_loader,
     load_data_config,
     load_split,
 )
+from detect.data.augment import transforms as augment
+from detect.data.augment.mosaic import mosaic4
 from detect.data.batch import collate
 from detect.data.datasets import TrainDataset
-from detect.data.image_load import load_resized
-from detect.data.letterbox import PAD_VALUE
-from detect.data.mosaic import mosaic4
+from detect.data.images.letterbox import PAD_VALUE
+from detect.data.images.load import load_resized
 
 
 def loader_rate(data: str, hyp_name: str, imgsz: int, batch_size: int, workers: int, batches: int) -> float:

@@ -23,10 +23,10 @@ import onnxruntime
 import torch
 
 from detect import backend as backends
-from detect.engine.export_onnx import export_onnx
-from detect.engine.exporting import ExportSettings, export_metadata, export_torchscript, traced_module
-from detect.engine.inference import TorchInference
-from detect.engine.weights import load_model
+from detect.exporters.onnx_export import export_onnx
+from detect.exporters.torchscript import ExportSettings, export_metadata, export_torchscript, traced_module
+from detect.inference.model import TorchInference
+from detect.models.weights import load_model
 
 
 def runtimes(weights: str, settings: ExportSettings, folder: Path) -> dict[str, Callable[[torch.Tensor], object]]:

@@ -25,13 +25,13 @@ from detect import backend as backends
 from detect.config import load_hyp
 from detect.data import AugmentSettings, build_train_loader, load_data_config
 from detect.data.device_batch import to_device_batch
-from detect.engine.distributed import DistContext
-from detect.engine.ema import ModelEMA
-from detect.engine.loss import DetectionLoss, LossSettings
-from detect.engine.optim import OptimSettings, accumulate_steps, build_optimizer, lr_lambda
-from detect.engine.train_loop import StepParts, optimizer_step, train_one_epoch
-from detect.engine.train_state import Progress
 from detect.models import build_model
+from detect.training.distributed import DistContext
+from detect.training.ema import ModelEMA
+from detect.training.loop import StepParts, optimizer_step, train_one_epoch
+from detect.training.loss import DetectionLoss, LossSettings
+from detect.training.optim import OptimSettings, accumulate_steps, build_optimizer, lr_lambda
+from detect.training.state import Progress
 
 
 class FirstBatches:

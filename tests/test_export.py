@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from detect import export, val
-from detect.engine.checkpoint import save_checkpoint
-from detect.engine.exporting import TORCHSCRIPT_METADATA
-from detect.engine.weights import load_model, model_state
+from detect.exporters.torchscript import TORCHSCRIPT_METADATA
 from detect.models import build_model
+from detect.models.checkpoint import save_checkpoint
+from detect.models.weights import load_model, model_state
 
 # torch 2.14 marks torch.jit.load deprecated; loading the TorchScript file is what these tests check.
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:FutureWarning")

@@ -97,15 +97,20 @@ def test_checker_allows_prose_and_option_names(code):
     assert device_literals(code) == []
 
 
-# The one layering rule (DESIGN.md, README "Layout"): a module imports only from its own floor's package or from
-# lower floors; floor 3 packages never import each other; nothing imports floor 5 (the CLIs and tools).
+# The one layering rule (DESIGN.md, README "Layout"): a module imports only from its own package or from lower
+# floors; packages of one floor never import each other; nothing imports floor 7 (the CLIs and tools).
 FLOORS = {
-    "errors": 1, "ops": 1,
+    "errors": 1, "ops": 1, "run_dir": 1,
     "config": 2,
     "backend": 3, "data": 3, "models": 3,
-    "engine": 4,
-    "cli": 5, "train": 5, "val": 5, "predict": 5, "export": 5, "doctor": 5, "tools": 5,
+    "inference": 4, "exporters": 4,
+    "evaluation": 5,
+    "training": 6,
+    "cli": 7, "train": 7, "val": 7, "predict": 7, "export": 7, "doctor": 7, "tools": 7,
 }
+TOP_FLOOR = max(FLOORS.values())
+MAX_MODULE_LINES = 400  # STYLE.md rule 2
+MAX_MODULES_PER_FOLDER = 12  # issue 14: a folder a reader takes in at a glance
 
 
 def allowed_imports(package: str) -> set[str]:
@@ -114,18 +119,22 @@ def allowed_imports(package: str) -> set[str]:
     return {package} | {name for name, other in FLOORS.items() if other < floor}
 
 
-def _detect_imports(path: Path) -> set[str]:
-    """The detect subpackages and modules a file imports (including inside functions)."""
-    names = set()
+def _imported_modules(path: Path) -> set[str]:
+    """The detect modules a file imports, dotted (including imports inside functions)."""
+    modules = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module == "detect":  # from detect import cli
-            modules = [f"detect.{alias.name}" for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            modules = [node.module or ""]
-        else:
-            modules = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
-        names.update(m.split(".")[1] for m in modules if m.startswith("detect."))
-    return names
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("detect"):
+            # `from detect import cli` and `from detect.data import loader` may name modules or objects
+            modules.update(f"{node.module}.{alias.name}" for alias in node.names)
+            modules.add(node.module)
+        elif isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names if alias.name.startswith("detect"))
+    return modules
+
+
+def _detect_imports(path: Path) -> set[str]:
+    """The detect subpackages and top-level modules a file imports."""
+    return {name.split(".")[1] for name in _imported_modules(path) if name.count(".") >= 1} & set(FLOORS)
 
 
 def test_every_package_has_a_floor():
@@ -134,7 +143,7 @@ def test_every_package_has_a_floor():
     assert not unknown, f"give these a floor in FLOORS: {sorted(unknown)}"
 
 
-@pytest.mark.parametrize("package", sorted(name for name, floor in FLOORS.items() if floor < 5))
+@pytest.mark.parametrize("package", sorted(name for name, floor in FLOORS.items() if floor < TOP_FLOOR))
 def test_no_package_imports_upward_or_sideways(package):
     paths = sorted((PACKAGE / package).rglob("*.py")) or [PACKAGE / f"{package}.py"]
     for path in paths:
@@ -144,7 +153,60 @@ def test_no_package_imports_upward_or_sideways(package):
 
 
 def test_nothing_imports_a_cli():
-    clis = {name for name, floor in FLOORS.items() if floor == 5} - {"cli"}
+    clis = {name for name, floor in FLOORS.items() if floor == TOP_FLOOR} - {"cli"}
     for path in sorted(PACKAGE.rglob("*.py")):
         own = {path.relative_to(PACKAGE).parts[0]}  # a package's modules may share code (the tools do)
         assert not _detect_imports(path) & clis - own, f"{path.relative_to(PACKAGE.parent)} imports a CLI"
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Module -> the detect modules it imports, at module level or inside functions, packages included."""
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return {name: {imported for imported in _imported_modules(path) if imported in modules and imported != name}
+            for name, path in modules.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle of `graph` as [a, b, ..., a], or None (depth-first search, three colours)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for successor in sorted(graph[node]):
+            if state.get(successor) == 1:
+                return path[path.index(successor):] + [successor]
+            if successor not in state and (cycle := visit(successor)):
+                return cycle
+        state[node] = 2
+        path.pop()
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_find_cycle_finds_a_circle_and_only_one():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_import_circle_between_modules():
+    # A package's __init__ that re-exports its modules counts: a module importing its own package closes a circle.
+    cycle = find_cycle(module_graph())
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_modules_and_folders_stay_small():
+    long = [f"{path.relative_to(PACKAGE.parent)}: {lines}" for path in sorted(PACKAGE.rglob("*.py"))
+            if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES]
+    crowded = [f"{folder.relative_to(PACKAGE.parent)}: {count}" for folder in sorted({PACKAGE, *PACKAGE.rglob("*/")})
+               if (count := len(list(folder.glob("*.py")))) > MAX_MODULES_PER_FOLDER]
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
+    assert not crowded, f"folders with more than {MAX_MODULES_PER_FOLDER} modules: {crowded}"

@@ -17,9 +17,9 @@ import detect
 from detect.config import CONFIGS_DIR
 from detect.data import load_data_config
 from detect.data.builtin import ensure_builtin
-from detect.engine.weights import resolve_weights
 from detect.errors import UserError
 from detect.models import build_model
+from detect.models.weights import resolve_weights
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = Path(detect.__file__).resolve().parent

@@ -14,11 +14,11 @@ import torch
 
 from detect import export, predict
 from detect.data.plots import class_colour
-from detect.engine.annotate import annotate
-from detect.engine.checkpoint import save_checkpoint
-from detect.engine.predictor import Detections, Detector, PredictSettings
-from detect.engine.weights import model_state
+from detect.inference.annotate import annotate
+from detect.inference.detector import Detections, Detector, PredictSettings
 from detect.models import build_model
+from detect.models.checkpoint import save_checkpoint
+from detect.models.weights import model_state
 
 NAMES = ["cat", "dog", "bird"]
 # An untrained model scores every box near its prior (about 0.002 to 0.03): a low threshold gives detections.

@@ -11,9 +11,9 @@ from pycocotools.cocoeval import COCOeval
 
 from detect import val
 from detect.data.categories import COCO_NAMES
-from detect.engine.checkpoint import save_checkpoint
-from detect.engine.weights import model_state
 from detect.models import build_model
+from detect.models.checkpoint import save_checkpoint
+from detect.models.weights import model_state
 from tests.data.helpers import write_sample, write_yaml
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"

@@ -1,12 +1,12 @@
 """Datasets, label checking and caching, CPU augmentation, loaders, device-side batch transforms."""
 
-from detect.data.augment_settings import AugmentSettings
+from detect.data.augment.settings import AugmentSettings
 from detect.data.batch import Batch, Sample, collate
 from detect.data.data_config import DataConfig, load_data_config
-from detect.data.letterbox import LetterboxInfo, boxes_to_original
+from detect.data.images.letterbox import LetterboxInfo, boxes_to_original
+from detect.data.labels.split import LabelledSplit, load_split
 from detect.data.loader import Loader, build_train_loader, build_val_loader
 from detect.data.records import ImageRecord
-from detect.data.split import LabelledSplit, load_split
 
 __all__ = [
     "AugmentSettings", "Batch", "DataConfig", "ImageRecord", "LabelledSplit", "LetterboxInfo", "Loader", "Sample",

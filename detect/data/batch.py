@@ -1,4 +1,4 @@
-"""One sample, one batch (the type the engine receives), and the collate that builds fixed-shape targets."""
+"""One sample, one batch (the type training and evaluation receive), and the collate that builds fixed-shape targets."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import torch
 
-from detect.data.letterbox import LetterboxInfo
+from detect.data.images.letterbox import LetterboxInfo
 
 # Padded targets hold a multiple of this many rows per image, so their shape stays fixed for nearly every batch
 # (static shapes: DESIGN.md); a batch with more targets grows to the next multiple instead of dropping any.

@@ -7,18 +7,18 @@ import dataclasses
 import numpy as np
 import torch
 
-from detect.data import augment
-from detect.data.albument import build_albumentations
-from detect.data.augment_settings import AugmentSettings
+from detect.data.augment import transforms as augment
+from detect.data.augment.albument import build_albumentations
+from detect.data.augment.mosaic import mosaic4
+from detect.data.augment.settings import AugmentSettings
 from detect.data.batch import Sample
-from detect.data.image_load import (
+from detect.data.images.letterbox import PAD_VALUE, LetterboxInfo, letterbox, rect_batch_shapes
+from detect.data.images.load import (
     load_resized,
     read_failure,
     read_image,
     resize_to_imgsz,
 )
-from detect.data.letterbox import PAD_VALUE, LetterboxInfo, letterbox, rect_batch_shapes
-from detect.data.mosaic import mosaic4
 from detect.data.records import ImageRecord
 from detect.errors import UserError
 from detect.ops.boxes import xywhn_to_xyxy, xyxy_to_xywhn

@@ -11,13 +11,13 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, Sampler
 
-from detect.data.augment_settings import AugmentSettings
+from detect.data.augment.settings import AugmentSettings
 from detect.data.batch import Batch, collate
 from detect.data.data_config import DataConfig
 from detect.data.datasets import RectTrainDataset, TrainDataset, ValDataset
-from detect.data.ram_cache import cache_images
+from detect.data.images.ram_cache import cache_images
+from detect.data.labels.split import LabelledSplit, load_split
 from detect.data.records import ImageRecord
-from detect.data.split import LabelledSplit, load_split
 from detect.errors import UserError
 
 

@@ -13,13 +13,13 @@ from detect import backend as backends
 from detect.config import load_hyp
 from detect.data.batch import Batch
 from detect.data.device_batch import to_device_batch
-from detect.engine.distributed import DistContext
-from detect.engine.ema import ModelEMA
-from detect.engine.inference import TorchInference
-from detect.engine.optim import OptimSettings, accumulate_steps, build_optimizer, lr_lambda
-from detect.engine.train_loop import StepParts, optimizer_step
+from detect.inference.model import TorchInference
 from detect.models import DetectionModel
 from detect.tools.workload import build_criterion, precision_name
+from detect.training.distributed import DistContext
+from detect.training.ema import ModelEMA
+from detect.training.loop import StepParts, optimizer_step
+from detect.training.optim import OptimSettings, accumulate_steps, build_optimizer, lr_lambda
 
 
 @dataclasses.dataclass(frozen=True)

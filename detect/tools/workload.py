@@ -12,9 +12,9 @@ from detect import backend as backends
 from detect import cli
 from detect.config import load_hyp
 from detect.data.batch import Batch, Sample, collate
-from detect.engine.loss import DetectionLoss, LossSettings
-from detect.engine.weights import load_model
 from detect.models import DetectionModel, build_model
+from detect.models.weights import load_model
+from detect.training.loss import DetectionLoss, LossSettings
 
 PRECISIONS = ("fp32", "amp", "fp16", "bf16")  # amp: the device's AMP dtype (fp16 on accelerators, bf16 on cpu)
 GREY = 114  # yolov5's letterbox fill

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 from detect.config import load_hyp
-from detect.data import AugmentSettings, augment, load_data_config, load_split
-from detect.data.albument import build_albumentations
+from detect.data import AugmentSettings, load_data_config, load_split
+from detect.data.augment import transforms as augment
+from detect.data.augment.albument import build_albumentations
+from detect.data.augment.mosaic import mosaic4
 from detect.data.datasets import TrainDataset
-from detect.data.letterbox import letterbox
-from detect.data.mosaic import mosaic4
+from detect.data.images.letterbox import letterbox
 from tests.data.helpers import (
     STILL,
     box_image,

@@ -18,7 +18,7 @@ from detect.data import (
     collate,
     load_data_config,
 )
-from detect.data.letterbox import PAD_VALUE
+from detect.data.images.letterbox import PAD_VALUE
 from detect.errors import UserError
 from tests.data.helpers import STILL, RecordingDataset, write_sample, write_yaml
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from detect.data.categories import COCO_CATEGORY_IDS, COCO_NAMES, is_coco, json_categories, yolo_category_ids
-from detect.data.coco_json import read_coco_labels
+from detect.data.labels.coco_json import read_coco_labels
 from detect.errors import UserError
 
 COCO128_JSON = Path(__file__).resolve().parents[2].parent / "shared/data/coco128/annotations/instances_train2017.json"

@@ -11,9 +11,10 @@ import cv2
 import numpy as np
 import pytest
 
-from detect.data import check, load_data_config, load_split
-from detect.data.image_load import read_image
-from detect.data.label_cache import CACHE_VERSION
+from detect.data import load_data_config, load_split
+from detect.data.images.load import read_image
+from detect.data.labels import check
+from detect.data.labels.cache import CACHE_VERSION
 from detect.errors import UserError
 from tests.data.helpers import simple_dataset, write_sample, write_yaml
 

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from detect.data import augment
+from detect.data.augment import transforms as augment
 from tests.data.helpers import SIZE, STILL, RecordingDataset
 
 

@@ -84,7 +84,7 @@ def test_ram_cache_gives_the_same_batches(tmp_path: Path) -> None:
 
 def test_ram_cache_refuses_when_memory_is_short(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config = load_data_config(simple_dataset(tmp_path, count=4))
-    monkeypatch.setattr("detect.data.ram_cache.available_memory", lambda: 1000)
+    monkeypatch.setattr("detect.data.images.ram_cache.available_memory", lambda: 1000)
     with pytest.raises(UserError, match="--cache ram needs"):
         build_train_loader(config, AUGMENT, 64, 2, 0, seed=0, cache="ram")
 

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from detect.data import boxes_to_original, build_val_loader, load_data_config
-from detect.data.letterbox import LetterboxInfo, rect_batch_shapes
+from detect.data.images.letterbox import LetterboxInfo, rect_batch_shapes
 from tests.data.helpers import white_extent, write_sample, write_yaml
 
 # (height, width) of originals: wide, tall, square, and sizes whose load resize rounds up (ceil)

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from detect import backend as backends
-from detect.engine.checkpoint import save_checkpoint
-from detect.engine.weights import model_state
+from detect.models.checkpoint import save_checkpoint
+from detect.models.weights import model_state
 from detect.tools import compare
 from detect.tools.capture import capture, difference, differences
 from detect.tools.workload import build_tool_model, synthetic_batch

@@ -10,7 +10,7 @@ import pytest
 from detect import train
 from detect.backend.profiler import find_trace
 from detect.tools import profile
-from tests.engine.train_helpers import tiny_dataset, train_args
+from tests.training.helpers import tiny_dataset, train_args
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,51 @@
+"""Decode an image and resize its long side to imgsz, exactly as YOLOV5-FACTS.md "Validation pipeline details"."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from detect.data.labels.check import decode_truncated_jpeg
+
+
+def read_image(path: Path) -> np.ndarray:
+    """(h, w, 3) uint8 BGR with EXIF rotation applied (cv2.imread's default); OSError if it cannot be decoded."""
+    image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    if image is None:  # a JPEG cut short that the label check accepted (with a note)
+        image = decode_truncated_jpeg(path.read_bytes())
+    if image is None:
+        raise OSError("cannot decode the image (it passed the label check; was it changed since?)")
+    return image
+
+
+def read_failure(path: Path | str, error: Exception) -> str:
+    """One line "<path>: <error type>: <message>" for an image that could not be read."""
+    message = str(error).strip().splitlines()
+    return f"{path}: {type(error).__name__}" + (f": {message[0]}" if message else "")
+
+
+def resized_shape(height: int, width: int, imgsz: int) -> tuple[int, int]:
+    """(h, w) after the load resize: ratio imgsz / max(h0, w0), sides rounded up (YOLOV5-FACTS.md)."""
+    ratio = imgsz / max(height, width)
+    if ratio == 1:
+        return height, width
+    return math.ceil(height * ratio), math.ceil(width * ratio)
+
+
+def resize_to_imgsz(image: np.ndarray, imgsz: int, augment: bool) -> np.ndarray:
+    """Resize so the long side is imgsz: INTER_AREA when shrinking without augmentation, else INTER_LINEAR."""
+    height, width = image.shape[:2]
+    new_height, new_width = resized_shape(height, width, imgsz)
+    if (new_height, new_width) == (height, width):
+        return image
+    shrinking = imgsz / max(height, width) < 1
+    interpolation = cv2.INTER_AREA if shrinking and not augment else cv2.INTER_LINEAR
+    return cv2.resize(image, (new_width, new_height), interpolation=interpolation)
+
+
+def load_resized(path: Path, imgsz: int, augment: bool) -> np.ndarray:
+    """Decode and resize (the unit the RAM cache stores)."""
+    return resize_to_imgsz(read_image(path), imgsz, augment)

@@ -1,1 +1,0 @@
-"""Training and evaluation engine: evaluator, metrics, checkpoints."""

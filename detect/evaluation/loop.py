@@ -1,0 +1,130 @@
+"""One pass of a model over a validation loader: device pre-processing, inference, NMS, COCO scoring."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+
+import torch
+from tqdm import tqdm
+
+from detect.backend import Backend
+from detect.data import Batch, LabelledSplit, LetterboxInfo, Loader, boxes_to_original
+from detect.data.device_batch import to_device_batch
+from detect.evaluation.evaluator import CocoEvaluator, Metrics
+from detect.ops.nms import non_max_suppression
+
+# The inference contract (DetectionModel.predict, an exported ONNX's session): (B, 3, H, W) float images in [0, 1]
+# on the backend's device -> (B, N, 5+nc) decoded predictions [cx, cy, w, h (input pixels), obj, class scores...].
+Predict = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSettings:
+    """NMS settings of record for validation (YOLOV5-FACTS.md: conf 0.001, IoU 0.6, 300 per image)."""
+
+    conf_threshold: float = 0.001
+    iou_threshold: float = 0.6
+    max_det: int = 300
+
+
+@dataclasses.dataclass(frozen=True)
+class Speed:
+    """Milliseconds per image of each stage."""
+
+    preprocess: float
+    inference: float
+    nms: float
+
+    def __str__(self) -> str:
+        return (f"Speed: {self.preprocess:.1f} ms pre-process, {self.inference:.1f} ms inference, "
+                f"{self.nms:.1f} ms NMS per image")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalResult:
+    """Scores of one validation pass, its speed, the images seen, and the files that could not be read."""
+
+    metrics: Metrics
+    speed: Speed
+    images: int
+    problems: tuple[str, ...]  # "<path>: <reason>", one per unreadable file; those images are not scored
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageDetections:
+    """One image's detections in original-image pixels, handed to optional per-image consumers."""
+
+    image_id: int
+    path: str
+    letterbox: LetterboxInfo
+    detections: torch.Tensor  # (n, 6) [x1, y1, x2, y2, score, class], original-image pixels, on the CPU
+
+
+def build_evaluator(split: LabelledSplit, backend: str = "pycocotools") -> CocoEvaluator:
+    """The COCO ground truth of a split: its instances json when it has one, else built from its labels."""
+    if split.coco_json is not None:
+        return CocoEvaluator.from_coco_json(split.coco_json, backend)
+    return CocoEvaluator.from_records(split.records, split.names, backend)
+
+
+class _Clock:
+    """Accumulates the wall time of named stages; synchronises the device so that times are real."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend, self.totals, self._last = backend, {"preprocess": 0.0, "inference": 0.0, "nms": 0.0}, 0.0
+
+    def start(self) -> None:
+        self.backend.synchronize()
+        self._last = time.perf_counter()
+
+    def lap(self, stage: str) -> None:
+        self.backend.synchronize()
+        now = time.perf_counter()
+        self.totals[stage] += now - self._last
+        self._last = now
+
+
+def _detections(predict: Predict, batch: Batch, backend: Backend, settings: EvalSettings,
+                clock: _Clock) -> list[torch.Tensor]:
+    """Per-image (n, 6) detections in input pixels for one batch."""
+    clock.start()
+    images = to_device_batch(batch, backend).images
+    clock.lap("preprocess")
+    decoded = predict(images)
+    clock.lap("inference")
+    detections = non_max_suppression(decoded.float(), settings.conf_threshold, settings.iou_threshold,
+                                     max_det=settings.max_det, nms=backend.nms, whole_batch=backend.nms_whole_batch)
+    clock.lap("nms")
+    return detections
+
+
+@torch.no_grad()
+def evaluate(predict: Predict, loader: Loader, backend: Backend, evaluator: CocoEvaluator,
+             settings: EvalSettings = EvalSettings(), *, progress: bool = True,
+             on_image: Callable[[ImageDetections], None] | None = None) -> EvalResult:
+    """Score `predict` (e.g. an eval-mode model's `predict`, on the backend's device) over `loader`; `on_image` sees
+    every scored image's boxes.
+
+    An image the loader could not read (a grey placeholder in `batch.unusable_ids`) is left out of the scores
+    and of `on_image`, and named in the result's problems; an image the loader never yields counts as missed.
+    """
+    clock, images, unusable = _Clock(backend), 0, set()
+    problems: dict[str, None] = {}  # a dict keeps the lines in first-seen order without repeats
+    for batch in tqdm(loader, desc="val", disable=not progress, leave=False):
+        problems.update(dict.fromkeys(batch.problems))
+        unusable.update(batch.unusable_ids)
+        for index, detections in enumerate(_detections(predict, batch, backend, settings, clock)):
+            if batch.image_ids[index] in unusable:
+                continue
+            info = batch.letterbox[index]
+            detections = detections.cpu()
+            detections = torch.cat((boxes_to_original(detections[:, :4], info), detections[:, 4:]), dim=1)
+            evaluator.add(batch.image_ids[index], detections)
+            if on_image is not None:
+                on_image(ImageDetections(batch.image_ids[index], batch.paths[index], info, detections))
+        images += len(batch)
+    per_image = {stage: 1000 * total / max(images, 1) for stage, total in clock.totals.items()}
+    scored = [image_id for image_id in evaluator.image_ids() if image_id not in unusable] if unusable else None
+    return EvalResult(evaluator.evaluate(image_ids=scored), Speed(**per_image), images, tuple(problems))

@@ -1,0 +1,67 @@
+"""PNG plots of evaluation results, drawn on private matplotlib Figures (no pyplot global state)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from detect.evaluation.confusion import ConfusionMatrix
+from detect.evaluation.evaluator import Metrics
+
+
+def save_figure(figure, path: Path | str) -> Path:
+    """Render a Figure with the Agg canvas and write it as PNG."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    FigureCanvasAgg(figure)
+    figure.savefig(path, dpi=150)
+    return path
+
+
+def plot_pr_curve(metrics: Metrics, path: Path | str) -> Path:
+    """Precision-recall curves at IoU 0.5 (COCOeval's interpolated precision), one thin line per class."""
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(8, 6), tight_layout=True)
+    axes = figure.add_subplot()
+    recall = metrics.recall_thresholds
+    curves = [(name, curve) for name, curve in zip(metrics.class_names, metrics.precision_curves) if curve[0] > -1]
+    label_each = len(curves) <= 20  # a legend of 80 names hides the plot
+    for (name, curve), ap50 in zip(curves, (a for a in metrics.class_ap50 if not math.isnan(a))):
+        axes.plot(recall, curve, linewidth=1, label=f"{name} {ap50:.3f}" if label_each else None)
+    if curves:
+        mean = np.mean([curve for _, curve in curves], axis=0)
+        axes.plot(recall, mean, linewidth=3, color="blue", label=f"all classes {metrics.map50:.3f} mAP@0.5")
+    axes.set(xlabel="Recall", ylabel="Precision", xlim=(0, 1), ylim=(0, 1.01), title="Precision-Recall (IoU 0.5)")
+    axes.legend(loc="lower left", fontsize=7)
+    return save_figure(figure, path)
+
+
+def plot_confusion_matrix(
+    confusion: ConfusionMatrix, class_names: Sequence[str], path: Path | str, normalize: bool = True
+) -> Path:
+    """Heat map of the confusion matrix (columns: true class, rows: predicted, last: background)."""
+    from matplotlib.figure import Figure
+
+    values = confusion.normalized() if normalize else confusion.matrix.astype(np.float64)
+    labels = [*class_names, "background"]
+    size = min(max(6.0, 0.16 * len(labels)), 20.0)
+    figure = Figure(figsize=(size + 2, size), tight_layout=True)
+    axes = figure.add_subplot()
+    image = axes.imshow(np.where(values > 0, values, np.nan), cmap="Blues", vmin=0)
+    figure.colorbar(image, ax=axes, fraction=0.046)
+    ticks = range(len(labels))
+    font = 8 if len(labels) < 30 else 4
+    axes.set_xticks(ticks, labels, rotation=90, fontsize=font)
+    axes.set_yticks(ticks, labels, fontsize=font)
+    if len(labels) < 30:  # numbers in cells are readable only for small matrices
+        for row, column in zip(*np.nonzero(values)):
+            axes.text(column, row, f"{values[row, column]:.2f}" if normalize else str(int(values[row, column])),
+                      ha="center", va="center", fontsize=7)
+    axes.set(xlabel="True", ylabel="Predicted", title="Confusion matrix" + (" (normalised)" if normalize else ""))
+    return save_figure(figure, path)

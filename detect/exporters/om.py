@@ -1,0 +1,44 @@
+"""Ascend offline model (.om): CANN's ATC converts the static ONNX export for one chip (--soc_version)."""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+from detect.errors import UserError
+from detect.exporters.onnx_export import INPUT_NAME
+from detect.exporters.torchscript import ExportSettings
+
+LOGGER = logging.getLogger(__name__)
+
+
+def atc_command(onnx_path: Path, soc_version: str, settings: ExportSettings) -> list[str]:
+    """The ATC command line for `onnx_path`: ONNX in (--framework=5), <stem>.om out beside it, a static NCHW input."""
+    height, width = settings.imgsz
+    return ["atc", f"--model={onnx_path}", "--framework=5", f"--output={onnx_path.with_suffix('')}",
+            f"--soc_version={soc_version}", f"--input_shape={INPUT_NAME}:{settings.batch_size},3,{height},{width}",
+            "--input_format=NCHW", "--log=error"]
+
+
+def convert_om(onnx_path: Path, soc_version: str, settings: ExportSettings) -> Path | None:
+    """Run ATC on `onnx_path`; the .om path, or None when `atc` is not on PATH (the command is logged to run later)."""
+    if settings.dynamic:
+        raise UserError("om needs static shapes (ATC compiles one input shape): export it without --dynamic")
+    command = atc_command(onnx_path, soc_version, settings)
+    atc = shutil.which("atc")
+    if atc is None:
+        LOGGER.warning("atc (CANN's model converter) is not on PATH, so no .om was made; %s is written. On a machine "
+                       "with CANN (source its set_env.sh), run:\n  %s", onnx_path, shlex.join(command))
+        return None
+    LOGGER.info("running %s", shlex.join(command))
+    result = subprocess.run([atc, *command[1:]], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        output = (result.stderr.strip() or result.stdout.strip() or "no output").splitlines()
+        raise UserError(f"atc failed with exit code {result.returncode}: {output[-1]} (command: {shlex.join(command)})")
+    om_path = onnx_path.with_suffix(".om")
+    if not om_path.is_file():
+        raise UserError(f"atc finished but wrote no {om_path} (command: {shlex.join(command)})")
+    return om_path

@@ -1,0 +1,72 @@
+"""ONNX export with the TorchScript-based exporter, checked by onnx.checker, optionally simplified by onnxruntime."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import torch
+
+from detect.errors import UserError
+from detect.exporters.torchscript import ExportSettings
+from detect.models import PredictModule
+
+INPUT_NAME, OUTPUT_NAME = "images", "output0"  # yolov5's names, so tools written for its exports read ours
+
+
+def _onnx():
+    """The onnx package, or one line saying what to install."""
+    try:
+        import onnx
+    except ImportError as error:
+        raise UserError(f'ONNX export needs onnx and onnxruntime: pip install "detect-trainer[export]" ({error})') from None
+    return onnx
+
+
+def export_onnx(module: PredictModule, example: torch.Tensor, metadata: dict, settings: ExportSettings,
+                path: Path) -> Path:
+    """Export `module` to `path`, check it, simplify it when asked, and store `metadata`; returns the path.
+
+    The exporter is torch's TorchScript-based one (dynamo=False), on purpose: it writes the requested opset
+    natively (ATC reads 11 to 15, the dynamo exporter writes 18 and converts down), and it needs no onnxscript.
+    """
+    onnx = _onnx()
+    dynamic_axes = None
+    if settings.dynamic:
+        dynamic_axes = {INPUT_NAME: {0: "batch", 2: "height", 3: "width"}, OUTPUT_NAME: {0: "batch", 1: "anchors"}}
+    with torch.no_grad(), warnings.catch_warnings():
+        # The legacy exporter warns that it is legacy on every call (torch >= 2.9); it is the one chosen, see above.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.onnx.export(module, (example,), str(path), dynamo=False, opset_version=settings.opset,
+                          input_names=[INPUT_NAME], output_names=[OUTPUT_NAME], dynamic_axes=dynamic_axes,
+                          do_constant_folding=True)
+    if settings.simplify:
+        simplify_onnx(path)
+    model = onnx.load(str(path))
+    for key, value in metadata.items():
+        model.metadata_props.add(key=key, value=json.dumps(value))
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def simplify_onnx(path: Path) -> None:
+    """Rewrite `path` with onnxruntime's basic graph optimisations (constant folding, redundant-node removal):
+    standard ONNX operators only, so ATC and any runtime still read it, and no extra package is needed."""
+    import onnxruntime
+
+    onnx = _onnx()
+    simplified = path.with_suffix(".simplified.onnx")
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.optimized_model_filepath = str(simplified)
+    onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    model = onnx.load(str(simplified))
+    # onnxruntime declares all of its operator domains; keep only those the graph uses (ATC knows the default one).
+    used = {node.domain for node in model.graph.node}
+    kept = [entry for entry in model.opset_import if entry.domain in used or entry.domain in ("", "ai.onnx")]
+    del model.opset_import[:]
+    model.opset_import.extend(kept)
+    onnx.save(model, str(path))
+    simplified.unlink()

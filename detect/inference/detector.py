@@ -1,0 +1,154 @@
+"""The predict API: load a model once, call it on images (BGR arrays as cv2 reads them, or paths), get detections."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from detect import backend as backends
+from detect.data.datasets import to_network_layout
+from detect.data.images.letterbox import LetterboxInfo, boxes_to_original, letterbox
+from detect.data.images.load import read_failure
+from detect.errors import UserError
+from detect.inference.media import load_image
+from detect.inference.model import InferenceModel, load_inference_model
+from detect.ops.nms import non_max_suppression
+
+LOGGER = logging.getLogger(__name__)
+ImageInput = np.ndarray | str | Path
+
+
+@dataclasses.dataclass(frozen=True)
+class PredictSettings:
+    """Input size (h, w) and NMS settings; the defaults are yolov5's detect.py ones."""
+
+    imgsz: tuple[int, int] = (640, 640)
+    conf_threshold: float = 0.25
+    iou_threshold: float = 0.45
+    max_det: int = 1000
+    classes: tuple[int, ...] | None = None  # keep only these classes
+    agnostic: bool = False  # NMS across classes
+
+
+@dataclasses.dataclass(frozen=True)
+class Detections:
+    """One image's detections in its own pixels, best first; `input_size` is the (h, w) the network saw."""
+
+    rows: torch.Tensor  # (n, 6) [x1, y1, x2, y2, score, class], float32, on the CPU
+    names: tuple[str, ...]
+    input_size: tuple[int, int]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def boxes(self) -> np.ndarray:
+        """(n, 4) float32 [x1, y1, x2, y2] in the original image's pixels."""
+        return self.rows[:, :4].numpy()
+
+    @property
+    def scores(self) -> np.ndarray:
+        """(n,) float32 scores (objectness x class probability)."""
+        return self.rows[:, 4].numpy()
+
+    @property
+    def classes(self) -> np.ndarray:
+        """(n,) int64 class indices into `names`."""
+        return self.rows[:, 5].long().numpy()
+
+    def counts(self) -> dict[str, int]:
+        """Detections per class name, in class order."""
+        counts = np.bincount(self.classes, minlength=len(self.names))
+        return {self.names[index]: int(count) for index, count in enumerate(counts) if count}
+
+
+class Detector:
+    """A model loaded once on a device (ours, a yolov5 .pt or an exported .onnx); call it on images.
+
+        detector = Detector("yolov5n.pt", device="cpu")
+        for found in detector(["bus.jpg", cv2.imread("zidane.jpg")]):
+            print(found.boxes, found.scores, [found.names[c] for c in found.classes])
+    """
+
+    def __init__(self, weights: str | Path, device: str = "auto", settings: PredictSettings = PredictSettings(),
+                 half: bool = False) -> None:
+        self.backend = backends.select(device, amp=False)
+        if half and self.backend.device.type == "cpu":
+            raise UserError("--half needs an accelerator; on the CPU predict in fp32")
+        self.backend.set_device()
+        self.model: InferenceModel = load_inference_model(weights, self.backend, half)
+        if settings.classes and max(settings.classes) >= len(self.model.names):
+            raise UserError(f"--classes {max(settings.classes)}: the model has {len(self.model.names)} classes")
+        self.settings = dataclasses.replace(settings, imgsz=self._input_limit(settings.imgsz))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.model.names
+
+    def _input_limit(self, imgsz: tuple[int, int]) -> tuple[int, int]:
+        """imgsz rounded up to the stride (as yolov5 does, with a note), or a static export's own shape."""
+        fixed = self.model.fixed_shape
+        if fixed is not None:
+            if fixed != tuple(imgsz):
+                LOGGER.info("the model is static at %dx%d: predicting at that size", *fixed)
+            return fixed
+        stride = self.model.stride
+        rounded = tuple(math.ceil(side / stride) * stride for side in imgsz)
+        if rounded != tuple(imgsz):
+            LOGGER.warning("--imgsz %s is not a multiple of the stride %d: using %s", list(imgsz), stride, list(rounded))
+        return rounded
+
+    def input_shape(self, sizes: Sequence[tuple[int, int]]) -> tuple[int, int]:
+        """The batch's (h, w): a static export's own, else the smallest multiple of the stride that holds every image
+        scaled to fit imgsz (yolov5's minimal rectangle)."""
+        if self.model.fixed_shape is not None:
+            return self.model.fixed_shape
+        limit_h, limit_w = self.settings.imgsz
+        stride, height, width = self.model.stride, 0, 0
+        for image_h, image_w in sizes:
+            ratio = min(limit_h / image_h, limit_w / image_w)
+            height = max(height, math.ceil(round(image_h * ratio) / stride) * stride)
+            width = max(width, math.ceil(round(image_w * ratio) / stride) * stride)
+        return height, width
+
+    def __call__(self, images: ImageInput | Sequence[ImageInput]) -> list[Detections]:
+        """Detections for each image: (h, w, 3) uint8 BGR arrays or image paths, one or a list."""
+        single = isinstance(images, (np.ndarray, str, Path))
+        arrays = [_as_array(image) for image in ([images] if single else images)]
+        shape = self.input_shape([array.shape[:2] for array in arrays])
+        batch, infos = [], []
+        for array in arrays:
+            fitted, ratio, pad = letterbox(array, shape, scale_up=True)
+            batch.append(to_network_layout(fitted))
+            infos.append(LetterboxInfo(original=array.shape[:2], gain=ratio, pad=pad))
+        tensor = self.backend.to_device(torch.from_numpy(np.stack(batch))).float() / 255
+        settings = self.settings
+        # One label per box (multi_label off), as yolov5's detect.py; validation keeps every label above conf.
+        found = non_max_suppression(self.model(tensor), settings.conf_threshold, settings.iou_threshold,
+                                    nms=self.backend.nms, classes=settings.classes, agnostic=settings.agnostic,
+                                    multi_label=False, max_det=settings.max_det,
+                                    whole_batch=self.backend.nms_whole_batch)
+        results = []
+        for rows, info in zip(found, infos):
+            rows = rows.float().cpu()
+            rows = torch.cat((boxes_to_original(rows[:, :4], info), rows[:, 4:]), dim=1)
+            results.append(Detections(rows, self.names, shape))
+        return results
+
+
+def _as_array(image: ImageInput) -> np.ndarray:
+    """A (h, w, 3) uint8 BGR array from an array or a path; an unreadable path is a UserError naming it."""
+    if isinstance(image, np.ndarray):
+        if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
+            raise UserError(f"an image must be (h, w, 3) uint8 BGR, got {image.shape} {image.dtype}")
+        return image
+    try:
+        return load_image(Path(image))
+    except Exception as error:  # noqa: BLE001 (a decoder may raise anything; say which file)
+        raise UserError(read_failure(image, error)) from None

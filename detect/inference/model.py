@@ -1,0 +1,73 @@
+"""The inference path that validation and predict share: a checkpoint or an exported ONNX as one predict callable."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+from detect.backend import Backend
+from detect.errors import UserError
+from detect.inference.onnx_model import OnnxInference
+from detect.models import DetectionModel
+from detect.models.weights import load_model
+
+LOGGER = logging.getLogger(__name__)
+
+
+class InferenceModel(Protocol):
+    """What validation and predict need from a model, whatever runs it (PyTorch, onnxruntime)."""
+
+    names: tuple[str, ...]
+    stride: int  # input sides must be multiples of it
+    fixed_shape: tuple[int, int] | None  # (h, w) every input must have (a static export); None: any multiple of stride
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        """(B, 3, H, W) float in [0, 1] on the backend's device -> (B, N, 5+nc) float32 decoded (DetectionModel.predict)."""
+        ...
+
+
+class TorchInference:
+    """A DetectionModel made ready to infer on a backend: BatchNorm fused, eval mode, fp16 when asked, channels_last
+    where the backend is faster with it, and the backend's process-wide inference settings applied."""
+
+    fixed_shape = None
+
+    def __init__(self, model: DetectionModel, backend: Backend, half: bool = False, fuse: bool = True) -> None:
+        backend.prepare_inference()
+        self.dtype = torch.float16 if half else torch.float32
+        self.memory_format = torch.channels_last if backend.channels_last else torch.contiguous_format
+        model = (model.fuse() if fuse else model).eval()
+        self.model = model.to(backend.device, self.dtype).to(memory_format=self.memory_format)
+        self.names = tuple(model.names)
+        self.stride = int(model.stride.max())
+
+    @torch.no_grad()
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        """(B, 3, H, W) float in [0, 1] on the device -> (B, N, 5+nc) float32 decoded predictions."""
+        images = images.to(self.dtype).contiguous(memory_format=self.memory_format)
+        return self.model.predict(images).float()
+
+
+def square_input_size(model: InferenceModel, imgsz: int) -> int:
+    """The square side validation letterboxes to: imgsz, or a static export's own side (it takes nothing else)."""
+    if model.fixed_shape is None:
+        return imgsz
+    height, width = model.fixed_shape
+    if height != width:
+        raise UserError(f"this export takes {height}x{width} inputs; validation letterboxes to squares: "
+                        f"export it square or with --dynamic")
+    if height != imgsz:
+        LOGGER.info("the export is static at %dx%d: evaluating at that size, not --imgsz %d", height, width, imgsz)
+    return height
+
+
+def load_inference_model(weights: str | Path, backend: Backend, half: bool = False) -> InferenceModel:
+    """Our checkpoint or a yolov5 .pt (run by PyTorch, fused), or an exported .onnx (run by onnxruntime)."""
+    if Path(weights).suffix.lower() == ".onnx":
+        if half:
+            raise UserError(f"--half does not apply to {weights}: an ONNX runs in the precision it was exported in")
+        return OnnxInference(weights, backend)
+    return TorchInference(load_model(weights), backend, half)

@@ -1,0 +1,6 @@
+"""Training: the run's settings, its set-up (build.py), the epoch loop, the Trainer, checkpoints and resume,
+distributed (torchrun) and the results log.
+
+The loss lives here (loss.py): it is the maths only training needs, and a reader looks for it beside the loop that
+calls it, not in models/ (the networks return raw head outputs and know no targets). May import floors 1-5:
+inference for the final evaluation of best.pt, evaluation for the per-epoch validation."""

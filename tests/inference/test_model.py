@@ -1,0 +1,125 @@
+"""The shared inference path: a fused, channels_last, sliced PyTorch model and an onnxruntime session both keep the
+predict contract; a static export pads its batch; its metadata names the classes (ours, and yolov5's dict form)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+import torch
+
+from detect import backend as backends
+from detect.errors import UserError
+from detect.exporters.onnx_export import export_onnx
+from detect.exporters.torchscript import ExportSettings, export_metadata, traced_module
+from detect.inference.model import TorchInference, load_inference_model, square_input_size
+from detect.inference.onnx_model import OnnxInference
+from detect.models import build_model
+
+NAMES = ["cat", "dog", "bird"]
+
+
+def tiny_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = build_model("yolov5n.yaml", num_classes=3, names=NAMES)
+    for module in model.modules():  # non-trivial BatchNorm statistics, so that fusing is checked
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.running_mean.uniform_(-0.2, 0.2)
+            module.running_var.uniform_(0.5, 2.0)
+    return model.eval()
+
+
+def test_torch_inference_is_the_models_predict_fused_and_channels_last():
+    model = tiny_model()
+    images = torch.rand(3, 3, 64, 96, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = model.predict(images)
+    cpu = backends.select("cpu")
+    inference = TorchInference(model, cpu)
+    assert inference.names == tuple(NAMES) and inference.stride == 32 and inference.fixed_shape is None
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in inference.model.modules())
+    stem = next(m for m in inference.model.modules() if isinstance(m, torch.nn.Conv2d))
+    assert stem.weight.is_contiguous(memory_format=torch.channels_last) == cpu.channels_last
+    torch.testing.assert_close(inference(images), expected, atol=1e-4, rtol=1e-4)
+
+
+PAGE_FAULTS = """
+import resource, sys, torch
+from detect import backend
+if sys.argv[1] == "prepared":
+    backend.select("cpu").prepare_inference()
+faults = []
+for _ in range(12):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    torch.ones(2**24).sum()  # 64 MB, above glibc's largest mmap threshold; freed at once
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(faults[-1])
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc and getrusage's fault count")
+def test_prepared_cpu_inference_reuses_freed_memory_instead_of_faulting_it_in_again():
+    # A 64 MB tensor freed and made again: glibc unmaps and re-faults its 16,384 pages unless the backend has
+    # turned mmap and trimming off (the cost of every large activation in a forward pass). Fresh processes, since
+    # the setting is process-wide. The steady state is compared: with glibc 2.36 the prepared process still faults
+    # the pages in for its first 4-5 tensors (torch's 64-byte aligned allocations only fit a freed chunk once the
+    # heap has grown enough), then never again; a plain process faults them every time.
+    faults = {mode: int(subprocess.run([sys.executable, "-c", PAGE_FAULTS, mode], capture_output=True, text=True,
+                                       check=True).stdout) for mode in ("plain", "prepared")}
+    assert faults["plain"] > 10_000 and faults["prepared"] < 1_000, faults
+
+
+@pytest.fixture(scope="module")
+def static_onnx(tmp_path_factory) -> tuple[Path, torch.nn.Module]:
+    """A static 3-class export, batch 2 at 64x96, and the model it came from."""
+    model = tiny_model()
+    settings = ExportSettings(imgsz=(64, 96), batch_size=2)
+    module, example = traced_module(model, settings, torch.device("cpu"))
+    path = export_onnx(module, example, export_metadata(model, settings), settings,
+                       tmp_path_factory.mktemp("onnx") / "tiny.onnx")
+    return path, tiny_model()
+
+
+def test_a_static_onnx_cuts_and_pads_any_batch_to_its_own(static_onnx):
+    path, model = static_onnx
+    inference = load_inference_model(path, backends.select("cpu"))
+    assert isinstance(inference, OnnxInference)
+    assert inference.names == tuple(NAMES) and inference.stride == 32
+    assert inference.fixed_shape == (64, 96) and inference.batch == 2
+    images = torch.rand(3, 3, 64, 96, generator=torch.Generator().manual_seed(3))  # 2 + 1 padded
+    with torch.no_grad():
+        expected = model.predict(images)
+    got = inference(images)
+    assert got.dtype == torch.float32 and got.shape == expected.shape
+    assert (got - expected).abs().max() < 1e-4
+    with pytest.raises(UserError, match="takes 64x96 images only, got 64x64"):
+        inference(torch.rand(2, 3, 64, 64))
+    with pytest.raises(UserError, match="validation letterboxes to squares"):
+        square_input_size(inference, 640)
+
+
+def rewrite_metadata(source: Path, target: Path, **props: str) -> Path:
+    model = onnx.load(str(source))
+    del model.metadata_props[:]
+    for key, value in props.items():
+        model.metadata_props.add(key=key, value=value)
+    onnx.save(model, str(target))
+    return target
+
+
+def test_yolov5_style_names_are_read_safely_and_missing_metadata_is_named(static_onnx, tmp_path):
+    path, _ = static_onnx
+    cpu = backends.select("cpu")
+    yolov5 = rewrite_metadata(path, tmp_path / "v5.onnx", stride="32", names="{0: 'cat', 1: 'dog', 2: 'bird'}")
+    assert OnnxInference(yolov5, cpu).names == tuple(NAMES)
+    bare = rewrite_metadata(path, tmp_path / "bare.onnx")
+    with pytest.raises(UserError, match="no 'names' and 'stride' metadata"):
+        OnnxInference(bare, cpu)
+    code = rewrite_metadata(path, tmp_path / "code.onnx", stride="32", names="__import__('os').system('true')")
+    with pytest.raises(UserError, match="not a list of class names"):
+        OnnxInference(code, cpu)
+    with pytest.raises(UserError, match="--half does not apply"):
+        load_inference_model(path, cpu, half=True)

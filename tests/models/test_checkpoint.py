@@ -1,0 +1,82 @@
+"""Our checkpoints: atomic save, weights_only load, clear errors for files that are not ours."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from detect.errors import UserError
+from detect.models.checkpoint import load_checkpoint, save_checkpoint
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    model = torch.nn.Linear(3, 2)
+    payload = {"model": model.state_dict(), "epoch": 4, "names": ["cat", "dog"], "best": 0.25, "hyp": {"lr0": 0.01}}
+    path = save_checkpoint(tmp_path / "runs" / "last.pt", payload)
+    loaded = load_checkpoint(path)
+    assert loaded["epoch"] == 4 and loaded["names"] == ["cat", "dog"] and loaded["hyp"] == {"lr0": 0.01}
+    assert torch.equal(loaded["model"]["weight"], model.weight.detach())
+    assert [p.name for p in path.parent.iterdir()] == ["last.pt"]  # no temp file left behind
+
+
+def test_modules_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="state_dict"):
+        save_checkpoint(tmp_path / "bad.pt", {"model": torch.nn.Linear(2, 2)})
+    with pytest.raises(TypeError, match="nested.0"):
+        save_checkpoint(tmp_path / "bad.pt", {"nested": {0: [torch.nn.ReLU()]}})
+    assert not any(tmp_path.iterdir())
+
+
+def test_failed_write_keeps_the_old_file(tmp_path: Path, monkeypatch) -> None:
+    path = save_checkpoint(tmp_path / "last.pt", {"epoch": 1})
+
+    def broken_save(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(path, {"epoch": 2})
+    monkeypatch.undo()
+    assert load_checkpoint(path)["epoch"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
+
+
+class Foreign:
+    """A class weights_only loading does not know."""
+
+
+def test_foreign_files_are_user_errors(tmp_path: Path) -> None:
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"model": Foreign()}, foreign)
+    with pytest.raises(UserError) as refused:
+        load_checkpoint(foreign)
+    # One line naming what was refused; not torch's paragraph, no yolov5 hint for a class that is not yolov5's.
+    assert str(refused.value) == (f"{foreign} is not a detect checkpoint: its pickle asks for "
+                                  f"{__name__}.Foreign, which is refused")
+    noise = tmp_path / "noise.pt"
+    for seed in range(5):
+        noise.write_bytes(random.Random(seed).randbytes(1000))
+        with pytest.raises(UserError, match="not a readable checkpoint"):
+            load_checkpoint(noise)
+    noise.write_bytes(b"\x80\x02garbage")
+    with pytest.raises(UserError, match="not a readable checkpoint"):
+        load_checkpoint(noise)
+    with pytest.raises(UserError, match="not found"):
+        load_checkpoint(tmp_path / "missing.pt")
+    listed = tmp_path / "list.pt"
+    torch.save([1, 2], listed)
+    with pytest.raises(UserError, match="not a dict"):
+        load_checkpoint(listed)
+
+
+YOLOV5N = Path(__file__).resolve().parents[2].parent / "shared" / "weights" / "yolov5n.pt"
+
+
+@pytest.mark.skipif(not YOLOV5N.is_file(), reason=f"official weights absent: {YOLOV5N}")
+def test_a_yolov5_file_as_a_checkpoint_names_its_classes_and_the_flag_that_reads_it() -> None:
+    with pytest.raises(UserError, match=r"asks for models\.common\.\w+, .*, \.\.\., which is refused "
+                                        r"\(a yolov5 \.pt\? give it as --weights\)$"):
+        load_checkpoint(YOLOV5N)

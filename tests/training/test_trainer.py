@@ -1,0 +1,206 @@
+"""`python -m detect.train` in one process: the run folder, exact resume, checkpoints, bad input."""
+
+from __future__ import annotations
+
+import csv
+import math
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from detect import train, val
+from detect.errors import UserError
+from detect.models.checkpoint import load_checkpoint
+from detect.training import loop as train_loop
+from detect.training import trainer as trainer_module
+from detect.training.checkpoints import RunFiles
+from detect.training.distributed import DistContext
+from detect.training.loop import train_one_epoch
+from detect.training.settings import TrainSettings
+from detect.training.trainer import Trainer, select_backend
+from tests.training.helpers import tiny_dataset, train_args
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return tiny_dataset(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="module")
+def finished_run(data, tmp_path_factory):
+    """One 2-epoch run shared by the tests that only read its folder."""
+    project = tmp_path_factory.mktemp("runs")
+    assert train.main(train_args(data, project)) == 0
+    return project / "exp"
+
+
+def test_run_folder_holds_config_results_weights_and_plots(finished_run):
+    for name in ("config.yaml", "results.csv", "results.png", "labels.png", "train_batch0.jpg",
+                 "PR_curve.png", "confusion_matrix.png", "val_predictions.jpg", "weights/last.pt", "weights/best.pt"):
+        assert (finished_run / name).is_file(), name
+    with open(finished_run / "results.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [row["epoch"] for row in rows] == ["0", "1"]
+    assert all(float(row["train/box_loss"]) > 0 and float(row["train/img_per_s"]) > 0 for row in rows)
+    assert all(0 <= float(row["metrics/mAP_0.5:0.95"]) <= float(row["metrics/mAP_0.5"]) <= 1 for row in rows)
+    assert float(rows[0]["x/lr0"]) > float(rows[0]["x/lr1"])  # warmup: the bias group falls from 0.1
+
+
+def test_tensorboard_events_when_tensorboard_is_installed(finished_run):
+    pytest.importorskip("tensorboard", reason="tensorboard is optional; without it a run writes no events")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(finished_run)).Reload()
+    steps = [event.step for event in events.Scalars("metrics/mAP_0.5")]
+    assert steps == [0, 1] and "train/box_loss" in events.Tags()["scalars"]
+
+
+def test_last_checkpoint_holds_everything_resume_needs(finished_run):
+    payload = load_checkpoint(finished_run / "weights" / "last.pt")
+    assert payload["progress"]["epoch"] == 2 and payload["progress"]["iteration"] == 4
+    for key in ("model", "ema", "optimizer", "scaler", "scheduler", "rng", "config"):
+        assert payload[key] is not None, key
+    assert payload["config"]["settings"]["epochs"] == 2
+    assert load_checkpoint(finished_run / "weights" / "best.pt")["optimizer"] is None
+
+
+def test_best_weights_validate_at_once(finished_run, data, tmp_path):
+    args = ["--weights", str(finished_run / "weights" / "best.pt"), "--data", str(data), "--imgsz", "64",
+            "--device", "cpu", "--workers", "0", "--project", str(tmp_path), "--no-progress"]
+    assert val.main(args) == 0
+
+
+def _final_state(run_dir):
+    payload = load_checkpoint(run_dir / "weights" / "last.pt")
+    return payload["model"]["state_dict"], payload["ema"]["state_dict"], payload["optimizer"]
+
+
+def test_resume_continues_exactly(data, tmp_path, monkeypatch):
+    straight = tmp_path / "straight"
+    assert train.main(train_args(data, straight)) == 0
+    # An interruption right after the first epoch's checkpoint: the run stops as if killed there.
+    interrupted = tmp_path / "interrupted"
+    with monkeypatch.context() as patch:
+        patch.setattr(Trainer, "should_stop", lambda self, epoch: True)
+        assert train.main(train_args(data, interrupted)) == 0
+    assert load_checkpoint(interrupted / "exp" / "weights" / "last.pt")["progress"]["epoch"] == 1
+    assert train.main(["--resume", str(interrupted / "exp" / "weights" / "last.pt"), "--no-progress"]) == 0
+    expected, resumed = _final_state(straight / "exp"), _final_state(interrupted / "exp")
+    for name, tensor in expected[0].items():
+        assert torch.equal(tensor, resumed[0][name]), name
+    for name, tensor in expected[1].items():
+        assert torch.equal(tensor, resumed[1][name]), f"ema {name}"
+    momentum = [state["momentum_buffer"] for state in expected[2]["state"].values()]
+    assert all(torch.equal(a, b["momentum_buffer"]) for a, b in zip(momentum, resumed[2]["state"].values()))
+
+
+def test_resume_of_a_finished_run_is_refused(finished_run, capsys):
+    assert train.main(["--resume", str(finished_run / "weights" / "last.pt")]) == 2
+    assert "already finished" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--data", "missing.yaml"], "missing.yaml"),
+    (["--device", "tpu"], "device 'tpu'"),
+    (["--epochs", "0"], "--epochs"),
+    (["--batch-size", "0"], "--batch-size"),
+    (["--hyp", "BAD_HYP"], "unknown key 'lr_zero'"),
+    (["--rect", "--multi-scale"], "do not go together"),
+    (["--sync-bn"], "--sync-bn needs GPUs or NPUs"),
+])
+def test_bad_input_is_one_line_and_exit_2(data, tmp_path, capsys, flags, message):
+    hyp = tmp_path / "bad_hyp.yaml"
+    hyp.write_text("lr_zero: 0.01\n")
+    flags = [str(hyp) if flag == "BAD_HYP" else flag for flag in flags]
+    try:
+        code = train.main(train_args(data, tmp_path, *flags))
+    except SystemExit as stopped:  # a flag out of range stops in argparse, before any work
+        code = stopped.code
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "exp").exists()  # stopped before making a run folder
+
+
+def test_batch_that_does_not_divide_over_the_ranks(data, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    assert train.main(train_args(data, tmp_path, "--batch-size", "3")) == 2
+    assert "does not divide over 2 ranks" in capsys.readouterr().err
+
+
+def test_single_class_rect_training(data, tmp_path):
+    assert train.main(train_args(data, tmp_path, "--single-cls", "--rect", "--noval", epochs=1)) == 0
+    model = load_checkpoint(tmp_path / "exp" / "weights" / "best.pt")["ema"]
+    assert model["names"] == ["item"] and model["state_dict"]["model.24.m.0.bias"].shape[0] == 3 * 6
+
+
+def test_kill_9_never_leaves_an_unreadable_last_checkpoint(data, tmp_path):
+    """Kill the trainer at random moments (saves take a good share of these tiny epochs); last.pt always loads."""
+    last = tmp_path / "exp" / "weights" / "last.pt"
+    rng = random.Random(0)
+    for attempt in range(3):
+        args = train_args(data, tmp_path, "--noval", epochs=1000) if attempt == 0 else ["--resume", str(last)]
+        process = subprocess.Popen([sys.executable, "-m", "detect.train", *args, "--no-progress"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while not last.is_file() or attempt and load_checkpoint(last)["progress"]["epoch"] <= attempt:
+            assert process.poll() is None, process.communicate()[1]
+            assert time.monotonic() < deadline, "no checkpoint written"
+            time.sleep(0.05)
+        time.sleep(rng.uniform(0.0, 1.5))
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        assert load_checkpoint(last)["progress"]["epoch"] >= 1
+
+
+def test_a_resumed_run_clears_a_killed_save(tmp_path):
+    settings = TrainSettings(cfg="yolov5n.yaml", project=str(tmp_path))
+    leftover = tmp_path / "exp" / "weights" / ".last.pt.k1ll3d.tmp"
+    leftover.parent.mkdir(parents=True)
+    leftover.write_bytes(b"half a checkpoint")
+    assert RunFiles.open(settings, DistContext(), resume=True).save_dir == tmp_path / "exp"
+    assert not leftover.exists()
+
+
+def test_non_finite_losses_skip_steps_then_stop_the_run(data, tmp_path, monkeypatch):
+    trainer = Trainer(TrainSettings(cfg="yolov5n.yaml", data=str(data), imgsz=64, batch_size=2, epochs=1, workers=0,
+                                    device="cpu", project=str(tmp_path), progress=False))
+    trainer.setup()
+    loss = trainer.parts.criterion
+    calls = []
+
+    def nan_on_second_call(raw, targets):
+        calls.append(1)
+        total, items = loss(raw, targets)
+        return (total * math.nan if len(calls) == 2 else total), items
+
+    trainer.parts.criterion = nan_on_second_call
+    before = [parameter.detach().clone() for parameter in trainer.model.parameters()]
+    stats = train_one_epoch(trainer.parts, trainer.train_loader, 0, 1, trainer.progress, show_progress=False)
+    assert stats.nonfinite_steps == 1 and trainer.progress.nonfinite_steps == 1
+    assert all(torch.isfinite(parameter).all() for parameter in trainer.model.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+    trainer.parts.criterion = lambda raw, targets: (loss(raw, targets)[0] * math.nan, torch.zeros(3))
+    monkeypatch.setattr(train_loop, "MAX_NONFINITE_STREAK", 3)
+    with pytest.raises(UserError, match="not finite for 3 steps in a row"):
+        train_one_epoch(trainer.parts, trainer.train_loader, 1, 2, trainer.progress, show_progress=False)
+
+
+@pytest.mark.parametrize("device, context, spec", [
+    ("npu", DistContext(rank=3, world_size=4, local_rank=1), "npu:1"),  # torchrun: the index is LOCAL_RANK
+    ("cuda:0", DistContext(rank=1, world_size=2, local_rank=1), "cuda:1"),
+    ("cpu", DistContext(rank=1, world_size=2, local_rank=1), "cpu"),
+    ("npu:2", DistContext(), "npu:2"),  # one process: the device as given
+])
+def test_each_rank_takes_its_local_device_with_the_npu_switches(monkeypatch, device, context, spec):
+    calls = []
+    monkeypatch.setattr(trainer_module.backends, "select", lambda spec, **options: calls.append((spec, options)))
+    settings = TrainSettings(cfg="yolov5n.yaml", device=device, amp=False, npu_allow_hf32=True)
+    select_backend(settings, context)
+    assert calls == [(spec, {"amp": False, "npu_jit_compile": None, "npu_allow_hf32": True})]
