@@ -11,11 +11,14 @@ and gives numeric flags one of the types below, so that a value out of range sto
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import logging
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from detect.config import NON_NEGATIVE, POSITIVE, UNIT, Bound
 from detect.errors import UserError
 
 
@@ -27,30 +30,67 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"error: {message}\n")
 
 
-def _parse(text: str, kind: type, what: str, accept: Callable[[Any], bool]) -> Any:
-    """`text` as `kind` when `accept` takes it, else an ArgumentTypeError (argparse: `argument --x: must be ...`)."""
+def bounded(kind: type, bound: Bound) -> Callable[[str], Any]:
+    """An argparse type: `text` as `kind` when `bound` accepts it, else an ArgumentTypeError (argparse prints
+    `argument --x: must be ...`)."""
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not bound.accept(value):
+            raise argparse.ArgumentTypeError(f"must be {bound.what}, got {text!r}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its own messages
+    return parse
+
+
+positive_int = bounded(int, POSITIVE)  # sizes, counts
+non_negative_int = bounded(int, NON_NEGATIVE)  # worker counts, seeds
+unit_float = bounded(float, UNIT)  # thresholds, fractions
+
+
+def options_to_argv(options: dict[str, Any]) -> list[str]:
+    """Keyword arguments as the flags that say the same: batch_size=8 -> --batch-size 8, True -> the bare flag,
+    False or None -> nothing (the default), a list -> its values after the flag."""
+    argv = []
+    for name, value in options.items():
+        flag = "--" + name.replace("_", "-")
+        if value is True:
+            argv.append(flag)
+        elif isinstance(value, (list, tuple)):
+            argv += [flag, *map(str, value)]
+        elif value is not None and value is not False:
+            argv += [flag, str(value)]
+    return argv
+
+
+def parse_options(parse_args: Callable[[list[str] | None], argparse.Namespace],
+                  options: dict[str, Any]) -> argparse.Namespace:
+    """A CLI's flags from keyword arguments (a Python API with the CLI's names, defaults and checks); a bad one
+    raises UserError with the line the CLI would print."""
+    stderr = io.StringIO()
     try:
-        value = kind(text)
-    except ValueError:
-        value = None
-    if value is None or not accept(value):
-        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
-    return value
+        with contextlib.redirect_stderr(stderr):
+            return parse_args(options_to_argv(options))
+    except SystemExit:
+        raise UserError(stderr.getvalue().strip().removeprefix("error: ")) from None
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1 (sizes, counts)."""
-    return _parse(text, int, "a positive integer", lambda value: value >= 1)
+def main_for(parse_args: Callable[[list[str] | None], argparse.Namespace],
+             run_args: Callable[[argparse.Namespace], object]) -> Callable[[list[str] | None], int]:
+    """A CLI's `main(argv=None) -> int`: parse the flags (argparse stops a bad one itself, exit 2), then run them;
+    what run_args returns is for Python callers, the CLI's exit code is 0, or 2 after a UserError's one line."""
+    def main(argv: list[str] | None = None) -> int:
+        args = parse_args(argv)
 
+        def body() -> None:
+            run_args(args)
 
-def non_negative_int(text: str) -> int:
-    """An argparse type: an integer >= 0 (worker counts, seeds)."""
-    return _parse(text, int, "an integer >= 0", lambda value: value >= 0)
+        return run(body)
 
-
-def unit_float(text: str) -> float:
-    """An argparse type: a number in [0, 1] (thresholds, fractions); nan is refused (it compares false)."""
-    return _parse(text, float, "a number in [0, 1]", lambda value: 0 <= value <= 1)
+    return main
 
 
 def add_npu_flags(parser: argparse.ArgumentParser) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,10 +29,30 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as error:
-        raise ConfigError(f"{path}: not valid yaml ({error})") from None
+        raise ConfigError(f"{path}: not valid yaml: {yaml_problem(error)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of keys to values")
     return data
+
+
+def yaml_problem(error: yaml.YAMLError) -> str:
+    """PyYAML's multi-line message as one line: what is wrong, and where (1-based line and column)."""
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else problem
+
+
+@dataclasses.dataclass(frozen=True)
+class Bound:
+    """The values a number may take; `what` completes "must be ..." in an error."""
+
+    what: str
+    accept: Callable[[Any], bool]
+
+
+POSITIVE = Bound("a positive integer", lambda value: value >= 1)
+NON_NEGATIVE = Bound("an integer >= 0", lambda value: value >= 0)
+UNIT = Bound("a number in [0, 1]", lambda value: 0 <= value <= 1)  # nan compares false: refused
 
 
 def resolve_config(name: str | Path, kind: str) -> Path:

@@ -93,13 +93,7 @@ def run(args: argparse.Namespace) -> Path:
     return save_dir
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-
-    def body() -> None:
-        run(args)
-
-    return cli.run(body)
+main = cli.main_for(parse_args, run)
 
 
 if __name__ == "__main__":

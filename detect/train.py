@@ -1,95 +1,84 @@
-"""`python -m detect.train`: train YOLOv5 (one process, or many under torchrun) with yolov5's options."""
+"""`python -m detect.train`: train YOLOv5 (one process, or many under torchrun) with yolov5's options.
+
+The flags are made from TrainSettings (detect/training/settings.py: names, defaults, ranges, help), and so is
+`run(**options)`, the Python API: `from detect import train; train.run(cfg="yolov5n.yaml", epochs=3)`.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
+import types
+import typing
+from typing import Any
 
-from detect import backend as backends
 from detect import cli
 from detect.backend.profiler import ProfileSchedule
 from detect.training.distributed import DistContext
-from detect.training.settings import TrainSettings
-from detect.training.trainer import Trainer
+from detect.training.settings import TrainSettings, flag_name, resume_fields
+from detect.training.trainer import FitResult, Trainer
+
+
+def _flag_options(field: dataclasses.Field, annotation: Any) -> dict[str, Any]:
+    """argparse keywords for one TrainSettings field; the default is left out (SUPPRESS): only given flags count."""
+    meta = field.metadata
+    shown = "" if field.default in (None, False, True) else f" (default {field.default!r})"
+    options: dict[str, Any] = {"default": argparse.SUPPRESS, "dest": field.name, "help": meta["help"] + shown}
+    kind = annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):  # X | None
+        kind = next(arg for arg in typing.get_args(annotation) if arg is not type(None))
+    if field.name == "progress":
+        return {**options, "action": "store_false"}
+    if kind is bool:
+        return {**options, "action": argparse.BooleanOptionalAction if field.default is None else "store_true"}
+    if typing.get_origin(kind) is tuple:
+        kind, options["nargs"] = typing.get_args(kind)[0], "+"
+    if meta["const"] is not None:
+        options.update(nargs="?", const=meta["const"])
+    if meta["choices"] is not None:
+        options["choices"] = meta["choices"]
+    options["type"] = cli.bounded(kind, meta["bound"]) if meta["bound"] is not None else kind
+    return options
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = cli.ArgumentParser(prog="python -m detect.train", description=__doc__)
-    add = parser.add_argument
-    add("--cfg", default=None, help="model yaml: a bare name in configs/models/ or a path (from scratch)")
-    add("--weights", default=None, help="initial weights: ours or an ultralytics/yolov5 .pt (fine-tuning)")
-    add("--data", default="shapes.yaml", help="data yaml (default: the built-in shapes dataset)")
-    add("--hyp", default="scratch-low.yaml", help="hyper-parameter yaml: a bare name in configs/hyps/ or a path")
-    add("--epochs", type=cli.positive_int, default=100)
-    add("--batch-size", type=cli.positive_int, default=16, help="total batch size over all ranks")
-    add("--imgsz", "--img", "--img-size", type=cli.positive_int, default=640, help="train and val image size")
-    add("--device", default=None, help=backends.SPEC_HELP + " (default auto; under torchrun the index is LOCAL_RANK)")
-    add("--workers", type=cli.non_negative_int, default=None, help="data loader workers per rank (default 8)")
-    add("--project", default="runs/train", help="runs go to project/name")
-    add("--name", default="exp")
-    add("--exist-ok", action="store_true", help="reuse project/name instead of a new one")
-    add("--resume", nargs="?", const=True, default=False,
-        help="continue the latest run of --project, or the given last.pt, exactly where it stopped")
-    add("--seed", type=cli.non_negative_int, default=0, help="seed of the data order, augmentation and init")
-    add("--noval", action="store_true", help="validate only after the final epoch")
-    add("--nosave", action="store_true", help="save only the final checkpoint")
-    add("--noautoanchor", action="store_true", help="keep the model's anchors (no AutoAnchor check)")
-    add("--patience", type=cli.non_negative_int, default=100,
-        help="stop after this many epochs without improvement (0: never)")
-    add("--freeze", type=cli.non_negative_int, nargs="+", default=[0],
-        help="freeze the first N layers, or the listed layers")
-    add("--save-period", type=int, default=-1, help="also save weights/epoch<N>.pt every N epochs")
-    add("--cos-lr", action="store_true", help="cosine learning-rate schedule (default linear)")
-    add("--label-smoothing", type=cli.unit_float, default=0.0)
-    add("--multi-scale", action="store_true", help="vary the image size per batch over a fixed set of sizes")
-    add("--sync-bn", action="store_true", help="synchronised BatchNorm across ranks (accelerators, DDP only)")
-    add("--optimizer", default="SGD", choices=("SGD", "Adam", "AdamW"))
-    add("--cache", nargs="?", const="ram", default=None, choices=("ram",), help="decoded images in RAM")
-    add("--single-cls", action="store_true", help="train every class as one class, 'item'")
-    add("--rect", action="store_true", help="rectangular batches in aspect-ratio order (no mosaic; many shapes)")
-    add("--amp", action=argparse.BooleanOptionalAction, default=None,
-        help="mixed precision (default: on for accelerators, off on the CPU)")
-    cli.add_npu_flags(parser)
-    add("--dist-timeout", type=float, default=1800.0, help="seconds any collective may wait (torchrun jobs)")
-    add("--no-progress", action="store_true", help="no progress bars (one line per epoch only)")
-    add("--profile", nargs="*", type=cli.non_negative_int, default=None, metavar="N",
-        help="profile the first epoch: skip WAIT steps, warm up WARMUP, record ACTIVE (default 3 1 3); trace in "
-             "the run's profile/, top operators and data-loading share printed")
+    parser = cli.ArgumentParser(prog="python -m detect.train", description=__doc__.split("\n\n")[0])
+    hints = typing.get_type_hints(TrainSettings)
+    for field in dataclasses.fields(TrainSettings):
+        parser.add_argument(*(field.metadata["flags"] or (flag_name(field),)), **_flag_options(field, hints[field.name]))
+    parser.add_argument("--resume", nargs="?", const=True, default=False,
+                        help="continue the latest run of --project, or the given last.pt, exactly where it stopped "
+                             f"(only {', '.join(flag_name(f) for f in dataclasses.fields(TrainSettings) if f.name in resume_fields())} "
+                             "may be given again)")
+    parser.add_argument("--profile", nargs="*", type=cli.non_negative_int, default=None, metavar="N",
+                        help="profile the first epoch: skip WAIT steps, warm up WARMUP, record ACTIVE (default 3 1 3); "
+                             "trace in the run's profile/, top operators and data-loading share printed")
     return parser.parse_args(argv)
 
 
-def settings_from_args(args: argparse.Namespace) -> TrainSettings:
-    """TrainSettings from the parsed flags (checked there: a bad value is one UserError line)."""
-    return TrainSettings(
-        cfg=args.cfg, weights=args.weights, data=args.data, hyp=args.hyp, epochs=args.epochs,
-        batch_size=args.batch_size, imgsz=args.imgsz, device=args.device or "auto",
-        workers=8 if args.workers is None else args.workers,
-        project=args.project, name=args.name, exist_ok=args.exist_ok, seed=args.seed, noval=args.noval,
-        nosave=args.nosave, noautoanchor=args.noautoanchor, patience=args.patience, freeze=tuple(args.freeze),
-        save_period=args.save_period, cos_lr=args.cos_lr, label_smoothing=args.label_smoothing,
-        multi_scale=args.multi_scale, sync_bn=args.sync_bn, optimizer=args.optimizer, cache=args.cache,
-        single_cls=args.single_cls, rect=args.rect, amp=args.amp, npu_jit_compile=args.npu_jit_compile,
-        npu_allow_hf32=args.npu_allow_hf32, dist_timeout=args.dist_timeout,
-        progress=not args.no_progress)
+def run(resume: bool | str = False, profile: ProfileSchedule | None = None, **options: Any) -> FitResult:
+    """Train with the CLI's options as keyword arguments (same names and defaults as TrainSettings); a bad one raises
+    UserError with the CLI's one-line message. Returns where the run left its files and its final metrics."""
+    settings = TrainSettings.from_dict(options, "detect.train.run")
+    context = DistContext.from_env()
+    if not context.is_main:  # one voice per job: the other ranks report warnings and errors only
+        logging.getLogger().setLevel(logging.WARNING)
+    # A resumed run keeps its stored settings except the machine-specific ones given here.
+    overrides = {name: options[name] for name in resume_fields() if name in options}
+    return Trainer(settings, context, resume=resume, resume_overrides=overrides, profile=profile).fit()
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def _run_args(args: argparse.Namespace) -> FitResult:
+    options = vars(args)
+    resume, profile = options.pop("resume"), options.pop("profile")
+    if "freeze" in options:
+        options["freeze"] = tuple(options["freeze"])
+    return run(resume=resume, profile=None if profile is None else ProfileSchedule.from_flag(profile), **options)
 
-    def body() -> None:
-        context = DistContext.from_env()
-        if not context.is_main:  # one voice per job: the other ranks report warnings and errors only
-            logging.getLogger().setLevel(logging.WARNING)
-        # A resumed run keeps its stored settings except these machine-specific ones, when given here.
-        overrides = {name: getattr(args, name) for name in ("device", "workers") if getattr(args, name) is not None}
-        overrides["progress"] = not args.no_progress
-        profile = None if args.profile is None else ProfileSchedule.from_flag(args.profile)
-        Trainer(settings_from_args(args), context, resume=args.resume, resume_overrides=overrides,
-                profile=profile).fit()
 
-    return cli.run(body)
-
+main = cli.main_for(parse_args, _run_args)
 
 if __name__ == "__main__":
     sys.exit(main())

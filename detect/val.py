@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import Any
 
 from detect import backend as backends
 from detect import cli
@@ -52,7 +53,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def run(args: argparse.Namespace) -> EvalResult:
+def run(args: argparse.Namespace | None = None, **options: Any) -> EvalResult:
+    """Score a checkpoint: `run(parse_args(argv))`, or the Python API `run(weights="best.pt", data="coco128.yaml")`
+    with the CLI's flags as keyword arguments (a bad one raises UserError with the CLI's one-line message)."""
+    if args is None:
+        args = cli.parse_options(parse_args, options)
     backend = backends.select(args.device, amp=False)
     if args.half and backend.device.type == "cpu":
         raise UserError("--half needs an accelerator; on the CPU evaluate in fp32")
@@ -86,13 +91,7 @@ def run(args: argparse.Namespace) -> EvalResult:
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-
-    def body() -> None:
-        run(args)
-
-    return cli.run(body)
+main = cli.main_for(parse_args, run)
 
 
 if __name__ == "__main__":

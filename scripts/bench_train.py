@@ -26,12 +26,10 @@ from detect.config import load_hyp
 from detect.data import AugmentSettings, build_train_loader, load_data_config
 from detect.data.device_batch import to_device_batch
 from detect.models import build_model
-from detect.training.distributed import DistContext
+from detect.training.checkpoints import Progress
 from detect.training.ema import ModelEMA
-from detect.training.loop import StepParts, optimizer_step, train_one_epoch
-from detect.training.loss import DetectionLoss, LossSettings
-from detect.training.optim import OptimSettings, accumulate_steps, build_optimizer, lr_lambda
-from detect.training.state import Progress
+from detect.training.loop import Schedule, Step, build_step, optimizer_step, train_one_epoch
+from detect.training.optim import OptimSettings, accumulate_steps, lr_lambda
 
 
 class FirstBatches:
@@ -50,28 +48,28 @@ class FirstBatches:
         return self.count
 
 
-def model_only(parts: StepParts, batch, steps: int, accumulate: int) -> float:
+def model_only(step: Step, batch, steps: int, accumulate: int) -> float:
     """Images per second of forward + loss + backward (+ optimizer every `accumulate`) on one device batch."""
-    device_batch = to_device_batch(batch, parts.backend)
+    device_batch = to_device_batch(batch, step.backend)
     images = device_batch.images
-    if parts.channels_last:
+    if step.backend.channels_last:
         images = images.contiguous(memory_format=torch.channels_last)
-    parts.backend.synchronize()
+    step.backend.synchronize()
     started = time.perf_counter()
-    for step in range(steps):
-        with parts.backend.autocast():
-            loss, _ = parts.criterion(parts.model(images), device_batch.padded_targets)
-        parts.scaler.scale(loss).backward()
-        if (step + 1) % accumulate == 0:
-            optimizer_step(parts)
-    parts.backend.synchronize()
+    for index in range(steps):
+        with step.backend.autocast():
+            loss, _ = step.criterion(step.model(images), device_batch.padded_targets)
+        step.scaler.scale(loss).backward()
+        if (index + 1) % accumulate == 0:
+            optimizer_step(step)
+    step.backend.synchronize()
     return steps * len(batch) / (time.perf_counter() - started)
 
 
-def end_to_end(parts: StepParts, loader: FirstBatches, epoch: int) -> float:
+def end_to_end(step: Step, schedule: Schedule, loader: FirstBatches, epoch: int) -> float:
     """Images per second of the trainer's epoch loop over the real loader."""
     after_warmup = Progress(iteration=10**6, last_optimizer_step=10**6 - 1)
-    stats = train_one_epoch(parts, loader, epoch, epoch + 1, after_warmup, show_progress=False)
+    stats = train_one_epoch(step, schedule, loader, epoch, epoch + 1, after_warmup, show_progress=False)
     return stats.images / stats.seconds
 
 
@@ -102,24 +100,17 @@ def main() -> None:
     if backend.channels_last:
         model = model.to(memory_format=torch.channels_last)
     settings = OptimSettings.from_hyp(hyp)
-    optimizer = build_optimizer(model, settings, args.batch_size)
-    parts = StepParts(
-        model=model, optimizer=optimizer, ema=ModelEMA(model), backend=backend, context=DistContext(),
-        criterion=DetectionLoss(LossSettings.from_hyp(hyp, model.detect.nl, model.nc, args.imgsz),
-                                model.detect.anchors, model.nc),
-        scaler=backend.grad_scaler(init_scale=hyp.amp_init_scale, growth_factor=hyp.amp_growth_factor,
-                                   growth_interval=hyp.amp_growth_interval),
-        optim_settings=settings, global_batch=args.batch_size, warmup_iterations=0,
-        lr_factor=lr_lambda(settings, 100), multi_scale_sizes=None, seed=0, channels_last=backend.channels_last)
+    step = build_step(model, backend, hyp, settings, args.batch_size, args.imgsz, ema=ModelEMA(model))
+    schedule = Schedule(settings, args.batch_size, warmup_iterations=0, lr_factor=lr_lambda(settings, 100))
     batches = FirstBatches(loader, args.batches)
     fixed = next(iter(loader))
     accumulate = accumulate_steps(args.batch_size)
-    model_only(parts, fixed, 2, accumulate)  # warm-up: allocator, kernels, worker start
-    end_to_end(parts, batches, 0)
+    model_only(step, fixed, 2, accumulate)  # warm-up: allocator, kernels, worker start
+    end_to_end(step, schedule, batches, 0)
     rates = {"model only": [], "end to end": []}
     for round_index in range(args.rounds):
-        rates["model only"].append(model_only(parts, fixed, args.batches, accumulate))
-        rates["end to end"].append(end_to_end(parts, batches, round_index + 1))
+        rates["model only"].append(model_only(step, fixed, args.batches, accumulate))
+        rates["end to end"].append(end_to_end(step, schedule, batches, round_index + 1))
     medians = {mode: statistics.median(values) for mode, values in rates.items()}
     print(f"{args.cfg} at {args.imgsz}, batch {args.batch_size}, {args.workers} workers, {backend}, "
           f"{torch.get_num_threads()} threads")

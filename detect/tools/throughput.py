@@ -15,11 +15,10 @@ from detect.data.batch import Batch
 from detect.data.device_batch import to_device_batch
 from detect.inference.model import TorchInference
 from detect.models import DetectionModel
-from detect.tools.workload import build_criterion, precision_name
-from detect.training.distributed import DistContext
+from detect.tools.workload import precision_name
 from detect.training.ema import ModelEMA
-from detect.training.loop import StepParts, optimizer_step
-from detect.training.optim import OptimSettings, accumulate_steps, build_optimizer, lr_lambda
+from detect.training.loop import Step, build_step, optimizer_step
+from detect.training.optim import OptimSettings, accumulate_steps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,17 +45,10 @@ def _prepared(model: DetectionModel, backend: backends.Backend) -> DetectionMode
     return model.to(memory_format=torch.channels_last) if backend.channels_last else model
 
 
-def _step_parts(model: DetectionModel, backend: backends.Backend, imgsz: int, batch_size: int) -> StepParts:
-    """The trainer's step parts for one process with yolov5's default hyp, past warmup."""
+def _step(model: DetectionModel, backend: backends.Backend, imgsz: int, batch_size: int) -> Step:
+    """The trainer's step for one process with yolov5's default hyp, past warmup."""
     hyp = load_hyp()
-    settings = OptimSettings.from_hyp(hyp)
-    return StepParts(
-        model=model, criterion=build_criterion(model, imgsz), optimizer=build_optimizer(model, settings, batch_size),
-        scaler=backend.grad_scaler(init_scale=hyp.amp_init_scale, growth_factor=hyp.amp_growth_factor,
-                                   growth_interval=hyp.amp_growth_interval),
-        ema=ModelEMA(model), backend=backend, context=DistContext(), optim_settings=settings,
-        global_batch=batch_size, warmup_iterations=0, lr_factor=lr_lambda(settings, 1), multi_scale_sizes=None,
-        seed=0, channels_last=backend.channels_last)
+    return build_step(model, backend, hyp, OptimSettings.from_hyp(hyp), batch_size, imgsz, ema=ModelEMA(model))
 
 
 def _timed(backend: backends.Backend, run, warmup: int, steps: int, batch_size: int) -> tuple[float, int]:
@@ -76,16 +68,16 @@ def _timed(backend: backends.Backend, run, warmup: int, steps: int, batch_size: 
 def measure_train(model: DetectionModel, batch: Batch, backend: backends.Backend, imgsz: int, warmup: int,
                   steps: int) -> Measurement:
     """Training steps on the batch: model only, the data loader excluded."""
-    parts = _step_parts(_prepared(model, backend).train(), backend, imgsz, len(batch))
+    train_step = _step(_prepared(model, backend).train(), backend, imgsz, len(batch))
     images, targets = _device_images(batch, backend)
     accumulate = accumulate_steps(len(batch))
 
     def step(index: int) -> None:
         with backend.autocast():
-            loss, _ = parts.criterion(parts.model(images), targets)
-        parts.scaler.scale(loss).backward()
+            loss, _ = train_step.criterion(train_step.model(images), targets)
+        train_step.scaler.scale(loss).backward()
         if (index + 1) % accumulate == 0:  # nominal batch 64, as in training (YOLOV5-FACTS.md)
-            optimizer_step(parts)
+            optimizer_step(train_step)
 
     rate, peak = _timed(backend, step, warmup, steps, len(batch))
     return Measurement("train", precision_name(backend), backend.amp_enabled, rate, peak)

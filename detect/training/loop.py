@@ -1,4 +1,5 @@
-"""One training epoch: warmup, forward and loss under autocast, scaled backward, accumulation, clipping, EMA."""
+"""One training epoch: warmup, forward and loss under autocast, scaled backward, accumulation, clipping, EMA; and the
+step it repeats, built in one place for the trainer and the throughput tool."""
 
 from __future__ import annotations
 
@@ -9,41 +10,70 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from detect.backend import Backend
+from detect.config import Hyp
 from detect.data import Batch, Loader
 from detect.data.device_batch import pick_size, to_device_batch
 from detect.errors import UserError
+from detect.models import DetectionModel
+from detect.training.checkpoints import Progress
 from detect.training.distributed import DistContext, all_ranks_true
 from detect.training.ema import ModelEMA
-from detect.training.loss import DetectionLoss
-from detect.training.optim import OptimSettings, apply_warmup
-from detect.training.state import Progress
+from detect.training.loss import DetectionLoss, LossSettings
+from detect.training.optim import OptimSettings, apply_warmup, build_optimizer
 
 MAX_GRAD_NORM = 10.0  # gradient clipping after unscale (YOLOV5-FACTS.md, step order)
 # A run stops after this many non-finite losses in a row: one is a bad batch, this many is a diverged run.
 MAX_NONFINITE_STREAK = 10
 
 
-@dataclasses.dataclass
-class StepParts:
-    """What a training step uses; model may be DDP-wrapped, ema exists on rank 0 only."""
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """What a training step uses; `model` may be DDP-wrapped, `ema` exists on rank 0 only."""
 
     model: nn.Module
-    criterion: DetectionLoss
+    criterion: Callable[[list[torch.Tensor], torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
     ema: ModelEMA | None
     backend: Backend
     context: DistContext
-    optim_settings: OptimSettings
+
+
+def build_step(model: DetectionModel, backend: Backend, hyp: Hyp, optim_settings: OptimSettings, batch_size: int,
+               imgsz: int, *, context: DistContext | None = None, ema: ModelEMA | None = None,
+               label_smoothing: float = 0.0, sync_bn: bool = False) -> Step:
+    """yolov5's optimizer groups, the GradScaler and the loss for `model` (already on the backend's device), wrapped
+    in DDP (with SyncBatchNorm when asked) under torchrun; `batch_size` is the global batch."""
+    context = context or DistContext()
+    optimizer = build_optimizer(model, optim_settings, batch_size)
+    scaler = backend.grad_scaler(init_scale=hyp.amp_init_scale, growth_factor=hyp.amp_growth_factor,
+                                 growth_interval=hyp.amp_growth_interval)
+    loss_settings = LossSettings.from_hyp(hyp, model.detect.nl, model.nc, imgsz, label_smoothing)
+    criterion = DetectionLoss(loss_settings, model.detect.anchors, model.nc)
+    train_model: nn.Module = model
+    if context.distributed:
+        if sync_bn:
+            train_model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        # DDP broadcasts rank 0's parameters and buffers (the AutoAnchor result included) to every rank.
+        device_ids = None if backend.device.type == "cpu" else [backend.device.index]
+        train_model = DistributedDataParallel(train_model, device_ids=device_ids)
+    return Step(train_model, criterion, optimizer, scaler, ema, backend, context)
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """How the epochs drive the steps: warmup, accumulation to the nominal batch, multi-scale sizes."""
+
+    optim: OptimSettings
     global_batch: int
     warmup_iterations: int
     lr_factor: Callable[[float], float]
-    multi_scale_sizes: tuple[int, ...] | None
-    seed: int
-    channels_last: bool
+    multi_scale_sizes: tuple[int, ...] | None = None
+    seed: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,43 +88,43 @@ class EpochStats:
     problems: tuple[str, ...]
 
 
-def optimizer_step(parts: StepParts) -> None:
+def optimizer_step(step: Step) -> None:
     """unscale -> clip at 10 -> step -> update the scale -> zero grads -> EMA (YOLOV5-FACTS.md step order)."""
-    parts.scaler.unscale_(parts.optimizer)
-    nn.utils.clip_grad_norm_(parts.model.parameters(), max_norm=MAX_GRAD_NORM)
-    parts.scaler.step(parts.optimizer)
-    parts.scaler.update()
-    parts.optimizer.zero_grad(set_to_none=True)
-    if parts.ema is not None:
-        parts.ema.update(parts.model)
+    step.scaler.unscale_(step.optimizer)
+    nn.utils.clip_grad_norm_(step.model.parameters(), max_norm=MAX_GRAD_NORM)
+    step.scaler.step(step.optimizer)
+    step.scaler.update()
+    step.optimizer.zero_grad(set_to_none=True)
+    if step.ema is not None:
+        step.ema.update(step.model)
 
 
-def _forward_backward(parts: StepParts, batch: Batch, size: int | None, sync: bool) -> torch.Tensor | None:
+def _forward_backward(step: Step, batch: Batch, size: int | None, sync: bool) -> torch.Tensor | None:
     """Loss items (3,) of one batch after its backward pass, or None when the loss was not finite (no backward)."""
-    device_batch = to_device_batch(batch, parts.backend, size)
+    device_batch = to_device_batch(batch, step.backend, size)
     images = device_batch.images
-    if parts.channels_last:
+    if step.backend.channels_last:
         images = images.contiguous(memory_format=torch.channels_last)
     # Gradients are all-reduced only on the micro-step that ends an accumulation (DDP no_sync before it).
-    no_sync = parts.context.distributed and not sync
-    with parts.model.no_sync() if no_sync else contextlib.nullcontext():
-        with parts.backend.autocast():
-            loss, items = parts.criterion(parts.model(images), device_batch.padded_targets)
+    no_sync = step.context.distributed and not sync
+    with step.model.no_sync() if no_sync else contextlib.nullcontext():
+        with step.backend.autocast():
+            loss, items = step.criterion(step.model(images), device_batch.padded_targets)
         # One host sync per step: every rank must agree to skip, or DDP's backward would wait forever.
-        if not bool(all_ranks_true(parts.context, torch.isfinite(loss))):
+        if not bool(all_ranks_true(step.context, torch.isfinite(loss))):
             return None
         # yolov5 multiplies by the world size because DDP averages the gradients (YOLOV5-FACTS.md, loss).
-        parts.scaler.scale(loss * parts.context.world_size).backward()
+        step.scaler.scale(loss * step.context.world_size).backward()
     return items
 
 
-def train_one_epoch(parts: StepParts, loader: Loader, epoch: int, epochs: int, progress: Progress,
+def train_one_epoch(step: Step, schedule: Schedule, loader: Loader, epoch: int, epochs: int, progress: Progress,
                     show_progress: bool = True, on_batch: Callable[[int, Batch], None] | None = None) -> EpochStats:
     """Train over one pass of `loader`; `progress` counts iterations and optimizer steps across epochs."""
-    parts.model.train()
+    step.model.train()
     loader.set_epoch(epoch)
-    parts.optimizer.zero_grad(set_to_none=True)
-    loss_sum = torch.zeros(3, device=parts.backend.device)
+    step.optimizer.zero_grad(set_to_none=True)
+    loss_sum = torch.zeros(3, device=step.backend.device)
     steps, images, streak, nonfinite, problems = 0, 0, 0, 0, []
     bar = tqdm(loader, desc=f"{epoch + 1}/{epochs}", disable=not show_progress, leave=False)
     started = time.perf_counter()
@@ -104,12 +134,13 @@ def train_one_epoch(parts: StepParts, loader: Loader, epoch: int, epochs: int, p
         problems.extend(batch.problems)
         iteration = progress.iteration
         progress.iteration += 1
-        accumulate = apply_warmup(parts.optimizer, parts.optim_settings, iteration, parts.warmup_iterations,
-                                  parts.lr_factor(epoch), parts.global_batch)
-        size = pick_size(parts.multi_scale_sizes, parts.seed, iteration) if parts.multi_scale_sizes else None
+        accumulate = apply_warmup(step.optimizer, schedule.optim, iteration, schedule.warmup_iterations,
+                                  schedule.lr_factor(epoch), schedule.global_batch)
+        sizes = schedule.multi_scale_sizes
+        size = pick_size(sizes, schedule.seed, iteration) if sizes else None
         step_now = iteration - progress.last_optimizer_step >= accumulate
-        items = _forward_backward(parts, batch, size, sync=step_now)
-        images += len(batch) * parts.context.world_size
+        items = _forward_backward(step, batch, size, sync=step_now)
+        images += len(batch) * step.context.world_size
         if items is None:
             nonfinite, streak = nonfinite + 1, streak + 1
             if streak >= MAX_NONFINITE_STREAK:
@@ -118,18 +149,18 @@ def train_one_epoch(parts: StepParts, loader: Loader, epoch: int, epochs: int, p
             continue
         streak = 0
         if step_now:
-            optimizer_step(parts)
+            optimizer_step(step)
             progress.last_optimizer_step = iteration
         loss_sum += items
         steps += 1
         if show_progress:
-            memory = parts.backend.memory_stats().peak_bytes / 2**30
+            memory = step.backend.memory_stats().peak_bytes / 2**30
             box, obj, cls = (loss_sum / steps).tolist()
             bar.set_postfix_str(f"mem {memory:.2f}G box {box:.4f} obj {obj:.4f} cls {cls:.4f} "
                                 f"instances {int(batch.target_counts.sum())} size {size or batch.images.shape[-1]}")
-    parts.backend.synchronize()
+    step.backend.synchronize()
     progress.nonfinite_steps += nonfinite
     means = (loss_sum / max(steps, 1)).tolist()
     return EpochStats(losses=(means[0], means[1], means[2]), images=images, seconds=time.perf_counter() - started,
-                      learning_rates=tuple(group["lr"] for group in parts.optimizer.param_groups),
+                      learning_rates=tuple(group["lr"] for group in step.optimizer.param_groups),
                       nonfinite_steps=nonfinite, problems=tuple(problems))

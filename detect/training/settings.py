@@ -1,65 +1,80 @@
-"""What a training run was asked to do: yolov5's train.py options as one frozen, checked dataclass."""
+"""What a training run was asked to do: yolov5's train.py options as one frozen, checked dataclass, the one home of
+their names, defaults, ranges and help; the train CLI's flags and the Python API are made from it."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
-from detect.config import from_mapping
+from detect.backend import SPEC_HELP
+from detect.config import NON_NEGATIVE, POSITIVE, Bound, from_mapping
 from detect.errors import UserError
+
+AT_LEAST_32 = Bound("an integer >= 32", lambda value: value >= 32)  # the largest stride
+SMOOTHING = Bound("a number in [0, 1)", lambda value: 0 <= value < 1)
+POSITIVE_SECONDS = Bound("a number > 0", lambda value: value > 0)
+
+
+def option(default: Any, description: str = "", *, bound: Bound | None = None, flags: tuple[str, ...] = (),
+           choices: tuple[str, ...] | None = None, const: Any = None, again_on_resume: bool = False) -> Any:
+    """A TrainSettings field and what its flag needs: `flags` replaces the --name spelling (aliases after it),
+    `const` makes the value optional after the flag, `again_on_resume` lets --resume take a new value."""
+    metadata = {"help": description, "bound": bound, "flags": flags, "choices": choices, "const": const,
+                "again_on_resume": again_on_resume}
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainSettings:
-    """The options of `python -m detect.train`, with yolov5's names and defaults (batch_size is global)."""
+    """The options of `python -m detect.train` and `detect.train.run`, with yolov5's names and defaults."""
 
-    cfg: str | None = None
-    weights: str | None = None
-    data: str = "shapes.yaml"
-    hyp: str = "scratch-low.yaml"
-    epochs: int = 100
-    batch_size: int = 16
-    imgsz: int = 640
-    device: str = "auto"
-    workers: int = 8
-    project: str = "runs/train"
-    name: str = "exp"
-    exist_ok: bool = False
-    seed: int = 0
-    noval: bool = False
-    nosave: bool = False
-    noautoanchor: bool = False
-    patience: int = 100
-    freeze: tuple[int, ...] = (0,)
-    save_period: int = -1
-    cos_lr: bool = False
-    label_smoothing: float = 0.0
-    multi_scale: bool = False
-    sync_bn: bool = False
-    optimizer: str = "SGD"
-    cache: str | None = None
-    single_cls: bool = False
-    rect: bool = False
-    amp: bool | None = None
-    npu_jit_compile: bool | None = None  # None keeps torch_npu's default (NPU.md §1 #5)
-    npu_allow_hf32: bool | None = None
-    dist_timeout: float = 1800.0
-    progress: bool = True
+    cfg: str | None = option(None, "model yaml: a bare name in configs/models/ or a path (from scratch)")
+    weights: str | None = option(None, "initial weights: ours or an ultralytics/yolov5 .pt (fine-tuning)")
+    data: str = option("shapes.yaml", "data yaml; shapes.yaml is the built-in dataset")
+    hyp: str = option("scratch-low.yaml", "hyper-parameter yaml: a bare name in configs/hyps/ or a path")
+    epochs: int = option(100, bound=POSITIVE)
+    batch_size: int = option(16, "total batch size over all ranks", bound=POSITIVE)
+    imgsz: int = option(640, "train and val image size", bound=AT_LEAST_32, flags=("--imgsz", "--img", "--img-size"))
+    device: str = option("auto", SPEC_HELP + "; under torchrun the index is LOCAL_RANK",
+                         again_on_resume=True)
+    workers: int = option(8, "data loader workers per rank", bound=NON_NEGATIVE, again_on_resume=True)
+    project: str = option("runs/train", "runs go to project/name")
+    name: str = option("exp")
+    exist_ok: bool = option(False, "reuse project/name instead of a new one")
+    seed: int = option(0, "seed of the data order, augmentation and init", bound=NON_NEGATIVE)
+    noval: bool = option(False, "validate only after the final epoch")
+    nosave: bool = option(False, "save only the final checkpoint")
+    noautoanchor: bool = option(False, "keep the model's anchors (no AutoAnchor check)")
+    patience: int = option(100, "stop after this many epochs without improvement (0: never)", bound=NON_NEGATIVE)
+    freeze: tuple[int, ...] = option((0,), "freeze the first N layers, or the listed layers", bound=NON_NEGATIVE)
+    save_period: int = option(-1, "also save weights/epoch<N>.pt every N epochs")
+    cos_lr: bool = option(False, "cosine learning-rate schedule (default linear)")
+    label_smoothing: float = option(0.0, bound=SMOOTHING)
+    multi_scale: bool = option(False, "vary the image size per batch over a fixed set of sizes")
+    sync_bn: bool = option(False, "synchronised BatchNorm across ranks (accelerators, DDP only)")
+    optimizer: str = option("SGD", choices=("SGD", "Adam", "AdamW"))
+    cache: str | None = option(None, "decoded images in RAM", choices=("ram",), const="ram")
+    single_cls: bool = option(False, "train every class as one class, 'item'")
+    rect: bool = option(False, "rectangular batches in aspect-ratio order (no mosaic; many shapes)")
+    amp: bool | None = option(None, "mixed precision (default: on for accelerators, off on the CPU)")
+    # None keeps torch_npu's default (NPU.md §1 #5, §2.1)
+    npu_jit_compile: bool | None = option(None, "NPU only: set_compile_mode(jit_compile=...) (910B default: off)")
+    npu_allow_hf32: bool | None = option(
+        None, "NPU only: HF32 in fp32 convolutions and matmuls (910B default: conv on, matmul off)")
+    dist_timeout: float = option(1800.0, "seconds any collective may wait (torchrun jobs)", bound=POSITIVE_SECONDS)
+    progress: bool = option(True, "progress bars (--no-progress: one line per epoch only)", flags=("--no-progress",),
+                            again_on_resume=True)
 
     def __post_init__(self) -> None:
-        checks = {
-            "--epochs": self.epochs >= 1, "--batch-size": self.batch_size >= 1, "--imgsz": self.imgsz >= 32,
-            "--workers": self.workers >= 0, "--patience": self.patience >= 0, "--dist-timeout": self.dist_timeout > 0,
-            "--label-smoothing": 0.0 <= self.label_smoothing < 1.0,
-            "--freeze": all(layer >= 0 for layer in self.freeze),
-        }
-        for flag, ok in checks.items():
-            if not ok:
-                raise UserError(f"{flag} {getattr(self, flag[2:].replace('-', '_'))!r} is out of range")
+        for field in dataclasses.fields(self):
+            bound, value = field.metadata["bound"], getattr(self, field.name)
+            if bound is not None and not all(bound.accept(v) for v in (value if isinstance(value, tuple) else [value])):
+                raise UserError(f"{flag_name(field)} {value!r}: must be {bound.what}")
+            choices = field.metadata["choices"]
+            if choices is not None and value is not None and value not in choices:
+                raise UserError(f"{flag_name(field)} {value!r}: choose one of {', '.join(choices)}")
         if self.rect and self.multi_scale:
             raise UserError("--rect and --multi-scale do not go together: a rectangular batch has its own shape")
-        if self.optimizer not in ("SGD", "Adam", "AdamW"):
-            raise UserError(f"--optimizer {self.optimizer!r}: choose SGD, Adam or AdamW")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values only (a checkpoint and the run's yaml hold this)."""
@@ -69,7 +84,19 @@ class TrainSettings:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], source: str) -> TrainSettings:
-        """Rebuild from to_dict's output (e.g. a checkpoint's stored settings)."""
+        """Rebuild from to_dict's output or keyword arguments; an unknown key or a wrong type names it and `source`."""
         values = dict(values)
-        values["freeze"] = tuple(values.get("freeze", (0,)))
+        if "freeze" in values:
+            freeze = values["freeze"]
+            values["freeze"] = tuple(freeze) if isinstance(freeze, (list, tuple)) else (freeze,)
         return from_mapping(cls, values, source)
+
+
+def flag_name(field: dataclasses.Field) -> str:
+    """The field's command-line spelling: --batch-size for batch_size, or its own first flag."""
+    return (field.metadata["flags"] or (f"--{field.name.replace('_', '-')}",))[0]
+
+
+def resume_fields() -> tuple[str, ...]:
+    """The settings a resumed run may take anew (machine-specific); the rest come from its checkpoint."""
+    return tuple(field.name for field in dataclasses.fields(TrainSettings) if field.metadata["again_on_resume"])

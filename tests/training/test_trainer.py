@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 import random
 import signal
@@ -16,13 +17,14 @@ import torch
 from detect import train, val
 from detect.errors import UserError
 from detect.models.checkpoint import load_checkpoint
+from detect.training import build as build_module
 from detect.training import loop as train_loop
-from detect.training import trainer as trainer_module
-from detect.training.checkpoints import RunFiles
+from detect.training.build import build_run, select_backend
+from detect.training.checkpoints import RunFolder
 from detect.training.distributed import DistContext
 from detect.training.loop import train_one_epoch
 from detect.training.settings import TrainSettings
-from detect.training.trainer import Trainer, select_backend
+from detect.training.trainer import Trainer
 from tests.training.helpers import tiny_dataset, train_args
 
 
@@ -86,7 +88,7 @@ def test_resume_continues_exactly(data, tmp_path, monkeypatch):
     # An interruption right after the first epoch's checkpoint: the run stops as if killed there.
     interrupted = tmp_path / "interrupted"
     with monkeypatch.context() as patch:
-        patch.setattr(Trainer, "should_stop", lambda self, epoch: True)
+        patch.setattr(Trainer, "should_stop", staticmethod(lambda run, epoch: True))
         assert train.main(train_args(data, interrupted)) == 0
     assert load_checkpoint(interrupted / "exp" / "weights" / "last.pt")["progress"]["epoch"] == 1
     assert train.main(["--resume", str(interrupted / "exp" / "weights" / "last.pt"), "--no-progress"]) == 0
@@ -164,15 +166,14 @@ def test_a_resumed_run_clears_a_killed_save(tmp_path):
     leftover = tmp_path / "exp" / "weights" / ".last.pt.k1ll3d.tmp"
     leftover.parent.mkdir(parents=True)
     leftover.write_bytes(b"half a checkpoint")
-    assert RunFiles.open(settings, DistContext(), resume=True).save_dir == tmp_path / "exp"
+    assert RunFolder.open(settings, DistContext(), resume=True).save_dir == tmp_path / "exp"
     assert not leftover.exists()
 
 
 def test_non_finite_losses_skip_steps_then_stop_the_run(data, tmp_path, monkeypatch):
-    trainer = Trainer(TrainSettings(cfg="yolov5n.yaml", data=str(data), imgsz=64, batch_size=2, epochs=1, workers=0,
-                                    device="cpu", project=str(tmp_path), progress=False))
-    trainer.setup()
-    loss = trainer.parts.criterion
+    run = build_run(TrainSettings(cfg="yolov5n.yaml", data=str(data), imgsz=64, batch_size=2, epochs=1, workers=0,
+                                  device="cpu", project=str(tmp_path), progress=False), DistContext())
+    loss = run.step.criterion
     calls = []
 
     def nan_on_second_call(raw, targets):
@@ -180,16 +181,17 @@ def test_non_finite_losses_skip_steps_then_stop_the_run(data, tmp_path, monkeypa
         total, items = loss(raw, targets)
         return (total * math.nan if len(calls) == 2 else total), items
 
-    trainer.parts.criterion = nan_on_second_call
-    before = [parameter.detach().clone() for parameter in trainer.model.parameters()]
-    stats = train_one_epoch(trainer.parts, trainer.train_loader, 0, 1, trainer.progress, show_progress=False)
-    assert stats.nonfinite_steps == 1 and trainer.progress.nonfinite_steps == 1
-    assert all(torch.isfinite(parameter).all() for parameter in trainer.model.parameters())
-    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
-    trainer.parts.criterion = lambda raw, targets: (loss(raw, targets)[0] * math.nan, torch.zeros(3))
+    step = dataclasses.replace(run.step, criterion=nan_on_second_call)
+    before = [parameter.detach().clone() for parameter in run.model.parameters()]
+    stats = train_one_epoch(step, run.schedule, run.train_loader, 0, 1, run.progress, show_progress=False)
+    assert stats.nonfinite_steps == 1 and run.progress.nonfinite_steps == 1
+    assert all(torch.isfinite(parameter).all() for parameter in run.model.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(before, run.model.parameters()))
+    step = dataclasses.replace(run.step, criterion=lambda raw, targets: (loss(raw, targets)[0] * math.nan,
+                                                                         torch.zeros(3)))
     monkeypatch.setattr(train_loop, "MAX_NONFINITE_STREAK", 3)
     with pytest.raises(UserError, match="not finite for 3 steps in a row"):
-        train_one_epoch(trainer.parts, trainer.train_loader, 1, 2, trainer.progress, show_progress=False)
+        train_one_epoch(step, run.schedule, run.train_loader, 1, 2, run.progress, show_progress=False)
 
 
 @pytest.mark.parametrize("device, context, spec", [
@@ -200,7 +202,7 @@ def test_non_finite_losses_skip_steps_then_stop_the_run(data, tmp_path, monkeypa
 ])
 def test_each_rank_takes_its_local_device_with_the_npu_switches(monkeypatch, device, context, spec):
     calls = []
-    monkeypatch.setattr(trainer_module.backends, "select", lambda spec, **options: calls.append((spec, options)))
+    monkeypatch.setattr(build_module.backends, "select", lambda spec, **options: calls.append((spec, options)))
     settings = TrainSettings(cfg="yolov5n.yaml", device=device, amp=False, npu_allow_hf32=True)
     select_backend(settings, context)
     assert calls == [(spec, {"amp": False, "npu_jit_compile": None, "npu_allow_hf32": True})]

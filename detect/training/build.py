@@ -1,0 +1,236 @@
+"""Set a training run up, top to bottom: settings (or the checkpoint it resumes), device and process group, run
+folder, loaders, model, optimizer and schedule, restored state; `build_run` returns one frozen `Run`."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+
+from detect import backend as backends
+from detect.config import Hyp, from_mapping, load_hyp
+from detect.data import (
+    AugmentSettings,
+    DataConfig,
+    ImageRecord,
+    Loader,
+    build_train_loader,
+    build_val_loader,
+    load_data_config,
+)
+from detect.data.device_batch import multi_scale_sizes
+from detect.data.loader import default_workers
+from detect.data.plots import plot_label_stats
+from detect.errors import UserError
+from detect.evaluation.evaluator import CocoEvaluator
+from detect.evaluation.loop import build_evaluator
+from detect.models import DetectionModel, build_model
+from detect.models.weights import load_model
+from detect.ops.anchors import check_anchors
+from detect.training.checkpoints import Progress, ResumePoint, RunFolder, find_resume_point, restore_rng_state
+from detect.training.distributed import DistContext, barrier, broadcast_object, init_process_group
+from detect.training.ema import ModelEMA
+from detect.training.loop import Schedule, Step, build_step
+from detect.training.optim import OptimSettings, build_scheduler, lr_lambda, warmup_iterations
+from detect.training.results import ResultsLog
+from detect.training.settings import TrainSettings
+
+LOGGER = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Validation:
+    """Rank 0's side of a run: the val loader, its COCO evaluator and the results log."""
+
+    loader: Loader
+    evaluator: CocoEvaluator
+    results: ResultsLog
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """What one training run holds once set up, on every rank; `validation` and `step.ema` on rank 0 only."""
+
+    settings: TrainSettings
+    hyp: Hyp
+    context: DistContext
+    backend: backends.Backend
+    folder: RunFolder
+    train_loader: Loader
+    model: DetectionModel  # unwrapped: what checkpoints save
+    step: Step
+    schedule: Schedule
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    progress: Progress  # the counters the epochs advance
+    validation: Validation | None
+
+
+def select_backend(settings: TrainSettings, context: DistContext) -> backends.Backend:
+    """The device for this rank: under torchrun an accelerator's index is LOCAL_RANK, whatever --device says."""
+    kind, _ = backends.parse_spec(settings.device)
+    spec = settings.device
+    if context.distributed and kind != "cpu":
+        kind = backends.select(kind, amp=False).name if kind == "auto" else kind
+        spec = kind if kind == "cpu" else f"{kind}:{context.local_rank}"
+    return backends.select(spec, amp=settings.amp, npu_jit_compile=settings.npu_jit_compile,
+                           npu_allow_hf32=settings.npu_allow_hf32)
+
+
+def build_train_model(cfg: str | None, weights: str | None, names: list[str]) -> DetectionModel:
+    """A model for len(names) classes: --cfg's architecture (else the weights'), with every --weights tensor
+    whose name and shape fit; the anchors come from the weights only when no --cfg is given (as yolov5)."""
+    source = load_model(weights) if weights else None
+    spec = cfg if cfg else source.spec
+    model = build_model(spec, num_classes=len(names), names=list(names))
+    if source is None:
+        return model
+    target = model.state_dict()
+    fitting = {name: tensor for name, tensor in source.state_dict().items()
+               if name in target and tensor.shape == target[name].shape and not (cfg and name.endswith("anchors"))}
+    model.load_state_dict(fitting, strict=False)
+    LOGGER.info("transferred %d/%d tensors from %s", len(fitting), len(target), weights)
+    return model
+
+
+def freeze_layers(model: DetectionModel, freeze: tuple[int, ...]) -> int:
+    """Stop gradients into layers: (n,) freezes layers 0..n-1, several numbers freeze those layers (yolov5's
+    --freeze); returns how many parameters were frozen."""
+    layers = range(freeze[0]) if len(freeze) == 1 else freeze
+    prefixes = tuple(f"model.{layer}." for layer in layers)
+    frozen = 0
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad = not name.startswith(prefixes)
+        frozen += not parameter.requires_grad
+    if frozen:
+        LOGGER.info("froze %d parameter tensors (layers %s)", frozen, list(layers))
+    return frozen
+
+
+def autoanchor(model: DetectionModel, records: list[ImageRecord], imgsz: int, anchor_threshold: float,
+               seed: int) -> bool:
+    """Replace the model's anchors in place when AutoAnchor finds better ones for these labels; True if it did."""
+    detect = model.detect
+    strides = detect.stride.view(-1, 1, 1)
+    anchors_px = (detect.anchors * strides).view(-1, 2).cpu().numpy()
+    image_wh = np.array([[record.width, record.height] for record in records], np.float64)
+    boxes_wh = [record.train_boxes[1][:, 2:4] for record in records]
+    new = check_anchors(anchors_px, image_wh, boxes_wh, imgsz, anchor_threshold, np.random.default_rng(seed))
+    if new is None:
+        return False
+    new_anchors = torch.as_tensor(np.asarray(new), dtype=detect.anchors.dtype, device=detect.anchors.device)
+    with torch.no_grad():
+        detect.anchors.copy_(new_anchors.view_as(detect.anchors) / strides)
+    return True
+
+
+def check_settings(settings: TrainSettings, context: DistContext) -> None:
+    """What can be wrong before anything is read: a model to train, a batch that divides over the ranks."""
+    if settings.cfg is None and settings.weights is None:
+        raise UserError("give a model: --cfg yolov5s.yaml (from scratch) and/or --weights FILE (fine-tune)")
+    if settings.batch_size % context.world_size:
+        raise UserError(f"--batch-size {settings.batch_size} does not divide over {context.world_size} ranks")
+
+
+def loader_workers(settings: TrainSettings, context: DistContext) -> int:
+    """As yolov5: no more loader workers per rank than its share of the cores, nor than its batch."""
+    return min(settings.workers, default_workers(context.world_size), settings.batch_size // context.world_size)
+
+
+def _train_loader(settings: TrainSettings, data: DataConfig, hyp: Hyp, backend: backends.Backend,
+                  context: DistContext) -> Loader:
+    """This rank's loader; rank 0 checks the labels first so the others read its cache."""
+    loaders = []
+    for turn in (True, False):  # rank 0's turn, then everyone else's
+        if context.is_main == turn:
+            loaders.append(build_train_loader(
+                data, AugmentSettings.from_hyp(hyp), settings.imgsz, settings.batch_size // context.world_size,
+                loader_workers(settings, context), settings.seed, rank=context.rank, world_size=context.world_size,
+                cache=settings.cache, pin_memory=backend.device.type != "cpu", single_class=settings.single_cls,
+                rect=settings.rect))
+        barrier(context)
+    return loaders[0]
+
+
+def _model_and_ema(settings: TrainSettings, hyp: Hyp, loader: Loader, backend: backends.Backend,
+                   context: DistContext, new_run: bool) -> tuple[DetectionModel, ModelEMA | None]:
+    """The model on the device (and its EMA on rank 0), with AutoAnchor's anchors on a new run."""
+    model = build_train_model(settings.cfg, settings.weights if new_run else None, loader.names)
+    freeze_layers(model, settings.freeze)
+    model = model.to(backend.device)
+    if backend.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    # The EMA is created before AutoAnchor and averages its way to the new anchors (YOLOV5-FACTS.md).
+    ema = ModelEMA(model) if context.is_main else None
+    if new_run and context.is_main and not settings.noautoanchor:
+        autoanchor(model, loader.records, settings.imgsz, hyp.anchor_t, settings.seed)
+    if settings.sync_bn and not context.distributed:
+        LOGGER.warning("--sync-bn does nothing in a single process (launch with torchrun)")
+    return model, ema
+
+
+def _restore(point: ResumePoint, model: DetectionModel, step: Step,
+             scheduler: torch.optim.lr_scheduler.LambdaLR) -> Progress:
+    """Model, EMA, optimizer, scaler, scheduler and every RNG as the checkpoint left them; its counters."""
+    payload = point.payload
+    model.load_state_dict(payload["model"]["state_dict"])
+    if step.ema is not None:
+        step.ema.module.load_state_dict(payload["ema"]["state_dict"])
+        step.ema.updates = int(payload["ema"]["updates"])
+    step.optimizer.load_state_dict(payload["optimizer"])
+    step.scaler.load_state_dict(payload["scaler"])
+    scheduler.load_state_dict(payload["scheduler"])
+    restore_rng_state(payload["rng"], step.backend)
+    return Progress(**payload["progress"])
+
+
+def _validation(settings: TrainSettings, data: DataConfig, model: DetectionModel, backend: backends.Backend,
+                context: DistContext, folder: RunFolder, first_epoch: int) -> Validation:
+    """Rank 0's val loader (twice the rank's batch, as yolov5), evaluator and results log."""
+    loader = build_val_loader(data, "val", settings.imgsz, 2 * (settings.batch_size // context.world_size),
+                              loader_workers(settings, context), stride=int(model.stride.max()),
+                              pin_memory=backend.device.type != "cpu", single_class=settings.single_cls)
+    return Validation(loader, build_evaluator(loader.split), ResultsLog(folder.save_dir, first_epoch=first_epoch))
+
+
+def build_run(settings: TrainSettings, context: DistContext, resume: bool | str = False,
+              resume_overrides: dict[str, Any] | None = None) -> Run:
+    """Everything a run needs, in order; bad settings and yamls stop before the process group and the run folder."""
+    point = find_resume_point(settings, context, resume, resume_overrides or {})
+    if point is not None:
+        settings = point.settings
+    check_settings(settings, context)  # before the process group: a bad flag must not leave ranks waiting
+    data = load_data_config(settings.data)
+    hyp = from_mapping(Hyp, point.payload["config"]["hyp"], "the checkpoint's stored hyp") if point else \
+        load_hyp(settings.hyp)
+    backend = select_backend(settings, context)
+    if settings.sync_bn and backend.device.type == "cpu":
+        raise UserError("--sync-bn needs GPUs or NPUs: torch's SyncBatchNorm does not run on the CPU")
+    backend.set_device()
+    init_process_group(context, backend.distributed_backend, settings.dist_timeout)
+    resumed_epoch = point.epoch if point else -1
+    if broadcast_object(context, resumed_epoch) != resumed_epoch:
+        raise UserError("the ranks found different checkpoints to resume from: every node must see the run "
+                        "folder (shared storage)")
+    backend.seed(settings.seed + context.rank)
+    folder = RunFolder.open(settings, context, resume=point is not None)
+    train_loader = _train_loader(settings, data, hyp, backend, context)
+    model, ema = _model_and_ema(settings, hyp, train_loader, backend, context, new_run=point is None)
+    optim_settings = OptimSettings.from_hyp(hyp, settings.optimizer, settings.cos_lr)
+    step = build_step(model, backend, hyp, optim_settings, settings.batch_size, settings.imgsz, context=context,
+                      ema=ema, label_smoothing=settings.label_smoothing, sync_bn=settings.sync_bn)
+    scheduler = build_scheduler(step.optimizer, optim_settings, settings.epochs)
+    progress = _restore(point, model, step, scheduler) if point else Progress()
+    sizes = multi_scale_sizes(settings.imgsz, int(model.stride.max())) if settings.multi_scale else None
+    schedule = Schedule(optim_settings, settings.batch_size, warmup_iterations(optim_settings, len(train_loader)),
+                        lr_lambda(optim_settings, settings.epochs), sizes, settings.seed)
+    validation = None
+    if context.is_main:
+        validation = _validation(settings, data, model, backend, context, folder, progress.epoch)
+        folder.write_config(settings, hyp, data, context)
+        if point is None:
+            plot_label_stats(train_loader.records, train_loader.names, folder.save_dir / "labels.png")
+    return Run(settings, hyp, context, backend, folder, train_loader, model, step, schedule, scheduler, progress,
+               validation)
