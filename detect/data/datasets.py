@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -12,6 +13,7 @@ from detect.data.augment.albument import build_albumentations
 from detect.data.augment.mosaic import mosaic4
 from detect.data.augment.settings import AugmentSettings
 from detect.data.batch import Sample
+from detect.data.images.disk_cache import DiskImages
 from detect.data.images.letterbox import PAD_VALUE, LetterboxInfo, letterbox, rect_batch_shapes
 from detect.data.images.load import (
     load_resized,
@@ -19,13 +21,25 @@ from detect.data.images.load import (
     read_image,
     resize_to_imgsz,
 )
-from detect.data.records import ImageRecord
+from detect.data.images.ram_cache import RamImages
+from detect.data.records import ImageRecord, RecordTable
 from detect.errors import UserError
 from detect.ops.boxes import xywhn_to_xyxy, xyxy_to_xywhn
 
 # A training sample gives up after this many unreadable images in a row: one bad file is replaced, but this many
 # means the dataset itself is gone (an unmounted disk, a deleted folder) and the run should stop and say so.
 MAX_FAILURES = 10
+
+
+# Decoded, resized training images by index: --cache ram or disk, or a plain list (a benchmark's, a test's).
+ImageStore = RamImages | DiskImages | Sequence[np.ndarray]
+
+
+def _reordered(cached: ImageStore | None, order: np.ndarray) -> ImageStore | None:
+    """`cached` in `order` (the stores reorder without copying images)."""
+    if cached is None or isinstance(cached, RamImages | DiskImages):
+        return None if cached is None else cached.take(order)
+    return [cached[index] for index in order]
 
 
 def to_network_layout(image: np.ndarray) -> np.ndarray:
@@ -40,9 +54,10 @@ class TrainDataset(torch.utils.data.Dataset):
     reproducible) and named in the sample's problems; a worker never raises for one bad file.
     """
 
-    def __init__(self, records: list[ImageRecord], settings: AugmentSettings, imgsz: int, seed: int,
-                 cached: list[np.ndarray] | None = None) -> None:
-        self.records, self.settings, self.imgsz, self.seed, self.cached = records, settings, imgsz, seed, cached
+    def __init__(self, records: Sequence[ImageRecord], settings: AugmentSettings, imgsz: int, seed: int,
+                 cached: ImageStore | None = None) -> None:
+        self.records = RecordTable.from_records(records)  # flat: worker memory stays flat over an epoch
+        self.settings, self.imgsz, self.seed, self.cached = settings, imgsz, seed, cached
         self.rng = np.random.default_rng(seed)
         self.albumentations = build_albumentations(settings.albumentations_p)
 
@@ -132,13 +147,13 @@ class RectTrainDataset(TrainDataset):
     """yolov5's --rect training: images in aspect-ratio order, each letterboxed to its batch's shape (pad 0), no
     mosaic or mixup; warp, albumentations, HSV and flips as in TrainDataset."""
 
-    def __init__(self, records: list[ImageRecord], settings: AugmentSettings, imgsz: int, seed: int,
-                 batch_size: int, stride: int = 32, cached: list[np.ndarray] | None = None) -> None:
-        heights = np.array([record.height for record in records], np.float64)
-        widths = np.array([record.width for record in records], np.float64)
-        order, self.shapes = rect_batch_shapes(heights, widths, batch_size, imgsz, stride, pad=0.0)
-        super().__init__([records[index] for index in order], dataclasses.replace(settings, mosaic=0.0, mixup=0.0),
-                         imgsz, seed, [cached[index] for index in order] if cached is not None else None)
+    def __init__(self, records: Sequence[ImageRecord], settings: AugmentSettings, imgsz: int, seed: int,
+                 batch_size: int, stride: int = 32, cached: ImageStore | None = None) -> None:
+        table = RecordTable.from_records(records)
+        order, self.shapes = rect_batch_shapes(table.heights.astype(np.float64), table.widths.astype(np.float64),
+                                               batch_size, imgsz, stride, pad=0.0)
+        super().__init__(table.take(order), dataclasses.replace(settings, mosaic=0.0, mixup=0.0), imgsz, seed,
+                         _reordered(cached, order))
         self.batch_size = batch_size
 
     def input_shape(self, index: int) -> tuple[int, int]:
@@ -154,12 +169,12 @@ class ValDataset(torch.utils.data.Dataset):
     so the batch keeps its shape; the evaluation leaves it out and reports the problem.
     """
 
-    def __init__(self, records: list[ImageRecord], imgsz: int, batch_size: int, stride: int = 32,
+    def __init__(self, records: Sequence[ImageRecord], imgsz: int, batch_size: int, stride: int = 32,
                  rect: bool = True, pad: float = 0.5) -> None:
-        heights = np.array([record.height for record in records], np.float64)
-        widths = np.array([record.width for record in records], np.float64)
-        order, shapes = rect_batch_shapes(heights, widths, batch_size, imgsz, stride, pad)
-        self.records = [records[index] for index in order] if rect else list(records)
+        table = RecordTable.from_records(records)
+        order, shapes = rect_batch_shapes(table.heights.astype(np.float64), table.widths.astype(np.float64),
+                                          batch_size, imgsz, stride, pad)
+        self.records = table.take(order) if rect else table
         self.shapes = shapes if rect else np.full((len(shapes), 2), imgsz)
         self.imgsz, self.batch_size = imgsz, batch_size
 

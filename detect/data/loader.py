@@ -15,9 +15,9 @@ from detect.data.augment.settings import AugmentSettings
 from detect.data.batch import Batch, collate
 from detect.data.data_config import DataConfig
 from detect.data.datasets import RectTrainDataset, TrainDataset, ValDataset
-from detect.data.images.ram_cache import cache_images
+from detect.data.images.cache import build_image_cache
 from detect.data.labels.split import LabelledSplit, load_split
-from detect.data.records import ImageRecord
+from detect.data.records import RecordTable
 from detect.errors import UserError
 
 
@@ -92,7 +92,7 @@ class Loader:
         self.loader, self.split, self.dataset, self.sampler = loader, split, dataset, sampler
 
     @property
-    def records(self) -> list[ImageRecord]:
+    def records(self) -> RecordTable:
         """The usable images of the split (in file order; the val dataset holds them in batch order)."""
         return self.split.records
 
@@ -143,9 +143,7 @@ def build_train_loader(data_config: DataConfig, augmentation: AugmentSettings, i
     """Augmented imgsz x imgsz batches of batch_size per rank, drop_last (one shape), reshuffled by set_epoch;
     with `rect`, aspect-ratio batches of one shape each (RectTrainDataset, RectBatchSampler)."""
     labelled = load_split(data_config, split, single_class)
-    if cache not in (None, "ram"):
-        raise UserError(f"--cache {cache}: only 'ram' is supported")
-    cached = cache_images(labelled.records, imgsz, augment=True) if cache == "ram" else None
+    cached = build_image_cache(labelled.records, imgsz, cache)
     options = _loader_options(workers, pin_memory, prefetch_factor)
     if rect:
         dataset = RectTrainDataset(labelled.records, augmentation, imgsz, seed, batch_size, stride, cached)

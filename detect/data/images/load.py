@@ -35,6 +35,15 @@ def resized_shape(height: int, width: int, imgsz: int) -> tuple[int, int]:
     return math.ceil(height * ratio), math.ceil(width * ratio)
 
 
+def resized_shapes(heights: np.ndarray, widths: np.ndarray, imgsz: int) -> tuple[np.ndarray, np.ndarray]:
+    """resized_shape of N images at once: ((N,) heights, (N,) widths) int64."""
+    heights, widths = np.asarray(heights, np.float64), np.asarray(widths, np.float64)
+    ratio = imgsz / np.maximum(heights, widths)
+    same = ratio == 1
+    return (np.where(same, heights, np.ceil(heights * ratio)).astype(np.int64),
+            np.where(same, widths, np.ceil(widths * ratio)).astype(np.int64))
+
+
 def resize_to_imgsz(image: np.ndarray, imgsz: int, augment: bool) -> np.ndarray:
     """Resize so the long side is imgsz: INTER_AREA when shrinking without augmentation, else INTER_LINEAR."""
     height, width = image.shape[:2]

@@ -1,7 +1,8 @@
-"""`--cache ram`: decoded, resized uint8 images held in memory, after checking that they fit."""
+"""`--cache ram`: decoded, resized uint8 images in one flat buffer, after checking that they fit."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -9,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from detect.data.images.load import load_resized, read_failure, resized_shape
-from detect.data.records import ImageRecord
+from detect.data.images.load import load_resized, read_failure, resized_shapes
+from detect.data.records import RecordTable
 from detect.errors import UserError
 
 LOGGER = logging.getLogger(__name__)
@@ -30,22 +31,51 @@ def available_memory() -> int:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
-def _load(record: ImageRecord, imgsz: int, augment: bool) -> np.ndarray:
+@dataclasses.dataclass(frozen=True, eq=False)
+class RamImages:
+    """N images in one uint8 buffer: image i is buffer[offsets[i]:][:prod(shapes[i])] as (h, w, 3). One array, not
+    N: forked workers reading it never copy its pages (no per-image reference counts to write)."""
+
+    buffer: np.ndarray
+    offsets: np.ndarray
+    shapes: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        start, shape = int(self.offsets[index]), tuple(int(side) for side in self.shapes[index])
+        return self.buffer[start:start + shape[0] * shape[1] * shape[2]].reshape(shape)
+
+    def take(self, indices: np.ndarray) -> RamImages:
+        """The images at `indices`, in that order (the buffer is shared, not copied)."""
+        return RamImages(self.buffer, self.offsets[indices], self.shapes[indices])
+
+
+def _load(path: str, imgsz: int, augment: bool) -> np.ndarray:
     """One image for the cache; an unreadable one ends the start-up with one line naming it."""
     try:
-        return load_resized(record.path, imgsz, augment)
+        return load_resized(Path(path), imgsz, augment)
     except Exception as error:  # noqa: BLE001 (a decoder may raise anything; the user gets one line)
-        raise UserError(f"--cache ram: {read_failure(record.path, error)}") from None
+        raise UserError(f"--cache ram: {read_failure(path, error)}") from None
 
 
-def cache_images(records: list[ImageRecord], imgsz: int, augment: bool) -> list[np.ndarray]:
-    """Decode and resize every image into memory; refuses with a UserError when they would not fit."""
-    needed = sum(np.prod(resized_shape(record.height, record.width, imgsz)) * 3 for record in records)
-    available = available_memory()
+def cache_images(records: RecordTable, imgsz: int, augment: bool) -> RamImages:
+    """Decode and resize every image into memory; refuses in one line, saying what it needs, when they would not fit."""
+    heights, widths = resized_shapes(records.heights, records.widths, imgsz)
+    sizes = heights * widths * 3
+    needed, available = int(sizes.sum()), available_memory()
     if needed > MEMORY_SHARE * available:
         raise UserError(f"--cache ram needs {needed / 2**30:.1f} GiB for {len(records)} images at {imgsz}, "
-                        f"but only {available / 2**30:.1f} GiB is available; run without --cache ram")
+                        f"but only {available / 2**30:.1f} GiB is available; use --cache disk or no --cache")
+    offsets = np.zeros(len(records), np.int64)
+    np.cumsum(sizes[:-1], out=offsets[1:])
+    images = RamImages(np.empty(needed, np.uint8), offsets, np.stack([heights, widths, np.full_like(heights, 3)], 1))
+
+    def fill(index: int) -> None:
+        images[index][...] = _load(os.fsdecode(records.paths[index]), imgsz, augment)
+
     with ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:
-        images = list(pool.map(lambda record: _load(record, imgsz, augment), records))
-    LOGGER.info("cached %d images in RAM (%.2f GiB)", len(images), needed / 2**30)
+        list(pool.map(fill, range(len(records))))
+    LOGGER.info("cached %d images in RAM (%.2f GiB)", len(records), needed / 2**30)
     return images

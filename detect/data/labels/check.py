@@ -79,11 +79,15 @@ def _image_size(path: Path, result: CheckResult) -> tuple[int, int] | None:
         return None
     try:
         with Image.open(path) as image:
+            width, height = image.size
+            # a JPEG's EXIF is in its header, read by open: one open serves verify too (a PNG's is not: open again)
+            jpeg = image.format in ("JPEG", "MPO")
+            orientation = image.getexif().get(EXIF_ORIENTATION, 1) if jpeg else None
             if not result.notes:  # PIL's verify rejects a truncated JPEG that we chose to use
                 image.verify()
-        with Image.open(path) as image:
-            width, height = image.size
-            orientation = image.getexif().get(EXIF_ORIENTATION, 1)
+        if orientation is None:
+            with Image.open(path) as image:
+                orientation = image.getexif().get(EXIF_ORIENTATION, 1)
     except Exception as error:  # noqa: BLE001 (PIL raises many types for bad files)
         result.skipped, result.details = UNREADABLE, [f"{path}: {UNREADABLE} ({error})"]
         return None

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import hashlib
 import logging
+import multiprocessing
 import os
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from itertools import repeat
 from pathlib import Path
 
 import numpy as np
@@ -16,13 +17,9 @@ import numpy as np
 from detect.data.data_config import DataConfig
 from detect.data.labels import cache as label_cache
 from detect.data.labels import check
+from detect.data.labels.checked import CheckedImages, summarise
 from detect.data.labels.coco_json import read_coco_labels
-from detect.data.records import (
-    IMAGE_SUFFIXES,
-    ImageRecord,
-    assign_image_ids,
-    label_path_for,
-)
+from detect.data.records import IMAGE_SUFFIXES, RecordTable, assign_image_ids, label_path_for
 from detect.errors import UserError
 
 LOGGER = logging.getLogger(__name__)
@@ -30,13 +27,16 @@ LOGGER = logging.getLogger(__name__)
 # Our label cache sits beside the labels as <split folder>.detect.cache: yolov5 keeps its own (a numpy pickle) at
 # <split folder>.cache, and with one name each tool would find the other's file unreadable and re-check every image.
 CACHE_SUFFIX = ".detect.cache"
+# From this many images the check runs in processes (below, threads overlap the file reads of a network disk).
+PROCESS_POOL_FROM = 5_000
+SUFFIXES = {suffix.removeprefix(".") for suffix in IMAGE_SUFFIXES}
 
 
 @dataclasses.dataclass(frozen=True)
 class LabelledSplit:
     """The usable images of one split with their labels, and what the check found."""
 
-    records: list[ImageRecord]
+    records: RecordTable
     names: list[str]
     coco_json: Path | None
     category_ids: list[int] | None
@@ -44,50 +44,47 @@ class LabelledSplit:
     details_file: Path | None
 
 
-def list_images(source: Path) -> list[Path]:
-    """Images of a folder (recursive), a .txt list of paths (relative to the list's folder), or one image."""
+def list_images(source: Path) -> list[str]:
+    """Images of a folder (recursive, in Path order), a .txt list of paths (relative to the list's folder), or one
+    image; as strings, since a 118k split's Path objects alone would cost tens of MB and most of a second."""
     if source.is_dir():
-        return sorted(path for path in source.rglob("*") if path.suffix.lower() in IMAGE_SUFFIXES)
+        return _folder_images(str(source))
     if source.suffix == ".txt" and source.is_file():
         images = []
         for line in source.read_text().splitlines():
             line = line.strip()
             if line:
                 entry = Path(line.removeprefix("./"))
-                images.append(entry if entry.is_absolute() else (source.parent / entry))
+                images.append(str(entry if entry.is_absolute() else (source.parent / entry)))
         return images
     if source.is_file() and source.suffix.lower() in IMAGE_SUFFIXES:
-        return [source]
+        return [str(source)]
     raise UserError(f"{source}: no such image folder or image list (check 'path' and the split in the data yaml)")
 
 
-def _scan(images: list[Path], labels: list[Path | None], given: list, num_classes: int) -> list[check.CheckResult]:
-    """Check every image in a thread pool (PIL and file reads release the GIL)."""
-    workers = min(8, (os.cpu_count() or 1) * 2)
-    with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(lambda item: check.check_image(str(item[0]), item[1] and str(item[1]), num_classes, item[2]),
-                             zip(images, labels, given)))
+def _folder_images(folder: str) -> list[str]:
+    """Image files under `folder`, recursively (links followed), in Path order: a folder's entries sorted by name,
+    each subfolder's images in its place (so "a/b/c.jpg" < "a/b.jpg", as Path compares part by part)."""
+    found = []
+    for entry in sorted(os.scandir(folder), key=lambda entry: entry.name):
+        if entry.is_dir():
+            found += _folder_images(entry.path)
+        elif entry.name.rpartition(".")[2].lower() in SUFFIXES:
+            found.append(entry.path)
+    return found
 
 
-def _summarise(split: str, results: list[check.CheckResult], cache_state: str) -> tuple[dict[str, int], list[str]]:
-    counts = collections.Counter(found=len(results))
-    details = []
-    for result in results:
-        if result.skipped:
-            counts[f"skipped: {result.skipped}"] += 1
-        counts.update(f"fixed: {fix}" for fix in result.fixes)
-        counts.update(("background: " if note == check.MISSING_LABELS else "note: ") + note for note in result.notes)
-        counts["background"] += result.background and result.skipped is None
-        counts["fixed"] += bool(result.fixes) and result.skipped is None
-        counts["skipped"] += result.skipped is not None
-        details += result.details or ([f"{result.path}: {result.skipped}"] if result.skipped else [])
-        details += [f"{result.path}: {note}" for note in result.notes]
-    counts["usable"] = counts["found"] - counts["skipped"]
-    lines = [f"label check, {split} split (cache {cache_state}):"]
-    lines += [f"  {key:<40} {counts[key]:>8}" for key in ("found", "usable", "background", "fixed", "skipped")]
-    lines += [f"  {key:<40} {value:>8}" for key, value in sorted(counts.items()) if ":" in key]
-    LOGGER.info("\n".join(lines))
-    return dict(counts), details
+def _scan(images: list[str], labels: list[str | None], given: list, num_classes: int) -> CheckedImages:
+    """Check every image: in a process pool for a large split (the check is mostly Python, which threads would run
+    one at a time), else in threads (they overlap file reads, which is what a small split on a network disk waits on)."""
+    arguments = (images, labels, repeat(num_classes), given)
+    if len(images) >= PROCESS_POOL_FROM and (os.cpu_count() or 1) > 1:
+        # fork, as yolov5 and our DataLoader workers: no re-import of __main__ (a script needs no main guard), no
+        # start-up cost; the check runs no torch op and no parallel cv2 call, so no inherited thread pool is used
+        with ProcessPoolExecutor(os.cpu_count(), mp_context=multiprocessing.get_context("fork")) as pool:
+            return CheckedImages.from_results(list(pool.map(check.check_image, *arguments, chunksize=256)))
+    with ThreadPoolExecutor(min(8, (os.cpu_count() or 1) * 2)) as pool:
+        return CheckedImages.from_results(list(pool.map(check.check_image, *arguments)))
 
 
 def _write_details(cache_file: Path, details: list[str]) -> Path | None:
@@ -105,21 +102,23 @@ def _write_details(cache_file: Path, details: list[str]) -> Path | None:
     return target
 
 
-def _json_ids(images: list[Path], json_ids: dict[str, int]) -> list[int]:
+def _json_ids(images: list[str], json_ids: dict[str, int]) -> np.ndarray:
     """The json's image ids; an image the json does not list gets a fresh id above them all."""
     next_id = max(json_ids.values(), default=0) + 1
     ids = []
-    for image in images:
-        if image.name not in json_ids:
-            json_ids = {**json_ids, image.name: next_id}
+    for name in map(os.path.basename, images):
+        if name not in json_ids:
+            json_ids = {**json_ids, name: next_id}
             next_id += 1
-        ids.append(json_ids[image.name])
-    return ids
+        ids.append(json_ids[name])
+    return np.array(ids, np.int64)
 
 
 def as_single_class(split: LabelledSplit) -> LabelledSplit:
     """yolov5's --single-cls: every box is class 0, "item"; scored against these labels, not a COCO json."""
-    records = [dataclasses.replace(record, classes=np.zeros_like(record.classes)) for record in split.records]
+    rows = split.records.rows.copy()
+    rows[:, 0] = 0
+    records = dataclasses.replace(split.records, rows=rows)
     return dataclasses.replace(split, records=records, names=["item"], coco_json=None, category_ids=None)
 
 
@@ -138,31 +137,31 @@ def load_split(config: DataConfig, split: str = "train", single_class: bool = Fa
     json_file = config.json_files.get(split)
     if json_file is not None:
         coco = read_coco_labels(json_file)
-        labels: list[Path | None] = [None] * len(images)
+        labels: list[str | None] = [None] * len(images)
         empty = (np.zeros((0, 5), np.float32), np.zeros(0, bool))
-        given = [coco.rows.get(image.name, empty) for image in images]
-        cache_file, key_files = json_file.with_name(f"{json_file.stem}.{split}{CACHE_SUFFIX}"), [*images, json_file]
+        given = [coco.rows.get(os.path.basename(image), empty) for image in images]
+        cache_file, key_files = json_file.with_name(f"{json_file.stem}.{split}{CACHE_SUFFIX}"), [*images, str(json_file)]
     else:
         coco, labels, given = None, [label_path_for(image) for image in images], [None] * len(images)
-        label_folder = labels[0].parent
+        label_folder = Path(labels[0]).parent
         cache_file, key_files = label_folder.with_name(label_folder.name + CACHE_SUFFIX), images + labels
     key = label_cache.fingerprint(key_files, config.num_classes)
-    results = label_cache.read_cache(cache_file, key)
+    checked = label_cache.read_cache(cache_file, key)
     cache_state = "loaded"
-    if results is None:
-        results = _scan(images, labels, given, config.num_classes)
-        cache_state = "written" if label_cache.write_cache(cache_file, key, results) else "not written"
-    counts, details = _summarise(split, results, cache_state)
+    if checked is None:
+        checked = _scan(images, labels, given, config.num_classes)
+        cache_state = "written" if label_cache.write_cache(cache_file, key, checked) else "not written"
+    counts, details = summarise(split, images, checked, cache_state)
     details_file = _write_details(cache_file, details) if details else None
-    ids = _json_ids(images, coco.image_ids) if coco else assign_image_ids(images)
-    records = [
-        ImageRecord(path=image, image_id=image_id, width=result.width, height=result.height,
-                    classes=result.rows[:, 0].astype(np.int64), boxes=result.rows[:, 1:5].copy(), crowd=result.crowd)
-        for image, image_id, result in zip(images, ids, results) if result.skipped is None
-    ]
-    if not records:
+    if not counts["usable"]:
         raise UserError(f"{config.source}: no usable image in the '{split}' split ({counts['found']} found, all skipped; "
                         f"see {details_file})")
+    ids = _json_ids(images, coco.image_ids) if coco else assign_image_ids(images)
+    table = RecordTable(paths=np.array([os.fsencode(image) for image in images]), image_ids=ids,
+                        widths=checked.widths, heights=checked.heights, offsets=checked.offsets, rows=checked.rows,
+                        crowd=checked.crowd)
+    usable = checked.usable
+    records = table if usable.all() else table.take(np.flatnonzero(usable))
     labelled = LabelledSplit(records=records, names=list(config.names), coco_json=json_file,
                              category_ids=coco.category_ids if coco else None, counts=counts, details_file=details_file)
     return as_single_class(labelled) if single_class else labelled
