@@ -1,4 +1,8 @@
-"""YOLOv5 building blocks (YOLOV5-FACTS.md, "Architecture"); attribute names match ultralytics checkpoints."""
+"""YOLOv5 building blocks (YOLOV5-FACTS.md, "Architecture"); attribute names match ultralytics checkpoints.
+
+Focus, SPP and BottleneckCSP are the v5.0-era blocks (and hub models'): they are here so that older yolov5
+checkpoints load unchanged, with the same parameters and outputs as yolov5's own definitions.
+"""
 
 from __future__ import annotations
 
@@ -79,6 +83,58 @@ class SPPF(nn.Module):
         y1 = self.m(x)
         y2 = self.m(y1)
         return self.cv2(torch.cat((x, y1, y2, self.m(y2)), dim=1))
+
+
+class Focus(nn.Module):
+    """The v5.0 stem: space-to-depth (each 2x2 patch's four pixels become channels), then a Conv."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel: int = 1, stride: int = 1, padding: int | None = None):
+        super().__init__()
+        self.conv = Conv(in_channels * 4, out_channels, kernel, stride, padding)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # yolov5's order: even rows/even cols, odd rows/even cols, even rows/odd cols, odd rows/odd cols.
+        patches = (x[..., ::2, ::2], x[..., 1::2, ::2], x[..., ::2, 1::2], x[..., 1::2, 1::2])
+        return self.conv(torch.cat(patches, dim=1))
+
+
+class SPP(nn.Module):
+    """Spatial pyramid pooling (v5.0): parallel max-pools of several sizes concatenated with their input."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernels: tuple[int, ...] = (5, 9, 13)):
+        super().__init__()
+        hidden = in_channels // 2
+        self.cv1 = Conv(in_channels, hidden, 1)
+        self.cv2 = Conv(hidden * (len(kernels) + 1), out_channels, 1)
+        self.m = nn.ModuleList(nn.MaxPool2d(kernel, stride=1, padding=kernel // 2) for kernel in kernels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.cv1(x)
+        return self.cv2(torch.cat([x, *(pool(x) for pool in self.m)], dim=1))
+
+
+# BottleneckCSP's activation after its BatchNorm: LeakyReLU(0.1) until yolov5 v6.0, SiLU from v6.1 on.
+CSP_ACTIVATIONS = {"silu": nn.SiLU, "leaky_relu": lambda: nn.LeakyReLU(0.1)}
+
+
+class BottleneckCSP(nn.Module):
+    """The original CSP block: bottlenecks and a plain 1x1 conv on two branches, BatchNorm over both, mixed."""
+
+    def __init__(self, in_channels: int, out_channels: int, repeats: int = 1, shortcut: bool = True,
+                 activation: str = "silu"):
+        super().__init__()
+        hidden = out_channels // 2
+        self.cv1 = Conv(in_channels, hidden, 1)
+        self.cv2 = nn.Conv2d(in_channels, hidden, 1, bias=False)
+        self.cv3 = nn.Conv2d(hidden, hidden, 1, bias=False)
+        self.cv4 = Conv(2 * hidden, out_channels, 1)
+        self.bn = nn.BatchNorm2d(2 * hidden, eps=1e-3, momentum=0.03)
+        self.act = CSP_ACTIVATIONS[activation]()
+        self.m = nn.Sequential(*(Bottleneck(hidden, hidden, shortcut, expansion=1.0) for _ in range(repeats)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.cat((self.cv3(self.m(self.cv1(x))), self.cv2(x)), dim=1)
+        return self.cv4(self.act(self.bn(y)))
 
 
 class Concat(nn.Module):

@@ -32,6 +32,24 @@ class SPPFArgs:
 
 
 @dataclasses.dataclass(frozen=True)
+class SPPArgs:
+    channels: int
+    kernels: tuple[int, ...] = (5, 9, 13)
+
+
+@dataclasses.dataclass(frozen=True)
+class BottleneckCSPArgs:
+    channels: int
+    repeat: int = 1
+    shortcut: bool = True
+    activation: str = "silu"  # or leaky_relu (yolov5 up to v6.0)
+
+    def __post_init__(self) -> None:
+        if self.activation not in ("silu", "leaky_relu"):
+            raise ValueError(f"key 'activation' must be silu or leaky_relu, got {self.activation!r}")
+
+
+@dataclasses.dataclass(frozen=True)
 class UpsampleArgs:
     scale: int = 2
 
@@ -41,8 +59,9 @@ class NoArgs:
     """Concat and Detect take only their inputs (`from`)."""
 
 
+# Focus takes a Conv's arguments; Focus, SPP and BottleneckCSP are the yolov5 v5.0-era blocks.
 LAYER_ARGS = {"Conv": ConvArgs, "C3": C3Args, "SPPF": SPPFArgs, "Upsample": UpsampleArgs,
-              "Concat": NoArgs, "Detect": NoArgs}
+              "Concat": NoArgs, "Detect": NoArgs, "Focus": ConvArgs, "SPP": SPPArgs, "BottleneckCSP": BottleneckCSPArgs}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +107,11 @@ def _parse_layer(entry: Any, where: str) -> LayerSpec:
     inputs = (inputs,) if isinstance(inputs, int) else inputs
     if not (isinstance(inputs, (list, tuple)) and inputs and all(type(i) is int for i in inputs)):
         raise ConfigError(f"{where}: key 'from' must be an int or a list of ints, got {inputs!r}")
-    return LayerSpec(module, tuple(inputs), from_mapping(LAYER_ARGS[module], entry, f"{where} ({module})"))
+    try:
+        args = from_mapping(LAYER_ARGS[module], entry, f"{where} ({module})")
+    except ValueError as error:  # a value check of the arguments' own (__post_init__)
+        raise ConfigError(f"{where} ({module}): {error}") from None
+    return LayerSpec(module, tuple(inputs), args)
 
 
 def parse_model_spec(data: dict, source: str) -> ModelSpec:

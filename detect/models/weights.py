@@ -51,10 +51,11 @@ def _from_yolov5(path: Path) -> DetectionModel:
     anchors = checkpoint.state_dict[next(k for k in checkpoint.state_dict if k.endswith(".anchors"))]
     strides = torch.tensor(checkpoint.stride, dtype=torch.float32).view(-1, 1, 1)
     anchors_px = (anchors.float() * strides).view(anchors.shape[0], -1).tolist()
-    spec = spec_from_yolov5_yaml(checkpoint.yaml, anchors_px, f"{path} (yolov5 yaml)")
+    spec = spec_from_yolov5_yaml(checkpoint.yaml, anchors_px, f"{path} (yolov5 yaml)", checkpoint.csp_activation)
     model = build_model(spec, num_classes=checkpoint.nc, names=list(checkpoint.names))
+    # v5.0's Detect also stores anchor_grid, the anchors in pixels: derived from anchors and strides, so not kept.
     state = {name: tensor.float() if tensor.is_floating_point() else tensor
-             for name, tensor in checkpoint.state_dict.items()}
+             for name, tensor in checkpoint.state_dict.items() if not name.endswith(".anchor_grid")}
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise UserError(f"{path}: yolov5 weights do not fit the model its yaml describes "

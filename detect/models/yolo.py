@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from detect.models.head import Detect
-from detect.models.layers import C3, SPPF, Concat, Conv
+from detect.models.layers import C3, SPP, SPPF, BottleneckCSP, Concat, Conv, Focus
 from detect.models.spec import LayerSpec, ModelSpec, load_model_spec
 
 
@@ -26,20 +26,24 @@ def scale_repeats(repeats: int, depth_multiple: float) -> int:
 def _build_layer(layer: LayerSpec, in_channels: list[int], spec: ModelSpec, num_classes: int) -> tuple[nn.Module, int]:
     """One nn.Module and its output channel count."""
     args, first = layer.args, in_channels[0]
-    if layer.module == "Conv":
-        out = scale_channels(args.channels, spec.width_multiple)
-        return Conv(first, out, args.kernel, args.stride, args.padding), out
-    if layer.module == "C3":
-        out = scale_channels(args.channels, spec.width_multiple)
-        return C3(first, out, scale_repeats(args.repeat, spec.depth_multiple), args.shortcut), out
-    if layer.module == "SPPF":
-        out = scale_channels(args.channels, spec.width_multiple)
-        return SPPF(first, out, args.kernel), out
     if layer.module == "Upsample":
         return nn.Upsample(scale_factor=args.scale, mode="nearest"), first
     if layer.module == "Concat":
         return Concat(), sum(in_channels)
-    return Detect(num_classes, spec.anchors, in_channels), 0
+    if layer.module == "Detect":
+        return Detect(num_classes, spec.anchors, in_channels), 0
+    out = scale_channels(args.channels, spec.width_multiple)
+    if layer.module in ("Conv", "Focus"):
+        block = Conv if layer.module == "Conv" else Focus
+        return block(first, out, args.kernel, args.stride, args.padding), out
+    if layer.module == "C3":
+        return C3(first, out, scale_repeats(args.repeat, spec.depth_multiple), args.shortcut), out
+    if layer.module == "BottleneckCSP":
+        repeats = scale_repeats(args.repeat, spec.depth_multiple)
+        return BottleneckCSP(first, out, repeats, args.shortcut, args.activation), out
+    if layer.module == "SPP":
+        return SPP(first, out, tuple(args.kernels)), out
+    return SPPF(first, out, args.kernel), out
 
 
 class DetectionModel(nn.Module):

@@ -6,10 +6,11 @@ import dataclasses
 import logging
 import pickle
 from collections import OrderedDict
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import torch
 
 from detect.errors import UserError
@@ -32,6 +33,32 @@ PLAIN_GLOBALS = {
     ("builtins", "slice"): slice, ("__builtin__", "slice"): slice,
     ("torch", "Size"): torch.Size,
 }
+# Paths in yolov5's `opt` (PosixPath, or WindowsPath from a Windows run) come back as plain strings.
+PATH_CLASSES = {"PosixPath": PurePosixPath, "PurePosixPath": PurePosixPath,
+                "WindowsPath": PureWindowsPath, "PureWindowsPath": PureWindowsPath}
+PATH_MODULES = ("pathlib", "pathlib._local")  # Python 3.13 pickles pathlib._local.PosixPath
+# numpy's own rebuilders (best_fitness is an ndarray, some values are numpy scalars), found by asking numpy how it
+# pickles rather than by name: numpy 1.x writes numpy.core.multiarray, numpy 2 numpy._core.multiarray.
+_RECONSTRUCT, _SCALAR = np.ndarray.__reduce__(np.zeros(1))[0], np.float64(0).__reduce__()[0]
+NUMPY_GLOBALS = {
+    ("numpy", "ndarray"): np.ndarray, ("numpy", "dtype"): np.dtype,
+    ("numpy.core.multiarray", "_reconstruct"): _RECONSTRUCT, ("numpy._core.multiarray", "_reconstruct"): _RECONSTRUCT,
+    ("numpy.core.multiarray", "scalar"): _SCALAR, ("numpy._core.multiarray", "scalar"): _SCALAR,
+}
+
+
+def path_string(class_name: str):
+    """The rebuilder of a pickled pathlib class: its parts joined into a str, in that path flavour's syntax."""
+    flavour = PATH_CLASSES[class_name]
+    return lambda *parts: str(flavour(*parts))
+
+
+def latin1_bytes(text: str, encoding: str) -> bytes:
+    """_codecs.encode as pickle protocol 2 uses it to spell bytes (numpy's raw data); no other codec runs."""
+    if encoding != "latin1" or not isinstance(text, str):
+        raise UserError(f"refused to load: the checkpoint's pickle asks for _codecs.encode with {encoding!r}, "
+                        "which is not allowed")
+    return text.encode("latin1")
 
 
 class Placeholder:
@@ -51,7 +78,8 @@ class Placeholder:
 
 
 class RestrictedUnpickler(pickle.Unpickler):
-    """Resolves only tensor rebuilders, plain containers and placeholder classes; refuses everything else."""
+    """Resolves only tensor rebuilders, plain containers, numpy arrays and scalars, paths (as str) and placeholder
+    classes; refuses everything else."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -65,6 +93,12 @@ class RestrictedUnpickler(pickle.Unpickler):
             return PLAIN_GLOBALS[(module, name)]
         if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
             return getattr(torch, name)
+        if (module, name) in NUMPY_GLOBALS:
+            return NUMPY_GLOBALS[(module, name)]
+        if module in PATH_MODULES and name in PATH_CLASSES:
+            return path_string(name)
+        if (module, name) == ("_codecs", "encode"):
+            return latin1_bytes
         if module.startswith(PLACEHOLDER_PREFIXES) and name.isidentifier() and name[0].isupper():
             source = f"{module}.{name}"
             if source not in self.placeholders:
@@ -91,6 +125,12 @@ class YoloV5Checkpoint:
     yaml: dict  # the model yaml: depth_multiple, width_multiple, nc, anchors, backbone, head
     stride: list[float]
     nc: int
+    csp_activation: str = "silu"  # of its BottleneckCSP blocks: leaky_relu up to yolov5 v6.0 (layers.CSP_ACTIVATIONS)
+
+
+# The fields yolov5's train.py and strip_optimizer write, v5.0 to master; only 'ema' or 'model' is read.
+KNOWN_FIELDS = {"model", "ema", "epoch", "best_fitness", "updates", "optimizer", "opt", "git", "date", "wandb_id",
+                "training_results"}
 
 
 def module_state_dict(module: Placeholder, prefix: str = "") -> dict[str, torch.Tensor]:
@@ -122,6 +162,27 @@ def _load_pickle(path: Path) -> Any:
         raise UserError(f"{path} is not a readable PyTorch checkpoint ({type(error).__name__}: {error})") from None
 
 
+def _note_fields(payload: dict, path: Path) -> None:
+    """One info line for fields yolov5 never writes (ignored), one for an optimizer state (not carried over)."""
+    unknown = sorted(str(key) for key in payload if key not in KNOWN_FIELDS)
+    if unknown:
+        logger.info("%s: ignored fields yolov5's train.py does not write: %s", path, ", ".join(unknown))
+    if payload.get("optimizer") is not None:
+        logger.info("%s holds yolov5's optimizer state (epoch %s), in yolov5's layout: it is not carried over, "
+                    "training from these weights starts a fresh optimizer", path, payload.get("epoch"))
+
+
+def _csp_activation(model: Placeholder) -> str:
+    """The activation a yolov5 model's BottleneckCSP blocks use, read from the pickled module classes."""
+    layers = getattr(getattr(model, "_modules", {}).get("model"), "_modules", {})
+    for layer in layers.values():
+        if isinstance(layer, Placeholder) and layer.source.endswith(".BottleneckCSP"):
+            activation = getattr(layer, "_modules", {}).get("act")
+            leaky = isinstance(activation, Placeholder) and activation.source.endswith(".LeakyReLU")
+            return "leaky_relu" if leaky else "silu"
+    return "silu"
+
+
 def _names_list(names: Any) -> list[str]:
     """Class names from a list or an {index: name} dict (newer yolov5 releases)."""
     if isinstance(names, dict):
@@ -138,6 +199,7 @@ def read_yolov5_checkpoint(path: Path | str) -> YoloV5Checkpoint:
     model = payload.get("ema") if payload.get("ema") is not None else payload.get("model")
     if not isinstance(model, Placeholder) or not model.source.startswith("models."):
         raise UserError(f"{path} is not a yolov5 checkpoint (no 'model' or 'ema' entry holding a yolov5 model)")
+    _note_fields(payload, path)
     state_dict = module_state_dict(model)
     names = _names_list(getattr(model, "names", []))
     yaml = getattr(model, "yaml", None)
@@ -149,4 +211,5 @@ def read_yolov5_checkpoint(path: Path | str) -> YoloV5Checkpoint:
     if names and len(names) != num_classes:
         raise UserError(f"{path}: {len(names)} class names but nc={num_classes} in its yaml")
     logger.debug("read %d tensors from %s (%s)", len(state_dict), path, model.source)
-    return YoloV5Checkpoint(state_dict=state_dict, names=names, yaml=dict(yaml), stride=stride_list, nc=num_classes)
+    return YoloV5Checkpoint(state_dict=state_dict, names=names, yaml=dict(yaml), stride=stride_list, nc=num_classes,
+                            csp_activation=_csp_activation(model))
