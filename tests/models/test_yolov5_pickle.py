@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import io
 import os
+import pathlib
+import pickle
 import random
+import subprocess
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from detect.errors import UserError
-from detect.models.yolov5_pickle import read_yolov5_checkpoint
+from detect.models.weights import load_model
+from detect.models.yolov5_pickle import RestrictedUnpickler, read_yolov5_checkpoint
+from tests.models.yolov5_standins import standin_checkpoint
 
 WEIGHTS = Path(__file__).resolve().parents[2].parent / "shared" / "weights" / "yolov5n.pt"
 
@@ -98,3 +105,65 @@ def test_files_that_are_not_checkpoints(tmp_path: Path) -> None:
         archive.writestr("archive/data.pkl", b"\x80\x02garbage")
     with pytest.raises(UserError):
         read_yolov5_checkpoint(broken)
+
+
+class Calls:
+    """Unpickling this calls `target(*args)`: what a malicious field inside a real-looking checkpoint does."""
+
+    def __init__(self, target, *args) -> None:
+        self.target, self.args = target, args
+
+    def __reduce__(self):
+        return self.target, self.args
+
+
+def _refusals(marker: Path, inner: Path) -> dict[str, Calls]:
+    """Each code-running call, by the name the refusal must give; every one would create `marker`."""
+    return {
+        "posix.system": Calls(os.system, f"touch {marker}"),
+        "eval": Calls(eval, f"open({str(marker)!r}, 'w')"),
+        "subprocess.Popen": Calls(subprocess.Popen, ["touch", str(marker)]),
+        "torch.serialization.load": Calls(torch.load, str(inner)),  # a second pickle that would run os.system
+        "numpy.load": Calls(np.load, str(inner)),
+    }
+
+
+@pytest.mark.parametrize("name", ["posix.system", "eval", "subprocess.Popen", "torch.serialization.load",
+                                  "numpy.load"])
+def test_code_inside_a_yolov5_checkpoint_is_refused_and_not_run(tmp_path: Path, name: str) -> None:
+    marker, inner = tmp_path / "executed", tmp_path / "inner.pt"
+    torch.save({"model": WritesMarker(marker)}, inner)
+    path = tmp_path / "last.pt"
+    # A v7.0 train.py checkpoint (placeholders, numpy values, PosixPaths) with one field that runs code.
+    standin_checkpoint(path, "v7.0", extra_fields={"hook": _refusals(marker, inner)[name]})
+    # Protocol 2 spells some modules as Python 2 did (subprocess -> commands, builtins -> __builtin__).
+    spelled = {"subprocess.Popen": "commands.Popen", "eval": "__builtin__.eval"}.get(name, name)
+    with pytest.raises(UserError, match=f"asks for {spelled}, which is not allowed") as refused:
+        load_model(path)
+    assert "\n" not in str(refused.value)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("target", [eval, pathlib.Path.write_text])
+def test_protocol_4_names_are_refused_too(tmp_path: Path, target) -> None:
+    path = tmp_path / "p4.pt"
+    torch.save({"model": Calls(target, "x")}, path, pickle_protocol=4)
+    expected = "builtins.eval" if target is eval else "pathlib.Path.write_text"
+    with pytest.raises(UserError, match=f"asks for {expected}, which is not allowed"):
+        read_yolov5_checkpoint(path)
+
+
+def test_paths_of_either_flavour_become_strings() -> None:
+    windows = pickle.dumps(pathlib.PureWindowsPath("C:/runs/train"), protocol=2)
+    windows = windows.replace(b"PureWindowsPath", b"WindowsPath")  # what a Windows run's WindowsPath pickles as
+    posix = pickle.dumps(pathlib.PosixPath("/data/runs"), protocol=2)
+    assert RestrictedUnpickler(io.BytesIO(windows)).load() == "C:\\runs\\train"
+    assert RestrictedUnpickler(io.BytesIO(posix)).load() == "/data/runs"
+
+
+def test_only_latin1_spells_bytes() -> None:
+    # Protocol 2 writes bytes as _codecs.encode(text, 'latin1'); any other codec is refused before it runs.
+    rot13 = b"\x80\x02c_codecs\nencode\nX\x03\x00\x00\x00abcX\x05\x00\x00\x00rot13\x86R."
+    with pytest.raises(UserError, match="_codecs.encode with 'rot13'"):
+        RestrictedUnpickler(io.BytesIO(rot13)).load()
+    assert RestrictedUnpickler(io.BytesIO(pickle.dumps(np.arange(3), protocol=2))).load().tolist() == [0, 1, 2]
