@@ -26,6 +26,10 @@ def write_variant(tmp_path, edit):
     (lambda d: d.update(depth=1), "unknown key 'depth'"),
     (lambda d: d["head"][2].update({"from": [-1, 30]}), "layer 12 key 'from' [-1, 30] must name earlier layers"),
     (lambda d: d["head"].pop(), "must end with a Detect layer"),
+    (lambda d: d["backbone"].__setitem__(2, {"module": "BottleneckCSP", "channels": 128, "activation": "relu"}),
+     "backbone[2] (BottleneckCSP): key 'activation' must be silu or leaky_relu, got 'relu'"),
+    (lambda d: d["backbone"].__setitem__(9, {"module": "SPP", "channels": 1024, "kernels": [5, "9"]}),
+     "backbone[9] (SPP): key 'kernels' must be"),
 ])
 def test_bad_yaml_names_file_and_key(tmp_path, edit, message):
     path = write_variant(tmp_path, edit)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from detect.errors import UserError
 from detect.models import build_model
 from detect.models.weights import load_model
 from detect.models.yolov5_pickle import RESTRICTED_PICKLE, read_yolov5_checkpoint
@@ -106,6 +107,13 @@ def test_v5_focus_spp_models_have_yolov5s_parameter_counts(size):
 
 def test_v5_bottleneck_csp_model_has_yolov5s_parameter_count():
     assert _parameters(yolov5_yaml("v5.0", "l", csp=True), "leaky_relu") == V5_PANET_PARAMETERS
+
+
+def test_a_v7_yaml_asking_for_another_conv_activation_is_refused():
+    yaml = {**yolov5_yaml("v7.0"), "activation": "nn.LeakyReLU(0.1)"}  # v7.0's optional field, eval'd by yolov5
+    with pytest.raises(UserError, match=r"activation nn.LeakyReLU\(0.1\) \(detect builds yolov5's default"):
+        spec_from_yolov5_yaml(yaml, yaml["anchors"], "custom.pt", "silu")
+    spec_from_yolov5_yaml({**yaml, "activation": "nn.SiLU()"}, yaml["anchors"], "custom.pt", "silu")
 
 
 def test_v5_layout_focus_stem_spp_and_anchor_grid(tmp_path: Path):
