@@ -14,12 +14,13 @@ import argparse
 import contextlib
 import io
 import logging
+import signal
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
 from detect.config import NON_NEGATIVE, POSITIVE, UNIT, Bound
-from detect.errors import UserError
+from detect.errors import Interrupted, UserError
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -111,10 +112,17 @@ def user_message(error: UserError) -> str:
 
 
 def run(main: Callable[[], int | None]) -> int:
-    """Run a CLI body; a UserError becomes one line on stderr and exit code 2."""
+    """Run a CLI body; a UserError becomes one line on stderr and exit code 2, a run stopped by a signal its one
+    line and 128 + the signal (130 for Ctrl-C, 143 for SIGTERM), a second Ctrl-C 130 without a traceback."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         return main() or 0
     except UserError as error:
         print(f"error: {user_message(error)}", file=sys.stderr)
         return 2
+    except Interrupted as stopped:
+        print(stopped, file=sys.stderr)
+        return stopped.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -48,15 +50,15 @@ class EpochSampler(Sampler[tuple[int, int]]):
     """Yields (epoch, index) so each sample's augmentation is seeded by (seed, epoch, index)."""
 
     def __init__(self, base: ShuffleSampler | DistributedSampler) -> None:
-        self.base, self.epoch = base, 0
+        self.base, self.epoch, self.skip = base, 0, 0
 
-    def set_epoch(self, epoch: int) -> None:
-        """Set the epoch of the shuffle and of the augmentation seeds."""
-        self.epoch = epoch
+    def set_epoch(self, epoch: int, skip: int = 0) -> None:
+        """Set the epoch of the shuffle and of the augmentation seeds; leave out the epoch's first `skip` samples."""
+        self.epoch, self.skip = epoch, skip
         self.base.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
-        return ((self.epoch, index) for index in self.base)
+        return ((self.epoch, index) for index in itertools.islice(self.base, self.skip, None))
 
     def __len__(self) -> int:
         return len(self.base)
@@ -68,16 +70,16 @@ class RectBatchSampler(Sampler[list[tuple[int, int]]]):
 
     def __init__(self, size: int, batch_size: int, seed: int, rank: int = 0, world_size: int = 1) -> None:
         self.batches = [list(range(start, min(start + batch_size, size))) for start in range(0, size, batch_size)]
-        self.seed, self.rank, self.world_size, self.epoch = seed, rank, world_size, 0
+        self.seed, self.rank, self.world_size, self.epoch, self.skip = seed, rank, world_size, 0, 0
 
-    def set_epoch(self, epoch: int) -> None:
-        """Pick the batch order and the augmentation seeds of this epoch."""
-        self.epoch = epoch
+    def set_epoch(self, epoch: int, skip: int = 0) -> None:
+        """Pick the batch order and the augmentation seeds of this epoch; leave out its first `skip` batches."""
+        self.epoch, self.skip = epoch, skip
 
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
         order = torch.randperm(len(self.batches), generator=generator).tolist()[:len(self) * self.world_size]
-        for position in order[self.rank::self.world_size]:
+        for position in order[self.rank::self.world_size][self.skip:]:
             yield [(self.epoch, index) for index in self.batches[position]]
 
     def __len__(self) -> int:
@@ -111,16 +113,26 @@ class Loader:
         """Class index -> COCO category id for json sources."""
         return self.split.category_ids
 
-    def set_epoch(self, epoch: int) -> None:
-        """Reshuffle (training); a no-op for validation."""
-        if self.sampler is not None:
-            self.sampler.set_epoch(epoch)
+    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
+        """Reshuffle (training), and start the epoch at batch `start_batch` (a run resumed inside an epoch: the
+        batches after it are the ones the whole epoch would have given); a no-op for validation."""
+        if isinstance(self.sampler, EpochSampler):
+            self.sampler.set_epoch(epoch, skip=start_batch * self.loader.batch_size)
+        elif self.sampler is not None:
+            self.sampler.set_epoch(epoch, skip=start_batch)
 
     def __iter__(self) -> Iterator[Batch]:
         return iter(self.loader)
 
     def __len__(self) -> int:
         return len(self.loader)
+
+
+def _ignore_stop_signals(_worker_id: int) -> None:
+    """A worker leaves Ctrl-C and SIGTERM to the main process, which stops the run at a step boundary and then
+    ends the workers; a worker that died of the signal would fail the batches the main process still takes."""
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, signal.SIG_IGN)
 
 
 def _loader_options(workers: int, pin_memory: bool, prefetch_factor: int) -> dict:
@@ -132,7 +144,7 @@ def _loader_options(workers: int, pin_memory: bool, prefetch_factor: int) -> dic
         # call, and a forked worker that makes that call waits forever on the parent's threads.
         cv2.setNumThreads(0)
         cv2.resize(np.zeros((1024, 1024, 3), np.uint8), (512, 512))
-        options.update(persistent_workers=True, prefetch_factor=prefetch_factor)
+        options.update(persistent_workers=True, prefetch_factor=prefetch_factor, worker_init_fn=_ignore_stop_signals)
     return options
 
 

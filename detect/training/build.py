@@ -30,8 +30,15 @@ from detect.evaluation.loop import build_evaluator
 from detect.models import DetectionModel, build_model
 from detect.models.weights import load_model
 from detect.ops.anchors import check_anchors
-from detect.training.checkpoints import Progress, ResumePoint, RunFolder, find_resume_point, restore_rng_state
-from detect.training.distributed import DistContext, barrier, broadcast_object, init_process_group
+from detect.training.checkpoints import (
+    Progress,
+    ResumePoint,
+    RunFolder,
+    find_resume_point,
+    restore_rng_state,
+    share_resume_point,
+)
+from detect.training.distributed import DistContext, barrier, init_process_group
 from detect.training.ema import ModelEMA
 from detect.training.loop import Schedule, Step, build_step
 from detect.training.optim import OptimSettings, build_scheduler, lr_lambda, warmup_iterations
@@ -126,12 +133,16 @@ def autoanchor(model: DetectionModel, records: list[ImageRecord], imgsz: int, an
     return True
 
 
-def check_settings(settings: TrainSettings, context: DistContext) -> None:
-    """What can be wrong before anything is read: a model to train, a batch that divides over the ranks."""
-    if settings.cfg is None and settings.weights is None:
-        raise UserError("give a model: --cfg yolov5s.yaml (from scratch) and/or --weights FILE (fine-tune)")
+def check_batch_size(settings: TrainSettings, context: DistContext) -> None:
+    """The global batch must divide over the ranks."""
     if settings.batch_size % context.world_size:
         raise UserError(f"--batch-size {settings.batch_size} does not divide over {context.world_size} ranks")
+
+
+def check_model_given(settings: TrainSettings) -> None:
+    """A run needs an architecture, a checkpoint, or both."""
+    if settings.cfg is None and settings.weights is None:
+        raise UserError("give a model: --cfg yolov5s.yaml (from scratch) and/or --weights FILE (fine-tune)")
 
 
 def loader_workers(settings: TrainSettings, context: DistContext) -> int:
@@ -197,23 +208,27 @@ def _validation(settings: TrainSettings, data: DataConfig, model: DetectionModel
 
 def build_run(settings: TrainSettings, context: DistContext, resume: bool | str = False,
               resume_overrides: dict[str, Any] | None = None) -> Run:
-    """Everything a run needs, in order; bad settings and yamls stop before the process group and the run folder."""
-    point = find_resume_point(settings, context, resume, resume_overrides or {})
-    if point is not None:
-        settings = point.settings
-    check_settings(settings, context)  # before the process group: a bad flag must not leave ranks waiting
-    data = load_data_config(settings.data)
-    hyp = from_mapping(Hyp, point.payload["config"]["hyp"], "the checkpoint's stored hyp") if point else \
-        load_hyp(settings.hyp)
-    backend = select_backend(settings, context)
+    """Everything a run needs, in order; bad settings and yamls stop before the run folder (and, where this rank can
+    tell alone, before the process group)."""
+    overrides = resume_overrides or {}
+    point = find_resume_point(settings, context, resume, overrides)
+    check_batch_size(point.settings if point else settings, context)  # a bad flag must not leave ranks waiting
+    if not resume:
+        check_model_given(settings)
+    backend = select_backend(point.settings if point else settings, context)
     if settings.sync_bn and backend.device.type == "cpu":
         raise UserError("--sync-bn needs GPUs or NPUs: torch's SyncBatchNorm does not run on the CPU")
     backend.set_device()
     init_process_group(context, backend.distributed_backend, settings.dist_timeout)
-    resumed_epoch = point.epoch if point else -1
-    if broadcast_object(context, resumed_epoch) != resumed_epoch:
-        raise UserError("the ranks found different checkpoints to resume from: every node must see the run "
-                        "folder (shared storage)")
+    point, context = share_resume_point(point, context, resume, overrides)
+    if point is not None:
+        settings = point.settings
+        check_batch_size(settings, context)
+        LOGGER.info("resuming %s from epoch %d, batch %d", point.path, point.epoch + 1,
+                    point.payload["progress"].get("batch", 0))
+    data = load_data_config(settings.data)
+    hyp = from_mapping(Hyp, point.payload["config"]["hyp"], "the checkpoint's stored hyp") if point else \
+        load_hyp(settings.hyp)
     backend.seed(settings.seed + context.rank)
     folder = RunFolder.open(settings, context, resume=point is not None)
     train_loader = _train_loader(settings, data, hyp, backend, context)

@@ -21,7 +21,7 @@ from detect.data import DataConfig, LabelledSplit
 from detect.errors import UserError
 from detect.models.checkpoint import load_checkpoint
 from detect.run_dir import make_run_dir
-from detect.training.distributed import DistContext, broadcast_object
+from detect.training.distributed import DistContext, all_gather_objects, broadcast_object
 from detect.training.settings import TrainSettings
 
 LOGGER = logging.getLogger(__name__)
@@ -41,6 +41,16 @@ class Progress:
     best_fitness: float = 0.0
     best_epoch: int = -1
     nonfinite_steps: int = 0  # steps skipped for a non-finite loss, whole run
+    # A checkpoint saved inside an epoch: batches of epoch `epoch` done, and that epoch's sums so far.
+    batch: int = 0
+    epoch_loss_sum: list[float] = dataclasses.field(default_factory=lambda: [0.0, 0.0, 0.0])
+    epoch_steps: int = 0
+    epoch_images: int = 0
+
+    def end_epoch(self) -> None:
+        """The epoch is whole: the next one starts at its first batch with empty sums."""
+        self.epoch += 1
+        self.batch, self.epoch_loss_sum, self.epoch_steps, self.epoch_images = 0, [0.0, 0.0, 0.0], 0, 0
 
 
 def rng_state(backend: Backend) -> dict[str, Any]:
@@ -97,9 +107,10 @@ class ResumePoint:
         return int(self.payload["progress"]["epoch"])
 
 
-def _resumable(path: Path, overrides: dict[str, Any]) -> ResumePoint:
-    """The checkpoint at `path` with its stored settings (`overrides` replacing some), else a UserError saying why."""
-    payload = load_checkpoint(path)
+def _resumable(path: Path, overrides: dict[str, Any], payload: dict | None = None) -> ResumePoint:
+    """The checkpoint at `path` (or its `payload`, sent by another rank) with its stored settings (`overrides`
+    replacing some), else a UserError saying why it cannot resume."""
+    payload = load_checkpoint(path) if payload is None else payload
     if payload.get("format") != FORMAT:
         raise UserError(f"{path} is not a detect training checkpoint; --resume needs a run's {WEIGHTS_DIR}/{LAST}")
     missing = [key for key in ("optimizer", "scaler", "scheduler", "rng") if payload.get(key) is None]
@@ -114,12 +125,12 @@ def _resumable(path: Path, overrides: dict[str, Any]) -> ResumePoint:
     return ResumePoint(path, payload, settings)
 
 
-def _latest_last(project: Path) -> Path:
-    """The most recently written <project>/*/weights/last.pt."""
+def _latest_last(project: Path, missing_ok: bool = False) -> Path | None:
+    """The most recently written <project>/*/weights/last.pt; None when there is none and `missing_ok`."""
     candidates = sorted(project.glob(f"*/{WEIGHTS_DIR}/{LAST}"), key=lambda path: path.stat().st_mtime)
-    if not candidates:
+    if not candidates and not missing_ok:
         raise UserError(f"--resume: no {project}/*/{WEIGHTS_DIR}/{LAST} to resume from; give the checkpoint's path")
-    return candidates[-1]
+    return candidates[-1] if candidates else None
 
 
 def _elastic_last(project: Path, context: DistContext) -> Path | None:
@@ -142,20 +153,43 @@ def _elastic_last(project: Path, context: DistContext) -> Path | None:
 
 def find_resume_point(settings: TrainSettings, context: DistContext, resume: bool | str,
                       overrides: dict[str, Any]) -> ResumePoint | None:
-    """Where this run continues from: --resume (True: the latest last.pt of --project; a path: that checkpoint),
-    else this torchrun job's last.pt after an elastic restart, else nowhere (a new run). Every rank reads it
-    itself, so a job on several nodes needs the run folder on shared storage."""
+    """Where this rank's storage says the run continues from: --resume (True: the latest last.pt of --project; a
+    path: that checkpoint), else this torchrun job's last.pt after an elastic restart, else nowhere (a new run).
+    In a job of several ranks a checkpoint this rank cannot see may be on another node's disk: share_resume_point
+    settles it."""
+    project = Path(settings.project)
     if resume is True:
-        path = _latest_last(Path(settings.project))
+        path = _latest_last(project, missing_ok=context.distributed)
     elif resume:
-        path = Path(resume)
+        path = Path(resume) if Path(resume).is_file() or not context.distributed else None
     else:
-        path = _elastic_last(Path(settings.project), context)
-    if path is None:
-        return None
-    point = _resumable(path, overrides)
-    LOGGER.info("resuming %s from epoch %d", path, point.epoch + 1)
-    return point
+        path = _elastic_last(project, context)
+    return None if path is None else _resumable(path, overrides)
+
+
+def share_resume_point(local: ResumePoint | None, context: DistContext, resume: bool | str,
+                       overrides: dict[str, Any]) -> tuple[ResumePoint | None, DistContext]:
+    """Agree on one resume point for the whole job. On storage that is not shared only some nodes see the run
+    folder: the rank that holds the newest checkpoint of the job becomes its main rank (it goes on writing that
+    folder, whatever its number) and sends the checkpoint to the ranks that lack it. Nothing to do in one process."""
+    if not context.distributed:
+        return local, context
+    seen = all_gather_objects(context, local.payload["progress"]["iteration"] if local else -1)
+    newest = max(range(context.world_size), key=lambda rank: (seen[rank], -rank))
+    if seen[newest] < 0:
+        if resume:
+            raise UserError(f"--resume {'' if resume is True else resume}: no rank of the job can read a checkpoint "
+                            f"to resume from")
+        return None, context
+    context = dataclasses.replace(context, main_rank=newest)
+    if min(seen) == seen[newest]:  # every rank read the same checkpoint (shared storage)
+        return local, context
+    path, payload = broadcast_object(context, (str(local.path), local.payload) if context.is_main else None)
+    point = local if local is not None and seen[context.rank] == seen[newest] else _resumable(Path(path), overrides,
+                                                                                              payload)
+    if context.is_main:
+        LOGGER.info("rank %d holds %s and sends it to the ranks that cannot see it", newest, path)
+    return point, context
 
 
 @dataclasses.dataclass(frozen=True)

@@ -30,11 +30,14 @@ class DistContext:
     local_rank: int = 0
     restart_count: int = 0
     run_id: str = ""
+    # The rank that evaluates and writes the run folder: 0, or after an elastic restart on storage that is not
+    # shared, whichever rank holds the job's run folder (training/checkpoints.py, share_resume_point).
+    main_rank: int = 0
 
     @property
     def is_main(self) -> bool:
-        """Rank 0 evaluates and writes; the others only train."""
-        return self.rank == 0
+        """The main rank evaluates and writes; the others only train."""
+        return self.rank == self.main_rank
 
     @property
     def distributed(self) -> bool:
@@ -70,7 +73,7 @@ def init_process_group(context: DistContext, backend_name: str, timeout_s: float
         raise UserError("WORLD_SIZE > 1 but MASTER_ADDR/MASTER_PORT are not set: launch with torchrun") from None
     timeout = datetime.timedelta(seconds=timeout_s)
     agent_hosts_store = environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-    store = dist.TCPStore(host, port, context.world_size, is_master=context.is_main and not agent_hosts_store,
+    store = dist.TCPStore(host, port, context.world_size, is_master=context.rank == 0 and not agent_hosts_store,
                           timeout=timeout)
     store = dist.PrefixStore(f"detect/restart{context.restart_count}", store)
     dist.init_process_group(backend=backend_name, store=store, rank=context.rank, world_size=context.world_size,
@@ -84,29 +87,38 @@ def destroy_process_group(context: DistContext) -> None:
 
 
 def broadcast_object(context: DistContext, value: T) -> T:
-    """Rank 0's `value` on every rank (any picklable object)."""
+    """The main rank's `value` on every rank (any picklable object)."""
     if not context.distributed:
         return value
     holder = [value]
-    dist.broadcast_object_list(holder, src=0)
+    dist.broadcast_object_list(holder, src=context.main_rank)
     return holder[0]
 
 
 def gather_objects(context: DistContext, value: Any) -> list[Any]:
-    """Every rank's `value`, in rank order, on rank 0; an empty list elsewhere."""
+    """Every rank's `value`, in rank order, on the main rank; an empty list elsewhere."""
     if not context.distributed:
         return [value]
     gathered: list[Any] | None = [None] * context.world_size if context.is_main else None
-    dist.gather_object(value, gathered, dst=0)
+    dist.gather_object(value, gathered, dst=context.main_rank)
     return gathered or []
 
 
-def all_ranks_true(context: DistContext, flag: torch.Tensor) -> torch.Tensor:
-    """A 0-D bool tensor: whether `flag` (0-D, on the backend's device) is true on every rank."""
+def all_gather_objects(context: DistContext, value: Any) -> list[Any]:
+    """Every rank's `value`, in rank order, on every rank."""
     if not context.distributed:
-        return flag
-    value = flag.to(torch.int32)
-    dist.all_reduce(value, op=dist.ReduceOp.MIN)
+        return [value]
+    gathered: list[Any] = [None] * context.world_size
+    dist.all_gather_object(gathered, value)
+    return gathered
+
+
+def any_rank(context: DistContext, flags: torch.Tensor) -> torch.Tensor:
+    """Each of `flags` (a 1-D bool tensor on the backend's device) true where it is true on any rank."""
+    if not context.distributed:
+        return flags
+    value = flags.to(torch.int32)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
     return value.bool()
 
 

@@ -20,10 +20,11 @@ from detect.data.device_batch import pick_size, to_device_batch
 from detect.errors import UserError
 from detect.models import DetectionModel
 from detect.training.checkpoints import Progress
-from detect.training.distributed import DistContext, all_ranks_true
+from detect.training.distributed import DistContext, any_rank
 from detect.training.ema import ModelEMA
 from detect.training.loss import DetectionLoss, LossSettings
 from detect.training.optim import OptimSettings, apply_warmup, build_optimizer
+from detect.training.preemption import Requests
 
 MAX_GRAD_NORM = 10.0  # gradient clipping after unscale (YOLOV5-FACTS.md, step order)
 # A run stops after this many non-finite losses in a row: one is a bad batch, this many is a diverged run.
@@ -86,6 +87,7 @@ class EpochStats:
     learning_rates: tuple[float, ...]
     nonfinite_steps: int
     problems: tuple[str, ...]
+    stopped: bool = False  # a signal stopped the epoch at a step boundary (Progress.batch says where)
 
 
 def optimizer_step(step: Step) -> None:
@@ -99,8 +101,10 @@ def optimizer_step(step: Step) -> None:
         step.ema.update(step.model)
 
 
-def _forward_backward(step: Step, batch: Batch, size: int | None, sync: bool) -> torch.Tensor | None:
-    """Loss items (3,) of one batch after its backward pass, or None when the loss was not finite (no backward)."""
+def _forward_backward(step: Step, batch: Batch, size: int | None, sync: bool,
+                      requests: Requests) -> tuple[torch.Tensor | None, bool, bool]:
+    """(loss items (3,) after the backward pass or None when the loss was not finite on some rank (no backward),
+    whether any rank asks to stop, whether rank 0 asks to save)."""
     device_batch = to_device_batch(batch, step.backend, size)
     images = device_batch.images
     if step.backend.channels_last:
@@ -110,25 +114,51 @@ def _forward_backward(step: Step, batch: Batch, size: int | None, sync: bool) ->
     with step.model.no_sync() if no_sync else contextlib.nullcontext():
         with step.backend.autocast():
             loss, items = step.criterion(step.model(images), device_batch.padded_targets)
-        # One host sync per step: every rank must agree to skip, or DDP's backward would wait forever.
-        if not bool(all_ranks_true(step.context, torch.isfinite(loss))):
-            return None
+        # One host sync per step: the ranks must agree to skip (or DDP's backward would wait forever), to stop and to
+        # save, so one all-reduce carries the three.
+        asks = torch.tensor([False, requests.stop, requests.save], device=loss.device)
+        asks[0] = ~torch.isfinite(loss.detach())
+        nonfinite, stop, save = any_rank(step.context, asks).tolist()
+        if nonfinite:
+            return None, stop, save
         # yolov5 multiplies by the world size because DDP averages the gradients (YOLOV5-FACTS.md, loss).
         step.scaler.scale(loss * step.context.world_size).backward()
-    return items
+    return items, stop, save
+
+
+def _postfix(step: Step, mean_losses: torch.Tensor, batch: Batch, size: int | None) -> str:
+    """The progress bar's numbers after a step."""
+    memory = step.backend.memory_stats().peak_bytes / 2**30
+    box, obj, cls = mean_losses.tolist()
+    return (f"mem {memory:.2f}G box {box:.4f} obj {obj:.4f} cls {cls:.4f} "
+            f"instances {int(batch.target_counts.sum())} size {size or batch.images.shape[-1]}")
+
+
+def _save_point(progress: Progress, batches: int, steps: int, images: int, loss_sum: torch.Tensor,
+                on_save: Callable[[], None] | None) -> None:
+    """Record in `progress` where the epoch stands after `batches` batches, then let `on_save` write it."""
+    progress.batch, progress.epoch_steps, progress.epoch_images = batches, steps, images
+    progress.epoch_loss_sum = loss_sum.tolist()
+    if on_save is not None:
+        on_save()
 
 
 def train_one_epoch(step: Step, schedule: Schedule, loader: Loader, epoch: int, epochs: int, progress: Progress,
-                    show_progress: bool = True, on_batch: Callable[[int, Batch], None] | None = None) -> EpochStats:
-    """Train over one pass of `loader`; `progress` counts iterations and optimizer steps across epochs."""
+                    show_progress: bool = True, on_batch: Callable[[int, Batch], None] | None = None,
+                    requests: Requests | None = None, on_save: Callable[[], None] | None = None) -> EpochStats:
+    """Train over one pass of `loader` from batch progress.batch (a run resumed inside the epoch); `progress` counts
+    iterations and optimizer steps across epochs. At a step boundary that `requests` asks for (all ranks agree),
+    progress.batch and the epoch's sums are set and `on_save` called; a stop then ends the epoch early."""
+    requests = requests or Requests()
     step.model.train()
-    loader.set_epoch(epoch)
+    loader.set_epoch(epoch, start_batch=progress.batch)
     step.optimizer.zero_grad(set_to_none=True)
-    loss_sum = torch.zeros(3, device=step.backend.device)
-    steps, images, streak, nonfinite, problems = 0, 0, 0, 0, []
-    bar = tqdm(loader, desc=f"{epoch + 1}/{epochs}", disable=not show_progress, leave=False)
+    loss_sum = torch.tensor(progress.epoch_loss_sum, device=step.backend.device)
+    steps, images, streak, nonfinite, problems = progress.epoch_steps, progress.epoch_images, 0, 0, []
+    stop_asked = save_asked = stopped = False
+    bar = tqdm(loader, desc=f"{epoch + 1}/{epochs}", disable=not show_progress, leave=False, initial=progress.batch)
     started = time.perf_counter()
-    for index, batch in enumerate(bar):
+    for index, batch in enumerate(bar, start=progress.batch):
         if on_batch is not None:
             on_batch(index, batch)
         problems.extend(batch.problems)
@@ -139,7 +169,8 @@ def train_one_epoch(step: Step, schedule: Schedule, loader: Loader, epoch: int, 
         sizes = schedule.multi_scale_sizes
         size = pick_size(sizes, schedule.seed, iteration) if sizes else None
         step_now = iteration - progress.last_optimizer_step >= accumulate
-        items = _forward_backward(step, batch, size, sync=step_now)
+        items, stop, save = _forward_backward(step, batch, size, sync=step_now, requests=requests)
+        stop_asked, save_asked = stop_asked or stop, save_asked or save
         images += len(batch) * step.context.world_size
         if items is None:
             nonfinite, streak = nonfinite + 1, streak + 1
@@ -153,14 +184,20 @@ def train_one_epoch(step: Step, schedule: Schedule, loader: Loader, epoch: int, 
             progress.last_optimizer_step = iteration
         loss_sum += items
         steps += 1
+        # No gradient waits between a boundary and the next step (the epoch's last batch drops its leftovers anyway).
+        if (stop_asked or save_asked) and (step_now or index + 1 == len(loader)):
+            _save_point(progress, index + 1, steps, images, loss_sum, on_save)
+            requests.saved()
+            save_asked, stopped = False, stop_asked
+            if stopped:
+                break
         if show_progress:
-            memory = step.backend.memory_stats().peak_bytes / 2**30
-            box, obj, cls = (loss_sum / steps).tolist()
-            bar.set_postfix_str(f"mem {memory:.2f}G box {box:.4f} obj {obj:.4f} cls {cls:.4f} "
-                                f"instances {int(batch.target_counts.sum())} size {size or batch.images.shape[-1]}")
+            bar.set_postfix_str(_postfix(step, loss_sum / steps, batch, size))
     step.backend.synchronize()
     progress.nonfinite_steps += nonfinite
+    if not stopped:
+        progress.end_epoch()
     means = (loss_sum / max(steps, 1)).tolist()
     return EpochStats(losses=(means[0], means[1], means[2]), images=images, seconds=time.perf_counter() - started,
                       learning_rates=tuple(group["lr"] for group in step.optimizer.param_groups),
-                      nonfinite_steps=nonfinite, problems=tuple(problems))
+                      nonfinite_steps=nonfinite, problems=tuple(problems), stopped=stopped)

@@ -13,6 +13,7 @@ from detect.errors import UserError
 AT_LEAST_32 = Bound("an integer >= 32", lambda value: value >= 32)  # the largest stride
 SMOOTHING = Bound("a number in [0, 1)", lambda value: 0 <= value < 1)
 POSITIVE_SECONDS = Bound("a number > 0", lambda value: value > 0)
+NOT_NEGATIVE = Bound("a number >= 0", lambda value: value >= 0)
 
 
 def option(default: Any, description: str = "", *, bound: Bound | None = None, flags: tuple[str, ...] = (),
@@ -48,6 +49,8 @@ class TrainSettings:
     patience: int = option(100, "stop after this many epochs without improvement (0: never)", bound=NON_NEGATIVE)
     freeze: tuple[int, ...] = option((0,), "freeze the first N layers, or the listed layers", bound=NON_NEGATIVE)
     save_period: int = option(-1, "also save weights/epoch<N>.pt every N epochs")
+    save_minutes: float = option(0.0, "also save last.pt inside an epoch every M minutes (0: at epoch ends only)",
+                                 bound=NOT_NEGATIVE, again_on_resume=True)
     cos_lr: bool = option(False, "cosine learning-rate schedule (default linear)")
     label_smoothing: float = option(0.0, bound=SMOOTHING)
     multi_scale: bool = option(False, "vary the image size per batch over a fixed set of sizes")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from detect import backend as backends
 from detect.backend.profiler import ProfileSchedule, find_trace, format_summary, summarize
 from detect.data import Batch
 from detect.data.plots import plot_batch
-from detect.errors import UserError
+from detect.errors import Interrupted, UserError
 from detect.evaluation.checkpoint import evaluate_checkpoint
 from detect.evaluation.evaluator import Metrics
 from detect.evaluation.loop import EvalSettings, evaluate
@@ -30,6 +31,7 @@ from detect.training.distributed import (
     replicas_in_sync,
 )
 from detect.training.loop import EpochStats, train_one_epoch
+from detect.training.preemption import Requests, handle_signals
 from detect.training.results import epoch_line, epoch_row
 from detect.training.settings import TrainSettings
 
@@ -64,19 +66,28 @@ class Trainer:
         run = build_run(self.settings, self.context, self.resume, self.resume_overrides)
         first_epoch = run.progress.epoch
         try:
-            for epoch in range(first_epoch, run.settings.epochs):
-                with self.batch_hook(run, epoch == first_epoch) as on_batch:
-                    stats = train_one_epoch(run.step, run.schedule, run.train_loader, epoch, run.settings.epochs,
-                                            run.progress, show_progress=run.validation is not None
-                                            and run.settings.progress, on_batch=on_batch)
-                run.scheduler.step()
-                metrics = self.validate(run, epoch)
-                self.end_epoch(run, epoch, stats, metrics)
-                if broadcast_object(run.context, self.should_stop(run, epoch)):
-                    break
+            with handle_signals(Requests(run.settings.save_minutes, keeps_time=run.context.is_main)) as requests:
+                self.train_epochs(run, requests)
             return self.finish(run, run.progress.epoch - first_epoch)
         finally:
             destroy_process_group(run.context)
+
+    def train_epochs(self, run: Run, requests: Requests) -> None:
+        """Epoch by epoch: train, step the schedule, validate, log and save, until the last epoch or early stopping;
+        a signal stops at the next step boundary with last.pt written (Interrupted)."""
+        first_epoch = run.progress.epoch
+        for epoch in range(first_epoch, run.settings.epochs):
+            with self.batch_hook(run, epoch == first_epoch) as on_batch:
+                stats = train_one_epoch(run.step, run.schedule, run.train_loader, epoch, run.settings.epochs,
+                                        run.progress, show_progress=run.validation is not None and run.settings.progress,
+                                        on_batch=on_batch, requests=requests, on_save=lambda: self.save_inside_epoch(run))
+            if stats.stopped:
+                raise self.stopped(run, epoch, requests.signal_number)
+            run.scheduler.step()
+            metrics = self.validate(run, epoch)
+            self.end_epoch(run, epoch, stats, metrics)
+            if broadcast_object(run.context, self.should_stop(run, epoch)):
+                return
 
     @contextlib.contextmanager
     def batch_hook(self, run: Run, first: bool) -> Iterator[Callable[[int, Batch], None] | None]:
@@ -122,7 +133,6 @@ class Trainer:
         """Gather problems, log the epoch's row, save last/best/periodic checkpoints (rank 0 writes)."""
         problems = gather_objects(run.context, stats.problems)
         progress = run.progress
-        progress.epoch = epoch + 1
         if run.validation is None:
             return
         self.problems.extend(problem for rank_problems in problems for problem in rank_problems)
@@ -148,6 +158,21 @@ class Trainer:
             save_checkpoint(folder.best_path, weights_only)
         if settings.save_period > 0 and (epoch + 1) % settings.save_period == 0:
             save_checkpoint(folder.epoch_path(epoch + 1), weights_only)
+
+    @staticmethod
+    def save_inside_epoch(run: Run) -> None:
+        """last.pt at a step boundary inside an epoch (a signal, or --save-minutes), rank 0."""
+        if run.validation is not None:
+            save_checkpoint(run.folder.last_path, checkpoint(run, full=True))
+            LOGGER.info("saved %s at epoch %d, batch %d/%d", run.folder.last_path, run.progress.epoch + 1,
+                        run.progress.batch, len(run.train_loader))
+
+    @staticmethod
+    def stopped(run: Run, epoch: int, signal_number: int | None) -> Interrupted:
+        """The one line a run stopped by a signal ends with, and its exit code."""
+        message = (f"stopped at epoch {epoch + 1}, batch {run.progress.batch}/{len(run.train_loader)}; resume with: "
+                   f"python -m detect.train --resume {run.folder.save_dir}")
+        return Interrupted(message, signal_number or signal.SIGTERM)
 
     @staticmethod
     def should_stop(run: Run, epoch: int) -> bool:

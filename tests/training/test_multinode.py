@@ -1,0 +1,99 @@
+"""Two torchrun "nodes" on loopback (c10d rendezvous on 127.0.0.1), each in its own working folder with its own copy
+of the data: no shared storage. One run folder, on the node whose rank writes it; identical replicas; and an elastic
+restart that resumes a node that cannot see the run folder from the checkpoint the other node sends it."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from detect.models.checkpoint import load_checkpoint
+from tests.training.helpers import tiny_dataset
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_nodes(root: Path, epochs: int, max_restarts: int = 0) -> list[tuple[Path, subprocess.Popen]]:
+    """Node 0 and node 1 of one job, each a torchrun of one worker in root/node<N> (relative --data and --project)."""
+    endpoint, job = f"127.0.0.1:{free_port()}", uuid.uuid4().hex[:8]
+    nodes = []
+    for node_rank in (0, 1):
+        folder = root / f"node{node_rank}"
+        tiny_dataset(folder / "data")
+        command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+                   "--node-rank", str(node_rank), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
+                   "--rdzv-id", job, "--max-restarts", str(max_restarts), "-m", "detect.train",
+                   "--cfg", "yolov5n.yaml", "--data", "data/data.yaml", "--imgsz", "64", "--batch-size", "4",
+                   "--epochs", str(epochs), "--workers", "0", "--device", "cpu", "--project", "runs", "--noval",
+                   "--no-progress"]
+        environ = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        nodes.append((folder, subprocess.Popen(command, cwd=folder, env=environ, stdout=subprocess.PIPE,
+                                               stderr=subprocess.STDOUT, text=True)))
+    return nodes
+
+
+def worker_pid(launcher: subprocess.Popen) -> int:
+    """The one worker process a torchrun of --nproc-per-node 1 started."""
+    for entry in Path("/proc").iterdir():
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == launcher.pid and b"LOCAL_RANK=0" in (entry / "environ").read_bytes():
+            return int(entry.name)
+    raise AssertionError(f"no worker under torchrun pid {launcher.pid}")
+
+
+def finish(nodes) -> list[str]:
+    outputs = [launcher.communicate(timeout=600)[0] for _, launcher in nodes]
+    for (_, launcher), output in zip(nodes, outputs):
+        assert launcher.returncode == 0, output[-3000:]
+    return outputs
+
+
+def run_folders(nodes) -> list[Path]:
+    return [path for folder, _ in nodes for path in (folder / "runs").glob("*")]
+
+
+def test_two_nodes_without_shared_storage_train_one_run(tmp_path):
+    nodes = start_nodes(tmp_path, epochs=2)
+    outputs = finish(nodes)
+    folders = run_folders(nodes)
+    assert len(folders) == 1 and folders[0].name == "exp", folders  # global rank 0 alone writes
+    assert any("all 2 ranks hold identical parameters" in output for output in outputs)
+    assert load_checkpoint(folders[0] / "weights" / "last.pt")["progress"]["epoch"] == 2
+
+
+def test_elastic_restart_resumes_a_node_that_cannot_see_the_run_folder(tmp_path):
+    epochs = 6
+    nodes = start_nodes(tmp_path, epochs=epochs, max_restarts=1)
+    deadline = time.monotonic() + 300
+    while not run_folders(nodes) or not (run_folders(nodes)[0] / "weights" / "last.pt").is_file():
+        assert all(launcher.poll() is None for _, launcher in nodes), [launcher.communicate()[0] for _, launcher
+                                                                        in nodes]
+        assert time.monotonic() < deadline, "no checkpoint written"
+        time.sleep(0.2)
+    holder = run_folders(nodes)[0].parents[1]
+    other = next(launcher for folder, launcher in nodes if folder != holder)
+    os.kill(worker_pid(other), signal.SIGKILL)  # the rank on the node without the run folder dies once
+    outputs = finish(nodes)
+    assert run_folders(nodes) == [holder / "runs" / "exp"], "one run folder, where the job started"
+    assert any("sends it to the ranks that cannot see it" in output for output in outputs), outputs
+    with open(holder / "runs" / "exp" / "results.csv") as handle:
+        assert [int(row["epoch"]) for row in csv.DictReader(handle)] == list(range(epochs))
+    assert load_checkpoint(holder / "runs" / "exp" / "weights" / "last.pt")["progress"]["epoch"] == epochs

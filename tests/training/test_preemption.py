@@ -1,0 +1,120 @@
+"""Stopping inside an epoch: SIGTERM and Ctrl-C stop at a step boundary with last.pt and one line; --save-minutes
+saves inside the epoch; a run resumed from such a checkpoint ends bit-identical to the one that never stopped."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from detect import train
+from detect.models.checkpoint import load_checkpoint
+from detect.training import preemption
+from detect.training.trainer import Trainer
+from tests.training.helpers import tiny_dataset, train_args
+
+BATCHES = 4  # 16 images at batch 4
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return tiny_dataset(tmp_path_factory.mktemp("tiny16"), count=16)
+
+
+def _stop_from_call(monkeypatch, first_call: int) -> None:
+    """Requests.stop turns true from its `first_call`-th read (one read per step), as if a signal had come."""
+    calls = []
+
+    def stop(self) -> bool:
+        calls.append(1)
+        return len(calls) >= first_call
+
+    monkeypatch.setattr(preemption.Requests, "stop", property(stop))
+
+
+def _weights(run_dir):
+    payload = load_checkpoint(run_dir / "weights" / "last.pt")
+    return payload["model"]["state_dict"], payload["ema"]["state_dict"], payload["optimizer"]["state"]
+
+
+@pytest.mark.parametrize("stop_at_call", [6, 8])  # inside epoch 2, and at its last batch
+def test_resume_inside_an_epoch_is_bit_identical(data, tmp_path, monkeypatch, capsys, stop_at_call):
+    straight = tmp_path / "straight"
+    assert train.main(train_args(data, straight, "--noval", epochs=3)) == 0
+    stopped = tmp_path / "stopped"
+    with monkeypatch.context() as patch:
+        _stop_from_call(patch, stop_at_call)
+        assert train.main(train_args(data, stopped, "--noval", epochs=3)) == 143
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    progress = load_checkpoint(stopped / "exp" / "weights" / "last.pt")["progress"]
+    assert progress["epoch"] == 1 and 0 < progress["batch"] <= BATCHES
+    assert line == (f"stopped at epoch 2, batch {progress['batch']}/{BATCHES}; resume with: python -m detect.train "
+                    f"--resume {stopped / 'exp'}")
+    assert train.main(["--resume", str(stopped / "exp" / "weights" / "last.pt"), "--no-progress"]) == 0
+    for expected, resumed in zip(_weights(straight / "exp"), _weights(stopped / "exp")):
+        for name, tensor in expected.items():
+            if isinstance(tensor, dict):  # optimizer state: momentum buffers
+                assert torch.equal(tensor["momentum_buffer"], resumed[name]["momentum_buffer"]), name
+            else:
+                assert torch.equal(tensor, resumed[name]), name
+
+
+def test_save_minutes_writes_last_pt_inside_the_epoch(data, tmp_path, monkeypatch):
+    saved = []
+    original = Trainer.save_inside_epoch
+
+    def record(run):
+        saved.append(run.progress.batch)
+        original(run)
+
+    monkeypatch.setattr(Trainer, "save_inside_epoch", staticmethod(record))
+    monkeypatch.setattr(preemption.Requests, "save", property(lambda self: True))  # the timer is always due
+    assert train.main(train_args(data, tmp_path, "--noval", "--save-minutes", "5", epochs=1)) == 0
+    assert saved and all(0 < batch <= BATCHES for batch in saved), saved
+    assert load_checkpoint(tmp_path / "exp" / "weights" / "last.pt")["progress"]["batch"] == 0  # the epoch's end
+
+
+@pytest.mark.parametrize("sent, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_stops_every_rank_at_a_boundary_with_last_pt_and_one_line(data, tmp_path, sent, code):
+    args = train_args(data, tmp_path, "--noval", "--workers", "2", epochs=1000)
+    process = subprocess.Popen([sys.executable, "-m", "detect.train", *args], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    started = tmp_path / "exp" / "train_batch0.jpg"  # the first epoch is under way
+    deadline = time.monotonic() + 120
+    while not started.is_file():
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()[1]
+        time.sleep(0.05)
+    time.sleep(1.0)
+    sent_at = time.monotonic()
+    process.send_signal(sent)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == code, err
+    assert time.monotonic() - sent_at < 10
+    assert "Traceback" not in err, err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("stopped at epoch ") and line.endswith(f"resume with: python -m detect.train --resume "
+                                                                  f"{tmp_path / 'exp'}"), err
+    progress = load_checkpoint(tmp_path / "exp" / "weights" / "last.pt")["progress"]
+    assert f"batch {progress['batch']}/{BATCHES};" in line and f"epoch {progress['epoch'] + 1}," in line
+
+
+def test_a_second_ctrl_c_ends_at_once_and_leaves_last_pt_whole(data, tmp_path):
+    args = train_args(data, tmp_path, "--noval", epochs=1000)
+    process = subprocess.Popen([sys.executable, "-m", "detect.train", *args], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    last = tmp_path / "exp" / "weights" / "last.pt"
+    deadline = time.monotonic() + 120
+    while not last.is_file():
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()[1]
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.2)  # two signals at once would reach Python's handler as one
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 130, err
+    assert "Traceback" not in err, err
+    assert load_checkpoint(last)["progress"]["epoch"] >= 1
