@@ -209,3 +209,37 @@ def test_image_subset_and_unknown_images() -> None:
         evaluator.evaluate()
     evaluator.reset()
     assert evaluator.results() == [] and evaluator.evaluate().map50 == 0.0
+
+
+def test_auto_is_faster_coco_eval_when_installed_else_pycocotools(monkeypatch: pytest.MonkeyPatch) -> None:
+    installed = importlib.util.find_spec("faster_coco_eval") is not None
+    evaluator = CocoEvaluator.from_records(tiny_dataset(), ["cat", "dog", "bird"])
+    assert evaluator.backend == ("faster-coco-eval" if installed else "pycocotools")
+    with monkeypatch.context() as patch:
+        patch.setattr("detect.evaluation.evaluator.importlib.util.find_spec", lambda name: None)
+        assert CocoEvaluator.from_records(tiny_dataset(), ["cat", "dog", "bird"]).backend == "pycocotools"
+    assert CocoEvaluator.from_records(tiny_dataset(), ["cat", "dog", "bird"], "pycocotools").backend == "pycocotools"
+
+
+@pytest.mark.skipif(len(BACKENDS) < 2, reason="faster-coco-eval is not installed")
+def test_both_backends_give_the_same_stats_on_many_noisy_detections() -> None:
+    rng = np.random.default_rng(0)
+    records = []
+    for image_id in range(1, 41):
+        count = int(rng.integers(0, 9))
+        boxes = np.c_[rng.uniform(0.2, 0.8, (count, 2)), rng.uniform(0.02, 0.4, (count, 2))].astype(np.float32)
+        records.append(ImageRecord(Path(f"{image_id}.jpg"), image_id, 160, 120, rng.integers(0, 5, count), boxes,
+                                   rng.random(count) < 0.1))
+    names = [f"class{index}" for index in range(5)]
+    detections = {}
+    for image_id, rows in perfect_detections(records).items():
+        noisy = rows.numpy() + np.r_[rng.normal(0, 3, 4), 0, 0] * np.ones((len(rows), 1))
+        extra = np.c_[rng.uniform(0, 80, (60, 2)), rng.uniform(80, 160, (60, 2)), rng.random(60), rng.integers(0, 5, 60)]
+        detections[image_id] = np.concatenate([noisy, extra])
+    found = {}
+    for backend in BACKENDS:
+        evaluator = CocoEvaluator.from_records(records, names, backend)
+        for image_id, rows in detections.items():
+            evaluator.add(image_id, rows)
+        found[backend] = evaluator.evaluate().stats
+    np.testing.assert_allclose(found["pycocotools"], found["faster-coco-eval"], atol=1e-4)
