@@ -60,14 +60,21 @@ def _load(path: str, imgsz: int, augment: bool) -> np.ndarray:
         raise UserError(f"--cache ram: {read_failure(path, error)}") from None
 
 
-def cache_images(records: RecordTable, imgsz: int, augment: bool) -> RamImages:
-    """Decode and resize every image into memory; refuses in one line, saying what it needs, when they would not fit."""
+def check_memory(records: RecordTable, imgsz: int) -> tuple[np.ndarray, np.ndarray]:
+    """(heights, widths) of the resized images if they fit in memory; else a UserError saying what they need."""
     heights, widths = resized_shapes(records.heights, records.widths, imgsz)
-    sizes = heights * widths * 3
-    needed, available = int(sizes.sum()), available_memory()
+    needed, available = int((heights * widths * 3).sum()), available_memory()
     if needed > MEMORY_SHARE * available:
         raise UserError(f"--cache ram needs {needed / 2**30:.1f} GiB for {len(records)} images at {imgsz}, "
                         f"but only {available / 2**30:.1f} GiB is available; use --cache disk or no --cache")
+    return heights, widths
+
+
+def cache_images(records: RecordTable, imgsz: int, augment: bool) -> RamImages:
+    """Decode and resize every image into memory; refuses in one line, saying what it needs, when they would not fit."""
+    heights, widths = check_memory(records, imgsz)
+    sizes = heights * widths * 3
+    needed = int(sizes.sum())
     offsets = np.zeros(len(records), np.int64)
     np.cumsum(sizes[:-1], out=offsets[1:])
     images = RamImages(np.empty(needed, np.uint8), offsets, np.stack([heights, widths, np.full_like(heights, 3)], 1))
