@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -57,3 +58,10 @@ def test_an_unknown_cache_is_one_clear_error(tmp_path: Path) -> None:
     config = load_data_config(simple_dataset(tmp_path, count=4))
     with pytest.raises(UserError, match="--cache gpu: choose one of ram, disk"):
         build_train_loader(config, AUGMENT, 64, 2, 0, seed=0, cache="gpu")
+
+
+def test_disk_cache_refuses_in_one_line_when_the_disk_is_short(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = load_data_config(simple_dataset(tmp_path, count=4))
+    monkeypatch.setattr("detect.data.images.disk_cache.shutil.disk_usage", lambda folder: shutil._ntuple_diskusage(0, 0, 10))
+    with pytest.raises(UserError, match="--cache disk needs .* GiB beside the 4 images at 64"):
+        build_train_loader(config, AUGMENT, 64, 2, 0, seed=0, cache="disk")

@@ -5,12 +5,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
 
 from detect.data.images.load import load_resized, resized_shapes
 from detect.data.records import RecordTable
+from detect.errors import UserError
 
 LOGGER = logging.getLogger(__name__)
 
@@ -62,10 +64,26 @@ class DiskImages:
         return dataclasses.replace(self, paths=self.paths[indices], shapes=self.shapes[indices])
 
 
+def _written_bytes(paths: np.ndarray, imgsz: int) -> int:
+    """Bytes of the .npy files already there."""
+    total = 0
+    for path in paths:
+        try:
+            total += os.stat(npy_path(os.fsdecode(path), imgsz)).st_size
+        except OSError:
+            pass
+    return total
+
+
 def disk_images(records: RecordTable, imgsz: int, augment: bool) -> DiskImages:
-    """The .npy store of `records` at `imgsz`; warns once when the first image's folder is read-only."""
+    """The .npy store of `records` at `imgsz`; one UserError when the disk cannot hold it, a warning when the first
+    image's folder is read-only."""
     folder = os.path.dirname(os.fsdecode(records.paths[0])) or "."
+    heights, widths = resized_shapes(records.heights, records.widths, imgsz)
+    needed, free = int((heights * widths * 3).sum()), shutil.disk_usage(folder).free
+    if needed > free and needed - _written_bytes(records.paths, imgsz) > free:  # stat every .npy only when short
+        raise UserError(f"--cache disk needs {needed / 2**30:.1f} GiB beside the {len(records)} images at {imgsz}, "
+                        f"but only {free / 2**30:.1f} GiB is free there; free some or run without --cache")
     if not os.access(folder, os.W_OK):
         LOGGER.warning("--cache disk: %s is not writable, images are decoded on every read", folder)
-    heights, widths = resized_shapes(records.heights, records.widths, imgsz)
     return DiskImages(records.paths, np.stack([heights, widths], 1), imgsz, augment)
