@@ -27,8 +27,8 @@ from detect.data.plots import plot_label_stats
 from detect.errors import UserError
 from detect.evaluation.evaluator import CocoEvaluator
 from detect.evaluation.loop import build_evaluator
-from detect.models import DetectionModel, build_model
-from detect.models.weights import load_model
+from detect.models import DetectionModel, ModelSpec, build_model, load_model_spec
+from detect.models.weights import load_model, model_from_state
 from detect.ops.anchors import check_anchors
 from detect.training.checkpoints import (
     Progress,
@@ -86,20 +86,41 @@ def select_backend(settings: TrainSettings, context: DistContext) -> backends.Ba
                            npu_allow_hf32=settings.npu_allow_hf32)
 
 
-def build_train_model(cfg: str | None, weights: str | None, names: list[str]) -> DetectionModel:
-    """A model for len(names) classes: --cfg's architecture (else the weights'), with every --weights tensor
-    whose name and shape fit; the anchors come from the weights only when no --cfg is given (as yolov5)."""
-    source = load_model(weights) if weights else None
-    spec = cfg if cfg else source.spec
-    model = build_model(spec, num_classes=len(names), names=list(names))
-    if source is None:
+@dataclasses.dataclass(frozen=True)
+class ModelSource:
+    """What a new run's model is made from, read and checked before anything is written: --cfg's architecture
+    (else the weights'), and the --weights model whose fitting tensors it takes."""
+
+    spec: ModelSpec
+    weights: DetectionModel | None
+    weights_name: str | None
+    anchors_from_weights: bool  # no --cfg: the weights' anchors too (as yolov5)
+
+    @classmethod
+    def read(cls, settings: TrainSettings) -> ModelSource:
+        """Parse --cfg and load --weights (a bad one is a UserError naming it); check --freeze against the layers."""
+        check_model_given(settings)
+        weights = load_model(settings.weights) if settings.weights else None
+        spec = load_model_spec(settings.cfg) if settings.cfg else weights.spec
+        layers = len(spec.layers)
+        freeze = settings.freeze
+        if len(freeze) == 1 and freeze[0] >= layers or len(freeze) > 1 and max(freeze) >= layers:
+            raise UserError(f"--freeze {' '.join(map(str, freeze))}: the model has {layers} layers (0-{layers - 1}); "
+                            f"freeze fewer, so that its Detect head (layer {layers - 1}) still trains")
+        return cls(spec, weights, settings.weights, settings.cfg is None)
+
+    def build(self, names: list[str]) -> DetectionModel:
+        """A model for len(names) classes with every weights tensor whose name and shape fit."""
+        model = build_model(self.spec, num_classes=len(names), names=list(names))
+        if self.weights is None:
+            return model
+        target = model.state_dict()
+        fitting = {name: tensor for name, tensor in self.weights.state_dict().items()
+                   if name in target and tensor.shape == target[name].shape
+                   and (self.anchors_from_weights or not name.endswith("anchors"))}
+        model.load_state_dict(fitting, strict=False)
+        LOGGER.info("transferred %d/%d tensors from %s", len(fitting), len(target), self.weights_name)
         return model
-    target = model.state_dict()
-    fitting = {name: tensor for name, tensor in source.state_dict().items()
-               if name in target and tensor.shape == target[name].shape and not (cfg and name.endswith("anchors"))}
-    model.load_state_dict(fitting, strict=False)
-    LOGGER.info("transferred %d/%d tensors from %s", len(fitting), len(target), weights)
-    return model
 
 
 def freeze_layers(model: DetectionModel, freeze: tuple[int, ...]) -> int:
@@ -166,16 +187,18 @@ def _train_loader(settings: TrainSettings, data: DataConfig, hyp: Hyp, backend: 
 
 
 def _model_and_ema(settings: TrainSettings, hyp: Hyp, loader: Loader, backend: backends.Backend,
-                   context: DistContext, new_run: bool) -> tuple[DetectionModel, ModelEMA | None]:
-    """The model on the device (and its EMA on rank 0), with AutoAnchor's anchors on a new run."""
-    model = build_train_model(settings.cfg, settings.weights if new_run else None, loader.names)
+                   context: DistContext, source: ModelSource | None,
+                   point: ResumePoint | None) -> tuple[DetectionModel, ModelEMA | None]:
+    """The model on the device (and its EMA on the main rank): a new run's from `source` with AutoAnchor's anchors, a
+    resumed run's architecture from its checkpoint (its weights come back in _restore)."""
+    model = source.build(loader.names) if point is None else model_from_state(point.payload["model"], str(point.path))
     freeze_layers(model, settings.freeze)
     model = model.to(backend.device)
     if backend.channels_last:
         model = model.to(memory_format=torch.channels_last)
     # The EMA is created before AutoAnchor and averages its way to the new anchors (YOLOV5-FACTS.md).
     ema = ModelEMA(model) if context.is_main else None
-    if new_run and context.is_main and not settings.noautoanchor:
+    if point is None and context.is_main and not settings.noautoanchor:
         autoanchor(model, loader.records, settings.imgsz, hyp.anchor_t, settings.seed)
     if settings.sync_bn and not context.distributed:
         LOGGER.warning("--sync-bn does nothing in a single process (launch with torchrun)")
@@ -213,8 +236,7 @@ def build_run(settings: TrainSettings, context: DistContext, resume: bool | str 
     overrides = resume_overrides or {}
     point = find_resume_point(settings, context, resume, overrides)
     check_batch_size(point.settings if point else settings, context)  # a bad flag must not leave ranks waiting
-    if not resume:
-        check_model_given(settings)
+    source = None if resume else ModelSource.read(settings)
     backend = select_backend(point.settings if point else settings, context)
     if settings.sync_bn and backend.device.type == "cpu":
         raise UserError("--sync-bn needs GPUs or NPUs: torch's SyncBatchNorm does not run on the CPU")
@@ -230,9 +252,9 @@ def build_run(settings: TrainSettings, context: DistContext, resume: bool | str 
     hyp = from_mapping(Hyp, point.payload["config"]["hyp"], "the checkpoint's stored hyp") if point else \
         load_hyp(settings.hyp)
     backend.seed(settings.seed + context.rank)
+    train_loader = _train_loader(settings, data, hyp, backend, context)  # the label check: before the run folder
     folder = RunFolder.open(settings, context, resume=point is not None)
-    train_loader = _train_loader(settings, data, hyp, backend, context)
-    model, ema = _model_and_ema(settings, hyp, train_loader, backend, context, new_run=point is None)
+    model, ema = _model_and_ema(settings, hyp, train_loader, backend, context, source, point)
     optim_settings = OptimSettings.from_hyp(hyp, settings.optimizer, settings.cos_lr)
     step = build_step(model, backend, hyp, optim_settings, settings.batch_size, settings.imgsz, context=context,
                       ema=ema, label_smoothing=settings.label_smoothing, sync_bn=settings.sync_bn)

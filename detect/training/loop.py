@@ -29,6 +29,7 @@ from detect.training.preemption import Requests
 MAX_GRAD_NORM = 10.0  # gradient clipping after unscale (YOLOV5-FACTS.md, step order)
 # A run stops after this many non-finite losses in a row: one is a bad batch, this many is a diverged run.
 MAX_NONFINITE_STREAK = 10
+POSTFIX_SECONDS = 0.5  # the progress bar's losses and memory are read at most this often
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +158,7 @@ def train_one_epoch(step: Step, schedule: Schedule, loader: Loader, epoch: int, 
     steps, images, streak, nonfinite, problems = progress.epoch_steps, progress.epoch_images, 0, 0, []
     stop_asked = save_asked = stopped = False
     bar = tqdm(loader, desc=f"{epoch + 1}/{epochs}", disable=not show_progress, leave=False, initial=progress.batch)
-    started = time.perf_counter()
+    started = next_postfix = time.perf_counter()
     for index, batch in enumerate(bar, start=progress.batch):
         if on_batch is not None:
             on_batch(index, batch)
@@ -191,8 +192,9 @@ def train_one_epoch(step: Step, schedule: Schedule, loader: Loader, epoch: int, 
             save_asked, stopped = False, stop_asked
             if stopped:
                 break
-        if show_progress:
+        if show_progress and time.perf_counter() >= next_postfix:  # reading the losses is a host sync
             bar.set_postfix_str(_postfix(step, loss_sum / steps, batch, size))
+            next_postfix = time.perf_counter() + POSTFIX_SECONDS
     step.backend.synchronize()
     progress.nonfinite_steps += nonfinite
     if not stopped:

@@ -20,7 +20,17 @@ from tests.training.helpers import tiny_dataset
 pytestmark = pytest.mark.slow
 
 
-def test_one_batch_is_learned(tmp_path):
+@pytest.fixture
+def one_thread():
+    """The arithmetic of one thread: the same sums in the same order whatever the machine's or OMP_NUM_THREADS's
+    thread count (200 steps of SGD magnify the last bit of a reduction order into a different model)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_one_batch_is_learned(tmp_path, one_thread):
     torch.manual_seed(0)
     hyp = dataclasses.replace(Hyp(), mosaic=0.0, scale=0.0, translate=0.0, fliplr=0.0, hsv_h=0.0, hsv_s=0.0,
                               hsv_v=0.0, albumentations_p=0.0)
@@ -42,4 +52,7 @@ def test_one_batch_is_learned(tmp_path):
     model.eval()
     val = build_val_loader(data, "val", 128, 8, workers=0, pin_memory=False)
     result = evaluate(model.predict, val, backend, build_evaluator(val.split), EvalSettings(), progress=False)
-    assert result.metrics.map50 > 0.7  # 0.96 measured; an untrained model scores about 0.03, 100 steps 0.18
+    # An untrained model scores about 0.03, 100 steps 0.18. Spread of 200 steps over torch seeds 0-9 on one thread
+    # (2026-12-03, this 2-core machine): 0.737 (seed 0, the one used here), 0.924-1.0 for the others; 0.668 was
+    # seen on another machine with its default threads. 0.5 is below all of them and far above a broken loss.
+    assert result.metrics.map50 > 0.5

@@ -114,11 +114,29 @@ def test_resume_of_a_finished_run_is_refused(finished_run, capsys):
     (["--hyp", "BAD_HYP"], "unknown key 'lr_zero'"),
     (["--rect", "--multi-scale"], "do not go together"),
     (["--sync-bn"], "--sync-bn needs GPUs or NPUs"),
+    (["--hyp", "MALFORMED"], "not valid yaml: expected ',' or ']', but got '<stream end>' (line 2, column 1)"),
+    (["--cfg", "yolov9.yaml"], "yolov9.yaml: no such file"),
+    (["--weights", "missing.pt"], "weights not found: missing.pt"),
+    (["--weights", "NOT_A_CHECKPOINT"], "not_a_checkpoint.pt"),
+    (["--freeze", "999"], "--freeze 999: the model has 25 layers (0-24)"),
+    (["--freeze", "3", "25"], "--freeze 3 25: the model has 25 layers"),
+    (["--resume", "nowhere/last.pt"], "nowhere/last.pt"),
+    (["--data", "NO_IMAGES"], "no images"),
 ])
 def test_bad_input_is_one_line_and_exit_2(data, tmp_path, capsys, flags, message):
+    # Each input is checked before the label check and before a run folder is made.
     hyp = tmp_path / "bad_hyp.yaml"
     hyp.write_text("lr_zero: 0.01\n")
-    flags = [str(hyp) if flag == "BAD_HYP" else flag for flag in flags]
+    malformed = tmp_path / "malformed.yaml"
+    malformed.write_text("lr0: [0.01\n")
+    not_a_checkpoint = tmp_path / "not_a_checkpoint.pt"
+    not_a_checkpoint.write_text("hello")
+    empty = tmp_path / "empty" / "images" / "train"
+    empty.mkdir(parents=True)
+    no_images = tmp_path / "empty.yaml"
+    no_images.write_text(f"path: {empty.parent.parent}\ntrain: images/train\nval: images/train\nnames: [a]\n")
+    replace = {"BAD_HYP": hyp, "MALFORMED": malformed, "NOT_A_CHECKPOINT": not_a_checkpoint, "NO_IMAGES": no_images}
+    flags = [str(replace.get(flag, flag)) for flag in flags]
     try:
         code = train.main(train_args(data, tmp_path, *flags))
     except SystemExit as stopped:  # a flag out of range stops in argparse, before any work
