@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 
 import pytest
@@ -16,9 +17,14 @@ TINY_RUN = {"cfg": "yolov5n.yaml", "imgsz": 64, "batch_size": 4, "epochs": 1, "w
             "progress": False}
 
 
-def test_train_run_then_val_run_from_a_script(tmp_path):
+def test_train_run_then_val_run_from_a_script(tmp_path, caplog):
     data = tiny_dataset(tmp_path / "data")
-    result = train.run(data=str(data), project=str(tmp_path / "runs"), **TINY_RUN)
+    with caplog.at_level(logging.INFO):
+        result = train.run(data=str(data), project=str(tmp_path / "runs"), **TINY_RUN)
+    phases = next(record.message for record in caplog.records if record.message.startswith("phases: "))
+    for phase in ("label check", "model and AutoAnchor", "training", "validation", "saves", "final evaluation",
+                  "plots"):
+        assert f"{phase} " in phases, phases
     assert result.save_dir == tmp_path / "runs" / "exp" and result.epochs_run == 1
     assert result.best.is_file() and result.last.is_file() and 0 <= result.metrics.map50_95 <= result.metrics.map50
     scored = val.run(weights=str(result.best), data=str(data), imgsz=64, device="cpu", workers=0,

@@ -42,7 +42,7 @@ from detect.training.distributed import DistContext, barrier, init_process_group
 from detect.training.ema import ModelEMA
 from detect.training.loop import Schedule, Step, build_step
 from detect.training.optim import OptimSettings, build_scheduler, lr_lambda, warmup_iterations
-from detect.training.results import ResultsLog
+from detect.training.results import PhaseTimes, ResultsLog
 from detect.training.settings import TrainSettings
 
 LOGGER = logging.getLogger(__name__)
@@ -73,6 +73,7 @@ class Run:
     scheduler: torch.optim.lr_scheduler.LambdaLR
     progress: Progress  # the counters the epochs advance
     validation: Validation | None
+    phases: PhaseTimes
 
 
 def select_backend(settings: TrainSettings, context: DistContext) -> backends.Backend:
@@ -233,7 +234,7 @@ def build_run(settings: TrainSettings, context: DistContext, resume: bool | str 
               resume_overrides: dict[str, Any] | None = None) -> Run:
     """Everything a run needs, in order; bad settings and yamls stop before the run folder (and, where this rank can
     tell alone, before the process group)."""
-    overrides = resume_overrides or {}
+    overrides, phases = resume_overrides or {}, PhaseTimes()
     point = find_resume_point(settings, context, resume, overrides)
     check_batch_size(point.settings if point else settings, context)  # a bad flag must not leave ranks waiting
     source = None if resume else ModelSource.read(settings)
@@ -252,9 +253,11 @@ def build_run(settings: TrainSettings, context: DistContext, resume: bool | str 
     hyp = from_mapping(Hyp, point.payload["config"]["hyp"], "the checkpoint's stored hyp") if point else \
         load_hyp(settings.hyp)
     backend.seed(settings.seed + context.rank)
-    train_loader = _train_loader(settings, data, hyp, backend, context)  # the label check: before the run folder
+    with phases.time("label check"):  # before the run folder
+        train_loader = _train_loader(settings, data, hyp, backend, context)
     folder = RunFolder.open(settings, context, resume=point is not None)
-    model, ema = _model_and_ema(settings, hyp, train_loader, backend, context, source, point)
+    with phases.time("model and AutoAnchor"):
+        model, ema = _model_and_ema(settings, hyp, train_loader, backend, context, source, point)
     optim_settings = OptimSettings.from_hyp(hyp, settings.optimizer, settings.cos_lr)
     step = build_step(model, backend, hyp, optim_settings, settings.batch_size, settings.imgsz, context=context,
                       ema=ema, label_smoothing=settings.label_smoothing, sync_bn=settings.sync_bn)
@@ -265,9 +268,11 @@ def build_run(settings: TrainSettings, context: DistContext, resume: bool | str 
                         lr_lambda(optim_settings, settings.epochs), sizes, settings.seed)
     validation = None
     if context.is_main:
-        validation = _validation(settings, data, model, backend, context, folder, progress.epoch)
+        with phases.time("label check"):
+            validation = _validation(settings, data, model, backend, context, folder, progress.epoch)
         folder.write_config(settings, hyp, data, context)
         if point is None:
-            plot_label_stats(train_loader.records, train_loader.names, folder.save_dir / "labels.png")
+            with phases.time("plots"):
+                plot_label_stats(train_loader.records, train_loader.names, folder.save_dir / "labels.png")
     return Run(settings, hyp, context, backend, folder, train_loader, model, step, schedule, scheduler, progress,
-               validation)
+               validation, phases)

@@ -77,14 +77,15 @@ class Trainer:
         a signal stops at the next step boundary with last.pt written (Interrupted)."""
         first_epoch = run.progress.epoch
         for epoch in range(first_epoch, run.settings.epochs):
-            with self.batch_hook(run, epoch == first_epoch) as on_batch:
+            with self.batch_hook(run, epoch == first_epoch) as on_batch, run.phases.time("training"):
                 stats = train_one_epoch(run.step, run.schedule, run.train_loader, epoch, run.settings.epochs,
                                         run.progress, show_progress=run.validation is not None and run.settings.progress,
                                         on_batch=on_batch, requests=requests, on_save=lambda: self.save_inside_epoch(run))
             if stats.stopped:
                 raise self.stopped(run, epoch, requests.signal_number)
             run.scheduler.step()
-            metrics = self.validate(run, epoch)
+            with run.phases.time("validation"):
+                metrics = self.validate(run, epoch)
             self.end_epoch(run, epoch, stats, metrics)
             if broadcast_object(run.context, self.should_stop(run, epoch)):
                 return
@@ -143,7 +144,8 @@ class Trainer:
         row = epoch_row(epoch, stats, metrics, backends.host_memory_stats().peak_bytes, device_peak)
         run.validation.results.add(row)
         LOGGER.info("%s", epoch_line(epoch, run.settings.epochs, row))
-        self.save_checkpoints(run, epoch)
+        with run.phases.time("saves"):
+            self.save_checkpoints(run, epoch)
         run.backend.reset_peak_memory()
 
     @staticmethod
@@ -193,16 +195,19 @@ class Trainer:
             LOGGER.info("all %d ranks hold identical parameters", context.world_size)
         if run.validation is None:
             return FitResult(folder.save_dir, None, None, None, epochs_run)
-        run.validation.results.plot()
+        with run.phases.time("plots"):
+            run.validation.results.plot()
         run.validation.results.close()
         best = folder.best_path if folder.best_path.is_file() else None
         last = folder.last_path if folder.last_path.is_file() else None
         weights = best or last
         metrics = None
         if weights is not None:
-            metrics = evaluate_checkpoint(weights, run.validation.loader, run.validation.evaluator, run.backend,
-                                          folder.save_dir, progress=run.settings.progress)
+            with run.phases.time("final evaluation"):
+                metrics = evaluate_checkpoint(weights, run.validation.loader, run.validation.evaluator, run.backend,
+                                              folder.save_dir, progress=run.settings.progress)
         folder.write_problems(self.problems, run.train_loader.split)
+        LOGGER.info("%s", run.phases.line())
         LOGGER.info("results saved to %s", folder.save_dir)
         return FitResult(folder.save_dir, best, last, metrics, epochs_run)
 
