@@ -70,12 +70,14 @@ def time_ours(prediction: torch.Tensor, repeats: int) -> float:
     return 1000 * statistics.median(times) / len(prediction)
 
 
-def time_yolov5(checkout: str, python: str, predictions: Path, batch_sizes: list[int], repeats: int) -> dict:
+def time_yolov5(checkout: str, python: str, predictions: Path, batch_sizes: list[int], repeats: int,
+                threads: int | None) -> dict:
     """{batch size: ms per image} of yolov5's non_max_suppression, timed by time_yolov5_nms.py in the checkout."""
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "yolov5_nms.json"
         subprocess.run([python, str(TIMER), "--predictions", str(predictions), "--out", str(out), "--repeats",
-                        str(repeats), "--batch-sizes", *map(str, batch_sizes)], cwd=checkout, check=True)
+                        str(repeats), "--batch-sizes", *map(str, batch_sizes),
+                        *(["--threads", str(threads)] if threads else [])], cwd=checkout, check=True)
         result = json.loads(out.read_text())
     if result["time_limit_stops"]:
         print(f"yolov5 stopped NMS at its time limit {result['time_limit_stops']} times: its times are cut short")
@@ -91,6 +93,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--repeats", type=int, default=20, help="timed calls per batch size and round")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (ours, yolov5's, ours, ...)")
+    parser.add_argument("--threads", type=int, help="torch threads on both sides (default: torch's, the cores)")
     parser.add_argument("--yolov5", help="a yolov5 checkout: also time its non_max_suppression on the same file")
     parser.add_argument("--yolov5-python", default=sys.executable, help="the Python that runs the yolov5 checkout")
     parser.add_argument("--worst-case", type=int, nargs="*", default=[], metavar="BATCH",
@@ -100,6 +103,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if not args.predictions.exists():
         args.predictions.parent.mkdir(parents=True, exist_ok=True)
         torch.save(make_predictions(args.weights, args.data, max(args.batch_sizes)), args.predictions)
@@ -111,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             ours[size].append(time_ours(predictions[:size], args.repeats))
         if args.yolov5:
             for size, value in time_yolov5(args.yolov5, args.yolov5_python, args.predictions.resolve(),
-                                           args.batch_sizes, args.repeats).items():
+                                           args.batch_sizes, args.repeats, args.threads).items():
                 theirs[size].append(value)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.2f} "
           f"on {os.cpu_count()} cores; {args.rounds} rounds x {args.repeats} calls; ms per image, median of rounds")

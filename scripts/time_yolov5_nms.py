@@ -29,7 +29,10 @@ def main() -> int:
     parser.add_argument("--out", required=True, help="JSON file: ms per image by batch size")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     os.environ.setdefault("YOLO_OFFLINE", "1")  # the ultralytics package that yolov5's utils import: no network
     sys.path.insert(0, os.getcwd())  # the checkout
     from utils.general import LOGGER, non_max_suppression  # yolov5's, from the checkout

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Validation wall time and NMS ms per image, ours against ultralytics/yolov5's, on this machine, in alternating rounds.
 #
-#   scripts/yolov5_side_by_side.sh YOLOV5_CHECKOUT [YOLOV5_PYTHON] [ROUNDS]
+#   scripts/yolov5_side_by_side.sh YOLOV5_CHECKOUT [YOLOV5_PYTHON] [ROUNDS] [bench_nms.py flags, e.g. --threads 1]
 #
 # Run from the repository root with our environment active. YOLOV5_CHECKOUT is a yolov5 working tree, YOLOV5_PYTHON
 # the Python of an environment with its requirements.txt (default: python). Both sides validate the official
@@ -43,4 +43,6 @@ import statistics, sys
 ours, theirs = (statistics.median(map(float, argument.split())) for argument in sys.argv[1:])
 print(f"val wall, median of rounds: ours {ours:.1f} s, yolov5 {theirs:.1f} s, ratio {ours / theirs:.2f}")
 EOF
-python scripts/bench_nms.py --yolov5 "$checkout" --yolov5-python "$yolov5_python" --rounds "$rounds"
+# NMS: both sides in one environment; OpenMP threads sleep while they wait, as in our CLIs (README, Inference)
+OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE} python scripts/bench_nms.py --yolov5 "$checkout" \
+  --yolov5-python "$yolov5_python" --rounds "$rounds" "${@:4}"
