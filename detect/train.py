@@ -16,6 +16,8 @@ from typing import Any
 
 from detect import cli
 from detect.backend.profiler import ProfileSchedule
+from detect.errors import UserError
+from detect.evolution import EVOLVE_PROJECT, SAMPLERS, EvolveResult, evolve
 from detect.training.distributed import DistContext
 from detect.training.settings import TrainSettings, flag_name, resume_fields
 from detect.training.trainer import FitResult, Trainer
@@ -52,6 +54,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="continue the latest run of --project, or the given last.pt, exactly where it stopped "
                              f"(only {', '.join(flag_name(f) for f in dataclasses.fields(TrainSettings) if f.name in resume_fields())} "
                              "may be given again)")
+    parser.add_argument("--evolve", type=cli.positive_int, default=None, metavar="N",
+                        help=f"evolve the hyp: N short runs with Optuna's proposals ({EVOLVE_PROJECT}/<name> unless "
+                             "--project; started again, a study continues)")
+    parser.add_argument("--evolve-sampler", default="tpe", choices=SAMPLERS, help="Optuna's sampler for --evolve")
+    parser.add_argument("--evolve-storage", default=None, metavar="URL",
+                        help="an Optuna storage URL that several processes or machines share (default: the study "
+                             "folder's study.db)")
     parser.add_argument("--profile", nargs="*", type=cli.non_negative_int, default=None, metavar="N",
                         help="profile the first epoch: skip WAIT steps, warm up WARMUP, record ACTIVE (default 3 1 3); "
                              "trace in the run's profile/, top operators and data-loading share printed")
@@ -70,12 +79,18 @@ def run(resume: bool | str = False, profile: ProfileSchedule | None = None, **op
     return Trainer(settings, context, resume=resume, resume_overrides=overrides, profile=profile).fit()
 
 
-def _run_args(args: argparse.Namespace) -> FitResult:
+def _run_args(args: argparse.Namespace) -> FitResult | EvolveResult:
     options = vars(args)
     resume, profile = options.pop("resume"), options.pop("profile")
+    trials, sampler, storage = options.pop("evolve"), options.pop("evolve_sampler"), options.pop("evolve_storage")
     if "freeze" in options:
         options["freeze"] = tuple(options["freeze"])
-    return run(resume=resume, profile=None if profile is None else ProfileSchedule.from_flag(profile), **options)
+    if trials is None:
+        return run(resume=resume, profile=None if profile is None else ProfileSchedule.from_flag(profile), **options)
+    if resume or profile is not None:
+        raise UserError("--evolve goes without --resume and --profile: started again, a study continues by itself")
+    settings = TrainSettings.from_dict({"project": EVOLVE_PROJECT, **options}, "python -m detect.train")
+    return evolve(settings, trials, sampler, storage)
 
 
 main = cli.main_for(parse_args, _run_args)

@@ -55,10 +55,10 @@ def test_val_run_refuses_a_bad_keyword_with_the_cli_line():
 
 def test_every_setting_is_a_flag_with_its_default(capsys):
     # parse_args leaves out what is not given, so TrainSettings' own defaults apply: one home for them.
-    assert vars(train.parse_args([])) == {"resume": False, "profile": None}
+    not_settings = {"resume": False, "profile": None, "evolve": None, "evolve_sampler": "tpe", "evolve_storage": None}
+    assert vars(train.parse_args([])) == not_settings
     args = vars(train.parse_args(["--img", "320", "--freeze", "10", "--no-progress", "--cache", "--no-amp"]))
-    assert args == {"imgsz": 320, "freeze": [10], "progress": False, "cache": "ram", "amp": False, "resume": False,
-                    "profile": None}
+    assert args == {"imgsz": 320, "freeze": [10], "progress": False, "cache": "ram", "amp": False, **not_settings}
     with pytest.raises(SystemExit):
         train.parse_args(["--help"])
     help_text = " ".join(capsys.readouterr().out.split())

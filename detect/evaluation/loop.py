@@ -62,7 +62,7 @@ class ImageDetections:
     detections: torch.Tensor  # (n, 6) [x1, y1, x2, y2, score, class], original-image pixels, on the CPU
 
 
-def build_evaluator(split: LabelledSplit, backend: str = "pycocotools") -> CocoEvaluator:
+def build_evaluator(split: LabelledSplit, backend: str = "auto") -> CocoEvaluator:
     """The COCO ground truth of a split: its instances json when it has one, else built from its labels."""
     if split.coco_json is not None:
         return CocoEvaluator.from_coco_json(split.coco_json, backend)

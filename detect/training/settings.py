@@ -8,6 +8,7 @@ from typing import Any
 
 from detect.backend import SPEC_HELP
 from detect.config import NON_NEGATIVE, POSITIVE, Bound, from_mapping
+from detect.data.images.cache import CACHE_CHOICES
 from detect.errors import UserError
 
 AT_LEAST_32 = Bound("an integer >= 32", lambda value: value >= 32)  # the largest stride
@@ -56,7 +57,8 @@ class TrainSettings:
     multi_scale: bool = option(False, "vary the image size per batch over a fixed set of sizes")
     sync_bn: bool = option(False, "synchronised BatchNorm across ranks (accelerators, DDP only)")
     optimizer: str = option("SGD", choices=("SGD", "Adam", "AdamW"))
-    cache: str | None = option(None, "decoded images in RAM", choices=("ram",), const="ram")
+    cache: str | None = option(None, "decoded images in RAM (--cache, --cache ram) or as .npy beside the images "
+                                     "(--cache disk)", choices=CACHE_CHOICES, const="ram")
     single_cls: bool = option(False, "train every class as one class, 'item'")
     rect: bool = option(False, "rectangular batches in aspect-ratio order (no mosaic; many shapes)")
     amp: bool | None = option(None, "mixed precision (default: on for accelerators, off on the CPU)")
