@@ -113,7 +113,7 @@ class TrainDataset(torch.utils.data.Dataset):
         return (*augment.random_warp(image, labels, self.rng, *self._warp), used)
 
     def __getitem__(self, key: int | tuple[int, int]) -> Sample:
-        """Sample `key`: an index, or (epoch, index) from EpochSampler, whose randomness is then a function of
+        """Sample `key`: an index, or (epoch, index) from EpochBatchSampler, whose randomness is then a function of
         (seed, epoch, index) alone, so a run is the same for any number of workers and on resume."""
         if isinstance(key, tuple):
             epoch, index = key

@@ -1,8 +1,8 @@
-"""build_train_loader / build_val_loader: DataLoaders with seeded (distributed) samplers and fixed batch shapes."""
+"""build_train_loader / build_val_loader: DataLoaders with seeded (distributed) batch orders (sampling.py) and
+fixed batch shapes."""
 
 from __future__ import annotations
 
-import itertools
 import os
 import signal
 from collections.abc import Iterator
@@ -11,7 +11,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, DistributedSampler, Sampler
+from torch.utils.data import DataLoader, DistributedSampler
 
 from detect.data.augment.settings import AugmentSettings
 from detect.data.batch import Batch, collate
@@ -20,6 +20,7 @@ from detect.data.datasets import RectTrainDataset, TrainDataset, ValDataset
 from detect.data.images.cache import build_image_cache
 from detect.data.labels.split import LabelledSplit, load_split
 from detect.data.records import RecordTable
+from detect.data.sampling import EpochBatchSampler, RectBatches, ShuffledBatches, ShuffleSampler
 from detect.errors import UserError
 
 
@@ -28,70 +29,16 @@ def default_workers(world_size: int = 1) -> int:
     return max(0, min(8, (os.cpu_count() or 1) // max(world_size, 1)))
 
 
-class ShuffleSampler(Sampler[int]):
-    """A permutation drawn from seed + epoch (the single-process twin of DistributedSampler)."""
-
-    def __init__(self, size: int, seed: int) -> None:
-        self.size, self.seed, self.epoch = size, seed, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        """Pick the permutation of this epoch."""
-        self.epoch = epoch
-
-    def __iter__(self) -> Iterator[int]:
-        generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        return iter(torch.randperm(self.size, generator=generator).tolist())
-
-    def __len__(self) -> int:
-        return self.size
-
-
-class EpochSampler(Sampler[tuple[int, int]]):
-    """Yields (epoch, index) so each sample's augmentation is seeded by (seed, epoch, index)."""
-
-    def __init__(self, base: ShuffleSampler | DistributedSampler) -> None:
-        self.base, self.epoch, self.skip = base, 0, 0
-
-    def set_epoch(self, epoch: int, skip: int = 0) -> None:
-        """Set the epoch of the shuffle and of the augmentation seeds; leave out the epoch's first `skip` samples."""
-        self.epoch, self.skip = epoch, skip
-        self.base.set_epoch(epoch)
-
-    def __iter__(self) -> Iterator[tuple[int, int]]:
-        return ((self.epoch, index) for index in itertools.islice(self.base, self.skip, None))
-
-    def __len__(self) -> int:
-        return len(self.base)
-
-
-class RectBatchSampler(Sampler[list[tuple[int, int]]]):
-    """--rect: whole aspect-ratio batches of (epoch, index) keys; rank r of W takes every W-th batch of an order drawn
-    from seed + epoch, so all ranks get the same number of batches and a batch keeps its one shape."""
-
-    def __init__(self, size: int, batch_size: int, seed: int, rank: int = 0, world_size: int = 1) -> None:
-        self.batches = [list(range(start, min(start + batch_size, size))) for start in range(0, size, batch_size)]
-        self.seed, self.rank, self.world_size, self.epoch, self.skip = seed, rank, world_size, 0, 0
-
-    def set_epoch(self, epoch: int, skip: int = 0) -> None:
-        """Pick the batch order and the augmentation seeds of this epoch; leave out its first `skip` batches."""
-        self.epoch, self.skip = epoch, skip
-
-    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
-        generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        order = torch.randperm(len(self.batches), generator=generator).tolist()[:len(self) * self.world_size]
-        for position in order[self.rank::self.world_size][self.skip:]:
-            yield [(self.epoch, index) for index in self.batches[position]]
-
-    def __len__(self) -> int:
-        return len(self.batches) // self.world_size
-
-
 class Loader:
-    """A DataLoader of Batch with its split (records, names) and set_epoch."""
+    """A DataLoader of Batch with its split (records, names); a training loader is iterated one epoch at a time,
+    set by set_epoch, over one stream of batches that runs on across epochs."""
 
     def __init__(self, loader: DataLoader, split: LabelledSplit, dataset: torch.utils.data.Dataset,
-                 sampler: EpochSampler | RectBatchSampler | None = None) -> None:
+                 sampler: EpochBatchSampler | None = None) -> None:
         self.loader, self.split, self.dataset, self.sampler = loader, split, dataset, sampler
+        self.epoch, self.start_batch = 0, 0
+        self._stream: Iterator[Batch] | None = None
+        self._position: tuple[int, int] | None = None  # the (epoch, batch) the stream yields next
 
     @property
     def records(self) -> RecordTable:
@@ -114,15 +61,28 @@ class Loader:
         return self.split.category_ids
 
     def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
-        """Reshuffle (training), and start the epoch at batch `start_batch` (a run resumed inside an epoch: the
-        batches after it are the ones the whole epoch would have given); a no-op for validation."""
-        if isinstance(self.sampler, EpochSampler):
-            self.sampler.set_epoch(epoch, skip=start_batch * self.loader.batch_size)
-        elif self.sampler is not None:
-            self.sampler.set_epoch(epoch, skip=start_batch)
+        """The epoch the next iteration gives (training; a no-op for validation), from batch `start_batch` (a run
+        resumed inside an epoch: the batches after it are the ones the whole epoch would have given)."""
+        self.epoch, self.start_batch = epoch, start_batch
+
+    def epoch_indices(self) -> list[int]:
+        """The dataset indices of the set epoch, in batch order (training)."""
+        return [index for _, index in self.sampler.keys(self.epoch)]
 
     def __iter__(self) -> Iterator[Batch]:
-        return iter(self.loader)
+        if self.sampler is None:
+            return iter(self.loader)
+        wanted = (self.epoch, self.start_batch)
+        if self._stream is None or self._position != wanted:  # the stream is elsewhere: start it there
+            self.sampler.start(*wanted)
+            self._stream = iter(self.loader)
+        return self._epoch_batches(*wanted)
+
+    def _epoch_batches(self, epoch: int, start: int) -> Iterator[Batch]:
+        for batch in range(start, len(self)):
+            item = next(self._stream)
+            self._position = (epoch, batch + 1) if batch + 1 < len(self) else (epoch + 1, 0)
+            yield item
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -159,20 +119,22 @@ def build_train_loader(data_config: DataConfig, augmentation: AugmentSettings, i
     options = _loader_options(workers, pin_memory, prefetch_factor)
     if rect:
         dataset = RectTrainDataset(labelled.records, augmentation, imgsz, seed, batch_size, stride, cached)
-        sampler = RectBatchSampler(len(dataset), batch_size, seed, rank, world_size)
-        if len(sampler) == 0:
+        batches = RectBatches(len(dataset), batch_size, seed, rank, world_size)
+        if len(batches) == 0:
             raise UserError(f"{data_config.source}: {len(dataset)} training images make fewer batches than ranks")
-        return Loader(DataLoader(dataset, batch_sampler=sampler, **options), labelled, dataset, sampler)
-    dataset = TrainDataset(labelled.records, augmentation, imgsz, seed, cached)
-    if world_size > 1:
-        base = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True)
     else:
-        base = ShuffleSampler(len(dataset), seed)
-    if len(base) < batch_size:
-        raise UserError(f"{data_config.source}: {len(base)} training images per rank, fewer than batch size {batch_size}")
-    sampler = EpochSampler(base)
-    loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True, **options)
-    return Loader(loader, labelled, dataset, sampler)
+        dataset = TrainDataset(labelled.records, augmentation, imgsz, seed, cached)
+        if world_size > 1:
+            base = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed,
+                                      drop_last=True)
+        else:
+            base = ShuffleSampler(len(dataset), seed)
+        if len(base) < batch_size:
+            raise UserError(f"{data_config.source}: {len(base)} training images per rank, fewer than batch size "
+                            f"{batch_size}")
+        batches = ShuffledBatches(base, batch_size)
+    sampler = EpochBatchSampler(batches)
+    return Loader(DataLoader(dataset, batch_sampler=sampler, **options), labelled, dataset, sampler)
 
 
 def build_val_loader(data_config: DataConfig, split: str = "val", imgsz: int = 640, batch_size: int = 32,

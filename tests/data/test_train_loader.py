@@ -18,7 +18,7 @@ AUGMENT = AugmentSettings.from_hyp(dataclasses.replace(Hyp(), albumentations_p=0
 
 
 def _indices(loader) -> list[int]:
-    return [index for _, index in loader.sampler]
+    return loader.epoch_indices()
 
 
 def test_batches_have_one_shape_and_consistent_targets(tmp_path: Path) -> None:

@@ -1,0 +1,54 @@
+"""The training loader's one stream of batches across epochs: the workers run on into the next epoch, and what they
+give is what a fresh loader gives for that epoch (or from a batch inside it)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from detect.config import Hyp
+from detect.data import AugmentSettings, build_train_loader, load_data_config
+from tests.data.helpers import simple_dataset
+
+AUGMENT = AugmentSettings.from_hyp(dataclasses.replace(Hyp(), albumentations_p=0.0))
+
+
+def _epoch(loader, epoch: int, start_batch: int = 0) -> list[torch.Tensor]:
+    loader.set_epoch(epoch, start_batch)
+    return [batch.images for batch in loader]
+
+
+def test_consecutive_epochs_share_one_stream_and_match_a_fresh_loader(tmp_path):
+    config = load_data_config(simple_dataset(tmp_path, count=12))
+
+    def build():
+        return build_train_loader(config, AUGMENT, 64, 4, workers=2, seed=3, pin_memory=False)
+
+    running = build()
+    first = _epoch(running, 0)
+    stream = running._stream
+    second = _epoch(running, 1)
+    assert running._stream is stream  # no new iterator: the workers went on into epoch 1
+    fresh = build()
+    for expected, got in zip(_epoch(fresh, 1), second, strict=True):
+        assert torch.equal(expected, got)
+    assert not all(torch.equal(a, b) for a, b in zip(first, second))  # another epoch, another order
+
+
+def test_a_start_inside_the_epoch_gives_the_rest_of_that_epoch(tmp_path):
+    config = load_data_config(simple_dataset(tmp_path, count=12))
+    whole = _epoch(build_train_loader(config, AUGMENT, 64, 4, workers=0, seed=3, pin_memory=False), 2)
+    rest = _epoch(build_train_loader(config, AUGMENT, 64, 4, workers=2, seed=3, pin_memory=False), 2, start_batch=1)
+    assert len(whole) == 3 and len(rest) == 2
+    assert all(torch.equal(a, b) for a, b in zip(whole[1:], rest, strict=True))
+
+
+def test_a_stream_left_mid_epoch_starts_again_where_it_is_asked(tmp_path):
+    config = load_data_config(simple_dataset(tmp_path, count=12))
+    loader = build_train_loader(config, AUGMENT, 64, 4, workers=2, seed=3, pin_memory=False)
+    loader.set_epoch(0)
+    next(iter(loader))  # a stop after one batch
+    again = _epoch(loader, 0)
+    fresh = _epoch(build_train_loader(config, AUGMENT, 64, 4, workers=0, seed=3, pin_memory=False), 0)
+    assert all(torch.equal(a, b) for a, b in zip(fresh, again, strict=True))
