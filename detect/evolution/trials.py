@@ -1,7 +1,7 @@
 """The trials of a study: each one a short training run of its own hyp, until the study holds its number of trials.
 
 Several processes may run trials of one study at once. A trial counts once it completed or failed (a diverged or
-broken run). A trial cut short (Ctrl-C, a killed process) does not count: its hyp is queued again, so the study
+broken run). A trial cut short (Ctrl-C, SIGTERM, a killed process) does not count: its hyp is queued again, so the study
 still ends with exactly the asked number, none run twice.
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from detect.config import Hyp
-from detect.errors import UserError, one_line
+from detect.errors import Interrupted, UserError, one_line
 from detect.evolution.outputs import METRIC_COLUMNS, TrialRecord
 from detect.evolution.space import suggest_hyp
 from detect.training.settings import TrainSettings
@@ -85,16 +85,23 @@ class Objective:
         except KeyboardInterrupt:
             self.study.enqueue_trial(trial.params)  # cut short: the same hyp runs again on a restart
             raise
+        except Interrupted as stopped:  # a signal stopped the run (the Trainer saved it): the study stops too
+            signal_number = stopped.exit_code - 128
         except Exception as error:  # noqa: BLE001 (a diverged or broken run fails this trial; the study goes on)
             trial.set_user_attr("seconds", time.monotonic() - began)
             trial.set_user_attr("error", one_line(error))
             LOGGER.warning("evolve trial %d failed in %.1f s: %s", trial.number, time.monotonic() - began,
                            one_line(error))
             return math.nan  # Optuna stores a NaN objective as a FAIL trial
-        trial.set_user_attr("seconds", time.monotonic() - began)
-        LOGGER.info("evolve trial %d: fitness %.5f in %.1f s (%s)", trial.number, fitness,
-                    time.monotonic() - began, hyp_path)
-        return fitness
+        else:
+            trial.set_user_attr("seconds", time.monotonic() - began)
+            LOGGER.info("evolve trial %d: fitness %.5f in %.1f s (%s)", trial.number, fitness,
+                        time.monotonic() - began, hyp_path)
+            return fitness
+        # Raised outside the handler, so that it does not carry the stopped run's frames (and loader workers) along.
+        self.study.enqueue_trial(trial.params)
+        raise Interrupted(f"evolve stopped during trial {trial.number}; the same command continues the study in "
+                          f"{self.folder}", signal_number)
 
     def _claim(self, trial: Any) -> None:
         """Prune this trial when `total` others already count or started before it (another process won the race);

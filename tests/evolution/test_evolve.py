@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import signal
 import subprocess
 import sys
 import textwrap
@@ -15,8 +16,9 @@ from types import SimpleNamespace
 import pytest
 
 from detect.config import load_hyp
-from detect.errors import UserError
+from detect.errors import Interrupted, UserError
 from detect.evolution import evolve
+from detect.evolution import study as study_module
 from detect.evolution import trials as trials_module
 from detect.training.settings import TrainSettings
 from tests.training.helpers import tiny_dataset
@@ -86,12 +88,15 @@ def test_a_failed_trial_is_failed_and_the_study_goes_on(data, tmp_path, monkeypa
     assert study.trials[1].state == optuna.trial.TrialState.FAIL
 
 
-def test_an_interrupted_study_continues_to_its_number_of_trials(data, tmp_path, monkeypatch):
-    stand_in = StandIn({2: KeyboardInterrupt()})
+@pytest.mark.parametrize("stop", [KeyboardInterrupt(), Interrupted("stopped at epoch 1", signal.SIGTERM)])
+def test_an_interrupted_study_continues_to_its_number_of_trials(data, tmp_path, monkeypatch, stop):
+    stand_in = StandIn({2: stop})
     monkeypatch.setattr(trials_module, "Trainer", stand_in)
     settings = settings_for(data, tmp_path)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(type(stop)) as stopped:
         evolve(settings, 4)
+    if isinstance(stop, Interrupted):  # the Trainer's signal stop: the study stops with the same exit code
+        assert "evolve stopped during trial 2" in str(stopped.value) and stopped.value.exit_code == 143
     cut_short = load_hyp(stand_in.calls[2].hyp)
     result = evolve(settings, 4)
     hyps = [load_hyp(settings.hyp) for settings in stand_in.calls]
@@ -156,3 +161,34 @@ def test_two_processes_share_one_study_and_run_each_trial_once(data, tmp_path):
     assert [row["trial"] for row in table] == ["0", "1", "2", "3", "4", "5"]  # none lost, none extra
     assert len({row["lr0"] for row in table}) == 6  # none run twice
     assert len({row["worker"] for row in table}) == 2  # both processes ran trials
+
+
+def test_the_trial_of_a_killed_process_runs_again(data, tmp_path, monkeypatch):
+    # A process dies (kill -9) during its first trial, the start hyp; once its heartbeat is 2 s stale, the next
+    # process fails that trial and runs its hyp again: the study holds 2 trials, one of them the start hyp.
+    script = textwrap.dedent(f"""
+        from detect.evolution import evolve, study, trials
+        from detect.training.settings import TrainSettings
+        from tests.evolution.test_evolve import StandIn
+        study.HEARTBEAT_SECONDS, study.GRACE_SECONDS = 1, 2
+        trials.Trainer = StandIn(delay=600)
+        evolve(TrainSettings(cfg="yolov5n.yaml", data={str(data)!r}, imgsz=64, epochs=1, batch_size=4, workers=0,
+                             device="cpu", project={str(tmp_path)!r}, name="study", progress=False), 2)
+    """)
+    process = subprocess.Popen([sys.executable, "-c", script], cwd=REPO)
+    database = f"sqlite:///{tmp_path / 'study' / 'study.db'}"
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "study" / "trial0" / "hyp.yaml").is_file() and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        process.kill()
+        process.wait()
+    monkeypatch.setattr(study_module, "GRACE_SECONDS", 2)
+    monkeypatch.setattr(trials_module, "Trainer", StandIn())
+    result = evolve(settings_for(data, tmp_path), 2)
+    table = rows(result.folder)
+    assert result.trials == 2 and [row["trial"] for row in table] == ["1", "2"]  # one of them: trial 0 again
+    assert load_hyp("scratch-low.yaml").lr0 in [float(row["lr0"]) for row in table]
+    states = [trial.state for trial in optuna.load_study(study_name="study", storage=database).trials]
+    assert states[0] == optuna.trial.TrialState.FAIL
