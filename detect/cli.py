@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import io
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -122,7 +123,17 @@ def run(main: Callable[[], int | None]) -> int:
         return 2
     except Interrupted as stopped:
         print(stopped, file=sys.stderr)
+        _end_at_once_on_ctrl_c()
         return stopped.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
+        _end_at_once_on_ctrl_c()
         return 128 + signal.SIGINT
+
+
+def _end_at_once_on_ctrl_c() -> None:
+    """After a stop the process only winds down (loader workers, torch's exit hooks): a Ctrl-C then ends it at once
+    with 130, where Python would raise KeyboardInterrupt inside those hooks and print their traceback."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    signal.signal(signal.SIGINT, lambda number, _frame: os._exit(128 + number))

@@ -1,8 +1,12 @@
-"""The shared CLI pieces: range-checked flag types, and one-line argparse errors with exit code 2 in every CLI."""
+"""The shared CLI pieces: range-checked flag types, one-line argparse errors with exit code 2 in every CLI, and the
+end of a run stopped by a signal."""
 
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -63,3 +67,18 @@ def test_a_user_error_from_a_loader_worker_is_still_one_line(capsys) -> None:
     loader = torch.utils.data.DataLoader(_Unreadable(), num_workers=1)
     assert cli.run(lambda: list(loader)) == 2
     assert capsys.readouterr().err == "error: 10 images in a row could not be read (the last: x.jpg)\n"
+
+
+def test_a_ctrl_c_while_a_stopped_run_winds_down_ends_it_at_once() -> None:
+    # The stop's Ctrl-C has come and gone; another one arrives in an exit hook (where torch's own hooks run).
+    script = ("import atexit, os, signal, time\n"
+              "from detect import cli\n"
+              "from detect.errors import Interrupted\n"
+              "def stopped():\n"
+              "    raise Interrupted('stopped at epoch 1, batch 2/4', signal.SIGINT)\n"
+              "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(30)))\n"
+              "raise SystemExit(cli.run(stopped))\n")
+    began = time.monotonic()
+    finished = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60)
+    assert finished.returncode == 130 and time.monotonic() - began < 20, finished.stderr
+    assert finished.stderr.strip() == "stopped at epoch 1, batch 2/4"

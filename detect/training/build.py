@@ -235,14 +235,16 @@ def build_run(settings: TrainSettings, context: DistContext, resume: bool | str 
     """Everything a run needs, in order; bad settings and yamls stop before the run folder (and, where this rank can
     tell alone, before the process group)."""
     overrides, phases = resume_overrides or {}, PhaseTimes()
-    point = find_resume_point(settings, context, resume, overrides)
+    point = find_resume_point(settings, context, resume, overrides) if resume else None
     check_batch_size(point.settings if point else settings, context)  # a bad flag must not leave ranks waiting
     source = None if resume else ModelSource.read(settings)
     backend = select_backend(point.settings if point else settings, context)
     if settings.sync_bn and backend.device.type == "cpu":
         raise UserError("--sync-bn needs GPUs or NPUs: torch's SyncBatchNorm does not run on the CPU")
     backend.set_device()
-    init_process_group(context, backend.distributed_backend, settings.dist_timeout)
+    context = init_process_group(context, backend.distributed_backend, settings.dist_timeout)
+    if not resume:  # after an elastic restart this job's last.pt; the ranks know the job's restart count only now
+        point = find_resume_point(settings, context, resume, overrides)
     point, context = share_resume_point(point, context, resume, overrides)
     if point is not None:
         settings = point.settings

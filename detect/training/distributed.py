@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import os
+import time
+import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -23,7 +26,8 @@ T = TypeVar("T")
 
 @dataclasses.dataclass(frozen=True)
 class DistContext:
-    """Where this process stands in the job: global rank, world size, rank on this node, restart count."""
+    """Where this process stands in the job: global rank, world size, rank on this node, the job's restart count
+    (after init_process_group: the one all ranks agree on)."""
 
     rank: int = 0
     world_size: int = 1
@@ -59,14 +63,11 @@ class DistContext:
 
 
 def init_process_group(context: DistContext, backend_name: str, timeout_s: float,
-                       environ: Mapping[str, str] = os.environ) -> None:
+                       environ: Mapping[str, str] = os.environ) -> DistContext:
     """Join the job's process group through torchrun's MASTER_ADDR:MASTER_PORT store; nothing at world size 1.
-
-    Each torchrun restart gets its own key prefix: the store can outlive a restart, and a rank that read the dead
-    attempt's peer addresses from it would try to connect to them (seen with torch 2.14's --standalone rendezvous).
-    """
+    Returns the context with the job's restart count, which every rank agrees on (join_attempt)."""
     if not context.distributed:
-        return
+        return context
     try:
         host, port = environ["MASTER_ADDR"], int(environ["MASTER_PORT"])
     except (KeyError, ValueError):
@@ -75,9 +76,42 @@ def init_process_group(context: DistContext, backend_name: str, timeout_s: float
     agent_hosts_store = environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     store = dist.TCPStore(host, port, context.world_size, is_master=context.rank == 0 and not agent_hosts_store,
                           timeout=timeout)
-    store = dist.PrefixStore(f"detect/restart{context.restart_count}", store)
-    dist.init_process_group(backend=backend_name, store=store, rank=context.rank, world_size=context.world_size,
-                            timeout=timeout)
+    attempt, restarts = join_attempt(store, context, timeout)
+    dist.init_process_group(backend=backend_name, store=dist.PrefixStore(f"detect/{attempt}/", store),
+                            rank=context.rank, world_size=context.world_size, timeout=timeout)
+    return dataclasses.replace(context, restart_count=restarts)
+
+
+def join_attempt(store: dist.Store, context: DistContext, timeout: datetime.timedelta) -> tuple[str, int]:
+    """A name for this attempt of the job (its store keys' prefix) and the job's restart count, the same on every rank.
+
+    torchrun's agent store outlives a restart, and a rank that read the dead attempt's keys (its peers' addresses)
+    would try to connect to them; TORCHELASTIC_RESTART_COUNT counts only the restarts this node's own workers caused
+    (a node restarted for another node's failure keeps 0). So rank 0 names each attempt afresh, counts its starts
+    in the store, and answers every rank's one-time nonce under that name; a rank that read a dead attempt's name
+    gets no answer and reads the name again.
+    """
+    if context.rank == 0:
+        attempt, starts = uuid.uuid4().hex, store.add("detect/starts", 1)
+        store.set("detect/attempt", attempt)
+        joined = [f"detect/{attempt}/joined/{rank}" for rank in range(1, context.world_size)]
+        store.wait(joined, timeout)
+        reports = [json.loads(store.get(key)) for key in joined]
+        restarts = max([starts - 1, context.restart_count, *(report["restarts"] for report in reports)])
+        for report in reports:
+            store.set(f"detect/{attempt}/answer/{report['nonce']}", str(restarts))
+        return attempt, restarts
+    nonce, deadline = uuid.uuid4().hex, time.monotonic() + timeout.total_seconds()
+    while time.monotonic() < deadline:
+        attempt = store.get("detect/attempt").decode()
+        store.set(f"detect/{attempt}/joined/{context.rank}",
+                  json.dumps({"nonce": nonce, "restarts": context.restart_count}))
+        answer = f"detect/{attempt}/answer/{nonce}"
+        for _ in range(20):  # 2 s for rank 0 to answer, then read the attempt's name again
+            if store.check([answer]):
+                return attempt, int(store.get(answer))
+            time.sleep(0.1)
+    raise dist.DistStoreError(f"rank {context.rank}: rank 0 did not answer within {timeout}")
 
 
 def destroy_process_group(context: DistContext) -> None:
