@@ -60,7 +60,7 @@ def worker_pid(launcher: subprocess.Popen) -> int:
 
 
 def finish(nodes) -> list[str]:
-    outputs = [launcher.communicate(timeout=600)[0] for _, launcher in nodes]
+    outputs = [launcher.communicate(timeout=300)[0] for _, launcher in nodes]
     for (_, launcher), output in zip(nodes, outputs):
         assert launcher.returncode == 0, output[-3000:]
     return outputs
