@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -34,7 +35,7 @@ class Sample:
 
 @dataclasses.dataclass
 class Batch:
-    """images (B, 3, H, W) uint8 RGB; targets (T, 6) [batch_index, cls, cx, cy, w, h] normalised;
+    """images (B, 3, H, W) uint8 RGB (channels-last in memory: stack_images); targets (T, 6) [batch_index, cls, cx, cy, w, h] normalised;
     padded_targets (B, M, 5) [cls, cx, cy, w, h] with cls -1 on padding rows; target_counts (B,) int64;
     problems: the samples' problem lines in order; unusable_ids: image ids of placeholders, not to be scored."""
 
@@ -58,9 +59,27 @@ class Batch:
         return self.images.shape[0]
 
 
+def stack_images(images: Sequence[np.ndarray]) -> torch.Tensor:
+    """(B, 3, H, W) uint8 from B (3, H, W) images, stored channels-last: each image's (H, W, 3) pixels go straight
+    into their slot (one memcpy for to_network_layout's views), and in a DataLoader worker the batch is made in
+    shared memory, so that handing it to the main process copies nothing. The CPU's channels-last model reads
+    this layout as it is."""
+    channels, height, width = images[0].shape
+    shape = (len(images), height, width, channels)
+    if torch.utils.data.get_worker_info() is not None:
+        storage = torch.UntypedStorage._new_shared(math.prod(shape))  # as torch's default_collate does
+        buffer = torch.empty(0, dtype=torch.uint8).set_(storage).view(shape)
+    else:
+        buffer = torch.empty(shape, dtype=torch.uint8)
+    slots = buffer.numpy()
+    for slot, image in zip(slots, images):
+        np.copyto(slot, image.transpose(1, 2, 0))
+    return buffer.permute(0, 3, 1, 2)
+
+
 def collate(samples: list[Sample]) -> Batch:
     """Stack samples into a Batch; all images of a batch have the same shape."""
-    images = torch.from_numpy(np.stack([sample.image for sample in samples]))
+    images = stack_images([sample.image for sample in samples])
     counts = [len(sample.labels) for sample in samples]
     rows = max(TARGET_BUCKET, math.ceil(max(counts, default=0) / TARGET_BUCKET) * TARGET_BUCKET)
     padded = torch.zeros((len(samples), rows, 5), dtype=torch.float32)

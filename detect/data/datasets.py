@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+import cv2
 import numpy as np
 import torch
 
@@ -43,8 +44,9 @@ def _reordered(cached: ImageStore | None, order: np.ndarray) -> ImageStore | Non
 
 
 def to_network_layout(image: np.ndarray) -> np.ndarray:
-    """(h, w, 3) BGR -> (3, h, w) RGB, contiguous."""
-    return np.ascontiguousarray(image[:, :, ::-1].transpose(2, 0, 1))
+    """(h, w, 3) BGR -> (3, h, w) RGB: a view of contiguous (h, w, 3) RGB pixels, which stack_images copies into
+    its batch in one pass."""
+    return cv2.cvtColor(image, cv2.COLOR_BGR2RGB).transpose(2, 0, 1)
 
 
 class TrainDataset(torch.utils.data.Dataset):

@@ -15,9 +15,11 @@ MULTI_SCALES = (0.5, 0.75, 1.0, 1.25, 1.5)
 
 
 class ResizeBackend(Protocol):
-    """What this module needs from detect.backend: the device, a host->device copy, a batched resize."""
+    """What this module needs from detect.backend: the device, its memory format, a host->device copy, a batched
+    resize."""
 
     device: torch.device
+    channels_last: bool
 
     def to_device(self, tensor: torch.Tensor, non_blocking: bool = True) -> torch.Tensor: ...
 
@@ -51,8 +53,8 @@ def to_device_batch(batch: Batch, backend: ResizeBackend, size: int | tuple[int,
 
     Targets are normalised to the image, so resizing the image leaves them unchanged; only their device moves.
     """
-    images = backend.to_device(batch.images, non_blocking=True)
-    images = images.float() / 255
+    memory_format = torch.channels_last if backend.channels_last else torch.contiguous_format
+    images = backend.to_device(batch.images, non_blocking=True).to(torch.float32, memory_format=memory_format) / 255
     if size is not None:
         target = (size, size) if isinstance(size, int) else tuple(size)
         if tuple(images.shape[2:]) != target:

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from detect import backend as backends
+from detect.data.batch import stack_images
 from detect.data.datasets import to_network_layout
 from detect.data.images.letterbox import LetterboxInfo, boxes_to_original, letterbox
 from detect.data.images.load import read_failure
@@ -127,7 +128,7 @@ class Detector:
             fitted, ratio, pad = letterbox(array, shape, scale_up=True)
             batch.append(to_network_layout(fitted))
             infos.append(LetterboxInfo(original=array.shape[:2], gain=ratio, pad=pad))
-        tensor = self.backend.to_device(torch.from_numpy(np.stack(batch))).float() / 255
+        tensor = self.backend.to_device(stack_images(batch)).float() / 255
         settings = self.settings
         # One label per box (multi_label off), as yolov5's detect.py; validation keeps every label above conf.
         found = non_max_suppression(self.model(tensor), settings.conf_threshold, settings.iou_threshold,

@@ -81,7 +81,7 @@ class OnnxInference:
         if self.fixed_shape is not None and tuple(images.shape[2:]) != self.fixed_shape:
             raise UserError(f"{self.path} takes {self.fixed_shape[0]}x{self.fixed_shape[1]} images only, "
                             f"got {images.shape[2]}x{images.shape[3]}")
-        array = images.detach().cpu().numpy().astype(self.input_type, copy=False)
+        array = np.ascontiguousarray(images.detach().cpu().numpy(), dtype=self.input_type)
         step = self.batch or len(array)
         outputs = []
         for start in range(0, len(array), step):

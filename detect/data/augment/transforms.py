@@ -73,18 +73,15 @@ def random_warp(image: np.ndarray, labels: np.ndarray, rng: np.random.Generator,
 
 
 def hsv_jitter(image: np.ndarray, rng: np.random.Generator, hue: float, saturation: float, value: float) -> np.ndarray:
-    """Random HSV gains in [1-g, 1+g] (hyp hsv_h, hsv_s, hsv_v), through lookup tables; returns a new image."""
+    """Random HSV gains in [1-g, 1+g] (hyp hsv_h, hsv_s, hsv_v), through one 3-channel lookup table; a new image."""
     if not (hue or saturation or value):
         return image
     gains = rng.uniform(-1, 1, 3) * [hue, saturation, value] + 1
-    hue_channel, saturation_channel, value_channel = cv2.split(cv2.cvtColor(image, cv2.COLOR_BGR2HSV))
     levels = np.arange(256, dtype=np.float64)
-    hue_table = ((levels * gains[0]) % 180).astype(np.uint8)
-    saturation_table = np.clip(levels * gains[1], 0, 255).astype(np.uint8)
-    value_table = np.clip(levels * gains[2], 0, 255).astype(np.uint8)
-    merged = cv2.merge((cv2.LUT(hue_channel, hue_table), cv2.LUT(saturation_channel, saturation_table),
-                        cv2.LUT(value_channel, value_table)))
-    return cv2.cvtColor(merged, cv2.COLOR_HSV2BGR)
+    table = np.stack([(levels * gains[0]) % 180, np.clip(levels * gains[1], 0, 255),
+                      np.clip(levels * gains[2], 0, 255)], axis=-1).astype(np.uint8)
+    hsv = cv2.LUT(cv2.cvtColor(image, cv2.COLOR_BGR2HSV), table[:, None, :])
+    return cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR, dst=hsv)
 
 
 def flip(image: np.ndarray, labels: np.ndarray, horizontal: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -93,9 +90,9 @@ def flip(image: np.ndarray, labels: np.ndarray, horizontal: bool) -> tuple[np.nd
     labels = labels.copy()
     if horizontal:
         labels[:, [1, 3]] = width - labels[:, [3, 1]]
-        return np.ascontiguousarray(image[:, ::-1]), labels
-    labels[:, [2, 4]] = height - labels[:, [4, 2]]
-    return np.ascontiguousarray(image[::-1]), labels
+    else:
+        labels[:, [2, 4]] = height - labels[:, [4, 2]]
+    return cv2.flip(image, 1 if horizontal else 0), labels
 
 
 def mixup(first: tuple[np.ndarray, np.ndarray], second: tuple[np.ndarray, np.ndarray],
