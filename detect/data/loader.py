@@ -3,8 +3,10 @@ fixed batch shapes."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -76,6 +78,8 @@ class Loader:
         if self._stream is None or self._position != wanted:  # the stream is elsewhere: start it there
             self.sampler.start(*wanted)
             self._stream = iter(self.loader)
+            if self.loader.num_workers > 0:
+                _OPEN_STREAMS.add(self._stream)
         return self._epoch_batches(*wanted)
 
     def _epoch_batches(self, epoch: int, start: int) -> Iterator[Batch]:
@@ -86,6 +90,17 @@ class Loader:
 
     def __len__(self) -> int:
         return len(self.loader)
+
+
+# The training streams whose workers may still run: they ignore SIGTERM (below), which is how multiprocessing ends
+# a process's workers at exit, so a stream still open then would leave the exit waiting for them forever.
+_OPEN_STREAMS: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register  # registered after multiprocessing's own exit hook (torch imports it first), so it runs before
+def _end_open_streams() -> None:
+    for stream in list(_OPEN_STREAMS):
+        stream._shutdown_workers()  # what the DataLoader iterator does when it is deleted
 
 
 def _ignore_stop_signals(_worker_id: int) -> None:

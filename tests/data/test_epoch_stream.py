@@ -4,6 +4,9 @@ give is what a fresh loader gives for that epoch (or from a batch inside it)."""
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
+import textwrap
 
 import torch
 
@@ -52,3 +55,20 @@ def test_a_stream_left_mid_epoch_starts_again_where_it_is_asked(tmp_path):
     again = _epoch(loader, 0)
     fresh = _epoch(build_train_loader(config, AUGMENT, 64, 4, workers=0, seed=3, pin_memory=False), 0)
     assert all(torch.equal(a, b) for a, b in zip(fresh, again, strict=True))
+
+
+def test_a_process_with_a_stream_left_open_exits(tmp_path):
+    # Its workers ignore SIGTERM (a scheduler's stop is the main process's to handle), so the exit ends them itself.
+    data = simple_dataset(tmp_path, count=12)
+    script = textwrap.dedent(f"""
+        from detect.config import Hyp
+        from detect.data import AugmentSettings, build_train_loader, load_data_config
+        loader = build_train_loader(load_data_config({str(data)!r}), AugmentSettings.from_hyp(Hyp()), 64, 4,
+                                    workers=2, seed=0, pin_memory=False)
+        loader.set_epoch(0)
+        next(iter(loader))
+        keep = [loader, loader]  # kept alive until the interpreter exits
+    """)
+    finished = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True,
+                              timeout=60)
+    assert finished.returncode == 0, finished.stderr
