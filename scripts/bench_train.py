@@ -38,8 +38,8 @@ class FirstBatches:
     def __init__(self, loader, count: int) -> None:
         self.loader, self.count = loader, count
 
-    def set_epoch(self, epoch: int) -> None:
-        self.loader.set_epoch(epoch)
+    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
+        self.loader.set_epoch(epoch, start_batch)
 
     def __iter__(self):
         return itertools.islice(iter(self.loader), self.count)
