@@ -35,9 +35,10 @@ class Sample:
 
 @dataclasses.dataclass
 class Batch:
-    """images (B, 3, H, W) uint8 RGB (channels-last in memory: stack_images); targets (T, 6) [batch_index, cls, cx, cy, w, h] normalised;
-    padded_targets (B, M, 5) [cls, cx, cy, w, h] with cls -1 on padding rows; target_counts (B,) int64;
-    problems: the samples' problem lines in order; unusable_ids: image ids of placeholders, not to be scored."""
+    """images (B, 3, H, W) uint8 RGB, channels-last in memory (stack_images); targets (T, 6) [batch_index, cls,
+    cx, cy, w, h] normalised; padded_targets (B, M, 5) [cls, cx, cy, w, h] with cls -1 on padding rows;
+    target_counts (B,) int64; problems: the samples' problem lines in order; unusable_ids: image ids of
+    placeholders, not to be scored."""
 
     images: torch.Tensor
     targets: torch.Tensor

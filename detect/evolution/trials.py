@@ -1,8 +1,8 @@
 """The trials of a study: each one a short training run of its own hyp, until the study holds its number of trials.
 
 Several processes may run trials of one study at once. A trial counts once it completed or failed (a diverged or
-broken run). A trial cut short (Ctrl-C, SIGTERM, a killed process) does not count: its hyp is queued again, so the study
-still ends with exactly the asked number, none run twice.
+broken run). A trial cut short (Ctrl-C, SIGTERM, a killed process) does not count: its hyp is queued again, so the
+study still ends with exactly the asked number, none run twice.
 """
 
 from __future__ import annotations
