@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib.util
 import platform
 import random
 from dataclasses import dataclass
@@ -13,7 +15,6 @@ from typing import ClassVar
 import numpy as np
 import torch
 import torch.nn.functional as F
-import torchvision
 
 from detect.backend.profiler import ProfileSchedule
 from detect.errors import UserError
@@ -25,6 +26,26 @@ AMP_DTYPES: dict[str, torch.dtype] = {
     "bf16": torch.bfloat16,
     "bfloat16": torch.bfloat16,
 }
+
+
+@functools.cache
+def _torchvision_nms():
+    """torchvision's compiled nms without its Python package: `import torchvision` took 2.4 s here (2026-12-03; 2.0 s
+    of it torch._dynamo, which its ops import), a fifth of a coco128 val's wall time, for one kernel. Loading its
+    kernel library registers torch.ops.torchvision.nms (what torchvision.ops.nms calls); where that library cannot
+    be found or loaded, the package's nms."""
+    spec = importlib.util.find_spec("torchvision")
+    folder = Path(spec.origin).parent if spec is not None and spec.origin else None
+    for library in sorted(folder.glob("_C*")) if folder else ():
+        if library.suffix in (".so", ".pyd"):
+            try:
+                torch.ops.load_library(str(library))
+                return torch.ops.torchvision.nms
+            except (OSError, RuntimeError, AttributeError):
+                continue
+    import torchvision
+
+    return torchvision.ops.nms
 
 
 class BackendUnavailable(UserError):
@@ -171,7 +192,7 @@ class Backend:
 
     def nms(self, boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torch.Tensor:
         """Indices (int64, decreasing score) kept by NMS of (N, 4) xyxy boxes with (N,) scores."""
-        return torchvision.ops.nms(boxes, scores, iou_threshold)
+        return _torchvision_nms()(boxes, scores, iou_threshold)
 
 
 
