@@ -122,6 +122,16 @@ def test_import_does_no_device_work():
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
+def test_a_cli_starts_without_torchvisions_package_or_matplotlib():
+    # Both take seconds to import (README, Inference); the NMS kernel comes from torchvision's library alone.
+    code = ("import sys, torch, detect.val, detect.train, detect.predict; from detect.backend import select; "
+            "boxes = torch.tensor([[0., 0., 10., 10.], [1., 1., 10., 10.], [20., 20., 30., 30.]]); "
+            "kept = select('cpu').nms(boxes, torch.tensor([0.9, 0.8, 0.7]), 0.5); "
+            "assert kept.tolist() == [0, 2], kept; "
+            "assert 'torchvision' not in sys.modules and 'matplotlib' not in sys.modules, sorted(sys.modules)")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
 def test_spec_help_names_every_kind():
     for kind in ("auto", "cpu", "cuda", "npu"):
         assert kind in detect.backend.SPEC_HELP
