@@ -129,6 +129,23 @@ def run(main: Callable[[], int | None]) -> int:
         print("interrupted", file=sys.stderr)
         _end_at_once_on_ctrl_c()
         return 128 + signal.SIGINT
+    except Exception as error:
+        if not _after_ctrl_c(error):
+            raise
+        print("interrupted", file=sys.stderr)  # clean-up that the Ctrl-C cut short failed in turn (torch.save's)
+        _end_at_once_on_ctrl_c()
+        return 128 + signal.SIGINT
+
+
+def _after_ctrl_c(error: BaseException) -> bool:
+    """Whether `error` was raised while a KeyboardInterrupt was being handled (anywhere down its chain)."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        seen.add(id(error))
+        error = error.__context__
+    return False
 
 
 def _end_at_once_on_ctrl_c() -> None:

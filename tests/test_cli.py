@@ -4,6 +4,7 @@ end of a run stopped by a signal."""
 from __future__ import annotations
 
 import argparse
+import signal
 import subprocess
 import sys
 import time
@@ -82,3 +83,21 @@ def test_a_ctrl_c_while_a_stopped_run_winds_down_ends_it_at_once() -> None:
     finished = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60)
     assert finished.returncode == 130 and time.monotonic() - began < 20, finished.stderr
     assert finished.stderr.strip() == "stopped at epoch 1, batch 2/4"
+
+
+def test_an_error_raised_while_a_ctrl_c_unwinds_is_still_an_interrupt(capsys) -> None:
+    # A Ctrl-C inside torch.save: its zip writer then fails on closing, and that error carries the interrupt along.
+    def saving() -> None:
+        try:
+            raise KeyboardInterrupt
+        finally:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos")
+
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        assert cli.run(saving) == 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert capsys.readouterr().err.strip() == "interrupted"
+    with pytest.raises(RuntimeError):
+        cli.run(lambda: (_ for _ in ()).throw(RuntimeError("a plain failure")))
