@@ -61,8 +61,10 @@ def worker_pid(launcher: subprocess.Popen) -> int:
 
 def finish(nodes) -> list[str]:
     outputs = [launcher.communicate(timeout=300)[0] for _, launcher in nodes]
-    for (_, launcher), output in zip(nodes, outputs):
-        assert launcher.returncode == 0, output[-3000:]
+    codes = [launcher.returncode for _, launcher in nodes]
+    # Both nodes' tails: when one node fails, the other often only reports that the rendezvous store went away.
+    assert codes == [0, 0], "\n".join(f"node {rank}, exit {code}:\n{output[-2500:]}"
+                                       for rank, (code, output) in enumerate(zip(codes, outputs)))
     return outputs
 
 
