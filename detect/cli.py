@@ -125,20 +125,16 @@ def run(main: Callable[[], int | None]) -> int:
         print(stopped, file=sys.stderr)
         _end_at_once_on_ctrl_c()
         return stopped.exit_code
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        _end_at_once_on_ctrl_c()
-        return 128 + signal.SIGINT
-    except Exception as error:
+    except (KeyboardInterrupt, Exception) as error:  # also clean-up that a Ctrl-C cut short failing in turn
         if not _after_ctrl_c(error):
             raise
-        print("interrupted", file=sys.stderr)  # clean-up that the Ctrl-C cut short failed in turn (torch.save's)
+        print("interrupted", file=sys.stderr)
         _end_at_once_on_ctrl_c()
         return 128 + signal.SIGINT
 
 
 def _after_ctrl_c(error: BaseException) -> bool:
-    """Whether `error` was raised while a KeyboardInterrupt was being handled (anywhere down its chain)."""
+    """Whether `error` is a KeyboardInterrupt or was raised while one was handled (anywhere down its chain)."""
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
         if isinstance(error, KeyboardInterrupt):

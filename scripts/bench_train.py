@@ -52,8 +52,6 @@ def model_only(step: Step, batch, steps: int, accumulate: int) -> float:
     """Images per second of forward + loss + backward (+ optimizer every `accumulate`) on one device batch."""
     device_batch = to_device_batch(batch, step.backend)
     images = device_batch.images
-    if step.backend.channels_last:
-        images = images.contiguous(memory_format=torch.channels_last)
     step.backend.synchronize()
     started = time.perf_counter()
     for index in range(steps):

@@ -49,16 +49,17 @@ def pick_size(sizes: tuple[int, ...], seed: int, step: int) -> int:
 
 
 def to_device_batch(batch: Batch, backend: ResizeBackend, size: int | tuple[int, int] | None = None) -> DeviceBatch:
-    """Copy (uint8, so 4x fewer bytes), convert to float [0, 1], resize the whole batch if `size` differs.
+    """Copy (uint8, so 4x fewer bytes), convert to float [0, 1], resize the whole batch if `size` differs, in the
+    backend's memory format (channels-last on the CPU, which the host batch already is: no copy there).
 
     Targets are normalised to the image, so resizing the image leaves them unchanged; only their device moves.
     """
-    memory_format = torch.channels_last if backend.channels_last else torch.contiguous_format
-    images = backend.to_device(batch.images, non_blocking=True).to(torch.float32, memory_format=memory_format) / 255
+    images = backend.to_device(batch.images, non_blocking=True).float() / 255
     if size is not None:
         target = (size, size) if isinstance(size, int) else tuple(size)
         if tuple(images.shape[2:]) != target:
             images = backend.resize(images, target)
+    images = images.contiguous(memory_format=torch.channels_last if backend.channels_last else torch.contiguous_format)
     return DeviceBatch(
         images=images,
         targets=backend.to_device(batch.targets, non_blocking=True),

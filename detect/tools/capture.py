@@ -76,8 +76,8 @@ def capture(model: DetectionModel, batch: Batch, backend: backends.Backend, imgs
     statistics, as in training) or eval mode (running statistics, as in validation)."""
     model = copy.deepcopy(model).to(backend.device).train(train)
     images = to_device_batch(batch, backend).images
-    if backend.channels_last:
-        model, images = model.to(memory_format=torch.channels_last), images.contiguous(memory_format=torch.channels_last)
+    if backend.channels_last:  # to_device_batch gave the images in this format
+        model = model.to(memory_format=torch.channels_last)
     targets = backend.to_device(batch.padded_targets)
     criterion = build_criterion(model, imgsz)
     outputs: dict[int, torch.Tensor] = {}

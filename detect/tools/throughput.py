@@ -34,10 +34,7 @@ class Measurement:
 
 def _device_images(batch: Batch, backend: backends.Backend) -> tuple[torch.Tensor, torch.Tensor]:
     device_batch = to_device_batch(batch, backend)
-    images = device_batch.images
-    if backend.channels_last:
-        images = images.contiguous(memory_format=torch.channels_last)
-    return images, device_batch.padded_targets
+    return device_batch.images, device_batch.padded_targets
 
 
 def _prepared(model: DetectionModel, backend: backends.Backend) -> DetectionModel:

@@ -108,8 +108,6 @@ def _forward_backward(step: Step, batch: Batch, size: int | None, sync: bool,
     whether any rank asks to stop, whether rank 0 asks to save)."""
     device_batch = to_device_batch(batch, step.backend, size)
     images = device_batch.images
-    if step.backend.channels_last:
-        images = images.contiguous(memory_format=torch.channels_last)
     # Gradients are all-reduced only on the micro-step that ends an accumulation (DDP no_sync before it).
     no_sync = step.context.distributed and not sync
     with step.model.no_sync() if no_sync else contextlib.nullcontext():
