@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 from tests.data.helpers import write_sample, write_yaml
@@ -22,3 +23,20 @@ def train_args(data: Path, project: Path, *extra: str, epochs: int = 2) -> list[
     return ["--cfg", "yolov5n.yaml", "--data", str(data), "--imgsz", "64", "--batch-size", "4",
             "--epochs", str(epochs), "--workers", "0", "--device", "cpu", "--project", str(project),
             "--no-progress", *extra]
+
+
+def worker_pid(launcher: subprocess.Popen, setting: str) -> int:
+    """The pid of the worker process that torchrun `launcher` started with `setting` in its environment
+    ("RANK=1", "LOCAL_RANK=0")."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        if parent == launcher.pid and setting.encode() in environ:
+            return int(entry.name)
+    raise AssertionError(f"no worker with {setting} under torchrun pid {launcher.pid}")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from detect.models.checkpoint import load_checkpoint
-from tests.training.helpers import tiny_dataset, train_args
+from tests.training.helpers import tiny_dataset, train_args, worker_pid
 
 pytestmark = pytest.mark.slow
 
@@ -32,22 +32,6 @@ def torchrun(args: list[str], max_restarts: int = 0) -> subprocess.Popen:
     environ = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environ,
                             cwd=Path(__file__).resolve().parents[2])
-
-
-def rank_pid(launcher: subprocess.Popen, rank: int) -> int:
-    """The pid of the worker process with RANK=rank started by `launcher`."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
-        if parent == launcher.pid and f"RANK={rank}".encode() in environ:
-            return int(entry.name)
-    raise AssertionError(f"no rank {rank} under torchrun pid {launcher.pid}")
 
 
 def wait_for(path: Path, launcher: subprocess.Popen, timeout: float = 120) -> None:
@@ -80,7 +64,7 @@ def test_two_ranks_train_one_run_and_score_the_whole_val_set(data, tmp_path):
 def test_a_dead_rank_ends_the_job_and_is_named(data, tmp_path):
     launcher = torchrun(train_args(data, tmp_path, "--noval", epochs=500))
     wait_for(tmp_path / "exp" / "weights" / "last.pt", launcher)
-    os.kill(rank_pid(launcher, 1), signal.SIGKILL)
+    os.kill(worker_pid(launcher, "RANK=1"), signal.SIGKILL)
     started = time.monotonic()
     output = launcher.communicate(timeout=120)[0]
     assert time.monotonic() - started < 60
@@ -93,7 +77,7 @@ def test_an_elastic_restart_resumes_from_last_checkpoint(data, tmp_path):
     epochs = 8
     launcher = torchrun(train_args(data, tmp_path, "--noval", epochs=epochs), max_restarts=1)
     wait_for(tmp_path / "exp" / "weights" / "last.pt", launcher)
-    os.kill(rank_pid(launcher, 1), signal.SIGKILL)
+    os.kill(worker_pid(launcher, "RANK=1"), signal.SIGKILL)
     output = launcher.communicate(timeout=600)[0]
     assert launcher.returncode == 0, output[-3000:]
     assert "resuming from" in output

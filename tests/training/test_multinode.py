@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from detect.models.checkpoint import load_checkpoint
-from tests.training.helpers import tiny_dataset
+from tests.training.helpers import tiny_dataset, worker_pid
 
 pytestmark = pytest.mark.slow
 
@@ -45,18 +45,6 @@ def start_nodes(root: Path, epochs: int, max_restarts: int = 0) -> list[tuple[Pa
         nodes.append((folder, subprocess.Popen(command, cwd=folder, env=environ, stdout=subprocess.PIPE,
                                                stderr=subprocess.STDOUT, text=True)))
     return nodes
-
-
-def worker_pid(launcher: subprocess.Popen) -> int:
-    """The one worker process a torchrun of --nproc-per-node 1 started."""
-    for entry in Path("/proc").iterdir():
-        try:
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if parent == launcher.pid and b"LOCAL_RANK=0" in (entry / "environ").read_bytes():
-            return int(entry.name)
-    raise AssertionError(f"no worker under torchrun pid {launcher.pid}")
 
 
 def finish(nodes) -> list[str]:
@@ -92,7 +80,7 @@ def test_elastic_restart_resumes_a_node_that_cannot_see_the_run_folder(tmp_path)
         time.sleep(0.2)
     holder = run_folders(nodes)[0].parents[1]
     other = next(launcher for folder, launcher in nodes if folder != holder)
-    os.kill(worker_pid(other), signal.SIGKILL)  # the rank on the node without the run folder dies once
+    os.kill(worker_pid(other, "LOCAL_RANK=0"), signal.SIGKILL)  # the rank on the node without the run folder dies once
     outputs = finish(nodes)
     assert run_folders(nodes) == [holder / "runs" / "exp"], "one run folder, where the job started"
     assert any("sends it to the ranks that cannot see it" in output for output in outputs), outputs
