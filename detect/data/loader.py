@@ -77,10 +77,18 @@ class Loader:
         wanted = (self.epoch, self.start_batch)
         if self._stream is None or self._position != wanted:  # the stream is elsewhere: start it there
             self.sampler.start(*wanted)
-            self._stream = iter(self.loader)
+            self._stream, self._position = iter(self.loader), wanted
             if self.loader.num_workers > 0:
                 _OPEN_STREAMS.add(self._stream)
         return self._epoch_batches(*wanted)
+
+    def start(self, epoch: int, start_batch: int = 0) -> None:
+        """Set the epoch and start the workers on its batches now, so that they have batches ready when training
+        first asks (a run builds its model meanwhile). The global RNG is left as it was: the DataLoader draws its
+        base seed from it, which the samples do not use (their randomness is keyed by seed, epoch and index)."""
+        self.set_epoch(epoch, start_batch)
+        with torch.random.fork_rng(devices=[]):
+            iter(self)
 
     def _epoch_batches(self, epoch: int, start: int) -> Iterator[Batch]:
         for batch in range(start, len(self)):

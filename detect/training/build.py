@@ -258,6 +258,8 @@ def build_run(settings: TrainSettings, context: DistContext, resume: bool | str 
     with phases.time("label check"):  # before the run folder
         train_loader = _train_loader(settings, data, hyp, backend, context)
     folder = RunFolder.open(settings, context, resume=point is not None)
+    start = Progress(**point.payload["progress"]) if point else Progress()
+    train_loader.start(start.epoch, start.batch)  # the workers prepare the first batches while the model is built
     with phases.time("model and AutoAnchor"):
         model, ema = _model_and_ema(settings, hyp, train_loader, backend, context, source, point)
     optim_settings = OptimSettings.from_hyp(hyp, settings.optimizer, settings.cos_lr)

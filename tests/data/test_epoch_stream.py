@@ -57,6 +57,21 @@ def test_a_stream_left_mid_epoch_starts_again_where_it_is_asked(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(fresh, again, strict=True))
 
 
+def test_a_started_stream_is_the_one_the_epoch_takes_and_the_global_rng_is_untouched(tmp_path, monkeypatch):
+    # A run starts its workers before it builds the model, whose initialisation must not see a different RNG.
+    config = load_data_config(simple_dataset(tmp_path, count=12))
+    loader = build_train_loader(config, AUGMENT, 64, 4, workers=2, seed=3, pin_memory=False)
+    state = torch.random.get_rng_state()
+    loader.start(1, start_batch=1)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    restarts = []
+    monkeypatch.setattr(loader.sampler, "start", lambda *position: restarts.append(position))
+    started = [batch.images for batch in loader]
+    assert restarts == []  # the epoch took the started workers' batches: the stream was not set back and refilled
+    fresh = _epoch(build_train_loader(config, AUGMENT, 64, 4, workers=0, seed=3, pin_memory=False), 1, start_batch=1)
+    assert len(started) == 2 and all(torch.equal(a, b) for a, b in zip(fresh, started, strict=True))
+
+
 def test_a_process_with_a_stream_left_open_exits(tmp_path):
     # Its workers ignore SIGTERM (a scheduler's stop is the main process's to handle), so the exit ends them itself.
     data = simple_dataset(tmp_path, count=12)
