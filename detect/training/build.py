@@ -207,8 +207,8 @@ def _model_and_ema(settings: TrainSettings, hyp: Hyp, loader: Loader, backend: b
 
 
 def _restore(point: ResumePoint, model: DetectionModel, step: Step,
-             scheduler: torch.optim.lr_scheduler.LambdaLR) -> Progress:
-    """Model, EMA, optimizer, scaler, scheduler and every RNG as the checkpoint left them; its counters."""
+             scheduler: torch.optim.lr_scheduler.LambdaLR) -> None:
+    """Model, EMA, optimizer, scaler, scheduler and every RNG as the checkpoint left them."""
     payload = point.payload
     model.load_state_dict(payload["model"]["state_dict"])
     if step.ema is not None:
@@ -218,7 +218,6 @@ def _restore(point: ResumePoint, model: DetectionModel, step: Step,
     step.scaler.load_state_dict(payload["scaler"])
     scheduler.load_state_dict(payload["scheduler"])
     restore_rng_state(payload["rng"], step.backend)
-    return Progress(**payload["progress"])
 
 
 def _validation(settings: TrainSettings, data: DataConfig, model: DetectionModel, backend: backends.Backend,
@@ -258,15 +257,16 @@ def build_run(settings: TrainSettings, context: DistContext, resume: bool | str 
     with phases.time("label check"):  # before the run folder
         train_loader = _train_loader(settings, data, hyp, backend, context)
     folder = RunFolder.open(settings, context, resume=point is not None)
-    start = Progress(**point.payload["progress"]) if point else Progress()
-    train_loader.start(start.epoch, start.batch)  # the workers prepare the first batches while the model is built
+    progress = Progress(**point.payload["progress"]) if point else Progress()
+    train_loader.start(progress.epoch, progress.batch)  # the workers prepare the first batches while the model is built
     with phases.time("model and AutoAnchor"):
         model, ema = _model_and_ema(settings, hyp, train_loader, backend, context, source, point)
     optim_settings = OptimSettings.from_hyp(hyp, settings.optimizer, settings.cos_lr)
     step = build_step(model, backend, hyp, optim_settings, settings.batch_size, settings.imgsz, context=context,
                       ema=ema, label_smoothing=settings.label_smoothing, sync_bn=settings.sync_bn)
     scheduler = build_scheduler(step.optimizer, optim_settings, settings.epochs)
-    progress = _restore(point, model, step, scheduler) if point else Progress()
+    if point:
+        _restore(point, model, step, scheduler)
     sizes = multi_scale_sizes(settings.imgsz, int(model.stride.max())) if settings.multi_scale else None
     schedule = Schedule(optim_settings, settings.batch_size, warmup_iterations(optim_settings, len(train_loader)),
                         lr_lambda(optim_settings, settings.epochs), sizes, settings.seed)
