@@ -117,8 +117,9 @@ class Backend:
     def synchronize(self) -> None:
         """Wait until queued device work has finished."""
 
-    def prepare_inference(self) -> None:
-        """Process-wide settings that make repeated inference faster on this device (none by default)."""
+    def prepare_steps(self) -> None:
+        """Process-wide settings that make repeated steps (training steps, inference batches) faster on this device
+        (none by default)."""
 
     def device_name(self) -> str:
         """The device's model name, e.g. the CPU's "model name" (for benchmark tables)."""

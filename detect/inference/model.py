@@ -37,7 +37,7 @@ class TorchInference:
     fixed_shape = None
 
     def __init__(self, model: DetectionModel, backend: Backend, half: bool = False, fuse: bool = True) -> None:
-        backend.prepare_inference()
+        backend.prepare_steps()
         self.dtype = torch.float16 if half else torch.float32
         self.memory_format = torch.channels_last if backend.channels_last else torch.contiguous_format
         model = (model.fuse() if fuse else model).eval()

@@ -65,7 +65,6 @@ def measure(args: argparse.Namespace) -> dict:
     model = build_tool_model(args.cfg, args.weights, args.nc, args.seed)
     batch = synthetic_batch(args.batch_size, args.imgsz, model.nc, args.seed)
     backends = {precision: select_backend(args.device, precision, args) for precision in ("fp32", "amp")}
-    # Training first: inference may change process-wide settings (Backend.prepare_inference).
     rows = [row(measure_train(model, batch, backend, args.imgsz, args.warmup, args.steps), args.train_images)
             for backend in backends.values()]
     rows += [row(measure_inference(model, batch, backend, args.warmup, args.steps), args.val_images)

@@ -49,8 +49,10 @@ def build_step(model: DetectionModel, backend: Backend, hyp: Hyp, optim_settings
                imgsz: int, *, context: DistContext | None = None, ema: ModelEMA | None = None,
                label_smoothing: float = 0.0, sync_bn: bool = False) -> Step:
     """yolov5's optimizer groups, the GradScaler and the loss for `model` (already on the backend's device), wrapped
-    in DDP (with SyncBatchNorm when asked) under torchrun; `batch_size` is the global batch."""
+    in DDP (with SyncBatchNorm when asked) under torchrun; `batch_size` is the global batch. The backend's process-wide
+    settings for repeated steps are applied (Backend.prepare_steps)."""
     context = context or DistContext()
+    backend.prepare_steps()
     optimizer = build_optimizer(model, optim_settings, batch_size)
     scaler = backend.grad_scaler(init_scale=hyp.amp_init_scale, growth_factor=hyp.amp_growth_factor,
                                  growth_interval=hyp.amp_growth_interval)

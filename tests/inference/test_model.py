@@ -60,8 +60,16 @@ def test_silu_in_place_changes_no_output():
 PAGE_FAULTS = """
 import resource, sys, torch
 from detect import backend
-if sys.argv[1] == "prepared":
-    backend.select("cpu").prepare_inference()
+from detect.config import load_hyp
+from detect.inference.model import TorchInference
+from detect.models import build_model
+from detect.training.loop import build_step
+from detect.training.optim import OptimSettings
+cpu, model = backend.select("cpu"), build_model("yolov5n.yaml", num_classes=2)
+if sys.argv[1] == "inference":
+    TorchInference(model, cpu)
+elif sys.argv[1] == "training":
+    build_step(model, cpu, load_hyp(), OptimSettings.from_hyp(load_hyp()), 16, 320)
 faults = []
 for _ in range(12):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -72,15 +80,16 @@ print(faults[-1])
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc and getrusage's fault count")
-def test_prepared_cpu_inference_reuses_freed_memory_instead_of_faulting_it_in_again():
+def test_cpu_inference_and_training_reuse_freed_memory_instead_of_faulting_it_in_again():
     # A 64 MB tensor freed and made again: glibc unmaps and re-faults its 16,384 pages unless the backend has
-    # turned mmap and trimming off (the cost of every large activation in a forward pass). Fresh processes, since
-    # the setting is process-wide. The steady state is compared: with glibc 2.36 the prepared process still faults
-    # the pages in for its first 4-5 tensors (torch's 64-byte aligned allocations only fit a freed chunk once the
-    # heap has grown enough), then never again; a plain process faults them every time.
+    # turned mmap and trimming off (the cost of every large activation in a forward and backward pass), which
+    # TorchInference and the training step do (Backend.prepare_steps). Fresh processes, since the setting is
+    # process-wide. The steady state is compared: with glibc 2.36 a prepared process still faults the pages in
+    # for its first 4-5 tensors (torch's 64-byte aligned allocations only fit a freed chunk once the heap has grown
+    # enough), then never again; a plain process faults them every time.
     faults = {mode: int(subprocess.run([sys.executable, "-c", PAGE_FAULTS, mode], capture_output=True, text=True,
-                                       check=True).stdout) for mode in ("plain", "prepared")}
-    assert faults["plain"] > 10_000 and faults["prepared"] < 1_000, faults
+                                       check=True).stdout) for mode in ("plain", "inference", "training")}
+    assert faults["plain"] > 10_000 and faults["inference"] < 1_000 and faults["training"] < 1_000, faults
 
 
 @pytest.fixture(scope="module")
