@@ -72,6 +72,9 @@ class Backend:
     channels_last: ClassVar[bool] = False
     # Whether NMS runs every image of a batch in one kernel call (ops/nms.py, whole_batch), else one call per image.
     nms_whole_batch: ClassVar[bool] = False
+    # Whether data-dependent shapes cost nothing here (no graph to compile again, no queue that a host sync drains):
+    # the training loss then scores the matched candidates only (DetectionLoss.matched_only).
+    dynamic_shapes: ClassVar[bool] = False
 
     def __init__(self, device: torch.device, *, amp: bool | None = None, amp_dtype: str | None = None) -> None:
         self.device = device

@@ -57,7 +57,7 @@ def build_step(model: DetectionModel, backend: Backend, hyp: Hyp, optim_settings
     scaler = backend.grad_scaler(init_scale=hyp.amp_init_scale, growth_factor=hyp.amp_growth_factor,
                                  growth_interval=hyp.amp_growth_interval)
     loss_settings = LossSettings.from_hyp(hyp, model.detect.nl, model.nc, imgsz, label_smoothing)
-    criterion = DetectionLoss(loss_settings, model.detect.anchors, model.nc)
+    criterion = DetectionLoss(loss_settings, model.detect.anchors, model.nc, matched_only=backend.dynamic_shapes)
     train_model: nn.Module = model
     if context.distributed:
         if sync_bn:

@@ -1,7 +1,8 @@
 """The YOLOv5 loss (YOLOV5-FACTS.md, "Loss") in fixed shapes: padded targets, masks, no host sync.
 
 Every (offset group, anchor, image, target row) of a level is a candidate match; a mask says which are real. Shapes
-depend only on the batch size, the target capacity M and the grids, so the step compiles once (DESIGN.md).
+depend only on the batch size, the target capacity M and the grids, so the step compiles once (DESIGN.md). Where
+data-dependent shapes cost nothing (the CPU: Backend.dynamic_shapes), `matched_only` scores the real matches alone.
 """
 
 from __future__ import annotations
@@ -59,14 +60,15 @@ def last_write(index: Tensor, values: Tensor, valid: Tensor, size: int) -> Tenso
     keyed = torch.where(valid.reshape(-1), order, -1)
     winner = torch.full((size,), -1, dtype=order.dtype, device=index.device)
     winner = winner.scatter_reduce(0, index.reshape(-1), keyed, reduce="amax")
-    picked = values.reshape(-1).gather(0, winner.clamp(min=0))
-    return torch.where(winner >= 0, picked, torch.zeros_like(picked))
+    # Slots nothing wrote read a 0 placed after the last value (there may be no values at all).
+    written = F.pad(values.reshape(-1), (0, 1))
+    return written.gather(0, torch.where(winner >= 0, winner, index.numel()))
 
 
 class DetectionLoss(nn.Module):
     """YOLOv5's CIoU box, objectness and class loss of raw head outputs against padded targets."""
 
-    def __init__(self, settings: LossSettings, anchors: Tensor, num_classes: int):
+    def __init__(self, settings: LossSettings, anchors: Tensor, num_classes: int, matched_only: bool = False):
         super().__init__()
         num_levels = anchors.shape[0]
         if num_levels > len(BALANCE_OTHER):
@@ -75,6 +77,8 @@ class DetectionLoss(nn.Module):
         # The model's live buffer (nl, na, 2), grid units: AutoAnchor rewrites it in place, so hold it, never copy.
         self.anchors = anchors
         self.num_classes = num_classes
+        # Score the matched candidates only (data-dependent shapes, one host sync per level), where they cost nothing.
+        self.matched_only = matched_only
         self.balance = BALANCE_THREE_LEVELS if num_levels == 3 else BALANCE_OTHER[:num_levels]
 
     def forward(self, raw: list[Tensor], padded_targets: Tensor) -> tuple[Tensor, Tensor]:
@@ -93,18 +97,28 @@ class DetectionLoss(nn.Module):
         """Box, objectness and class loss of one level, before gains and balance."""
         batch, num_anchors, ny, nx, width = output.shape
         mask, index, target_box = self._candidates(targets, anchors, ny, nx)
-        # The candidates' rows (C, 5 + nc), in fp32 whatever autocast gave. The box values are laid out value-major
-        # (4, G, na, B, M) so that each op runs along long contiguous rows, not over pairs (several times faster).
-        rows = output.reshape(-1, width).index_select(0, index.reshape(-1)).float()
-        pred = rows[:, :4].t().contiguous().view(4, *index.shape)
-        pred_wh = (pred[2:4].sigmoid() * 2) ** 2 * anchors.t()[:, None, :, None, None]
+        # Candidates flattened in the reference's write order (G, na, B, M); box values value-major, (4, C), so that
+        # each op runs along long contiguous rows, not over pairs (several times faster).
+        shape = mask.shape
+        anchor_wh = anchors.t()[:, None, :, None, None].expand(2, *shape).reshape(2, -1)
+        target_box = target_box.expand(4, *shape).reshape(4, -1)
+        mask, index, classes = mask.reshape(-1), index.reshape(-1), targets[..., 0].expand(shape).reshape(-1)
+        if self.matched_only:
+            # 2-5% of the candidates match (coco128 mosaics at 320): scoring only those made the loss's forward and
+            # backward 5x cheaper on the CPU. nonzero is the host sync this mode allows.
+            chosen = mask.nonzero().squeeze(1)
+            mask, index, classes = (t.index_select(0, chosen) for t in (mask, index, classes))
+            anchor_wh, target_box = (t.index_select(1, chosen) for t in (anchor_wh, target_box))
+        # The candidates' rows (C, 5 + nc), in fp32 whatever autocast gave.
+        rows = output.reshape(-1, width).index_select(0, index).float()
+        pred = rows[:, :4].t().contiguous()
+        pred_wh = (pred[2:4].sigmoid() * 2) ** 2 * anchor_wh
         pred_box = torch.cat((pred[:2].sigmoid() * 2 - 0.5, pred_wh))
         # CIoU from ops, not torchvision.ops.complete_box_iou_loss: torchvision's agrees with yolov5's to fp32
         # rounding (tests/training/test_loss.py) but fills the intersection by boolean-mask indexing (aten.nonzero: a
         # host sync and a data-dependent shape), which this loss must not have.
-        unit = target_box.new_tensor(UNIT_BOX).view(4, 1, 1, 1, 1)
-        ciou = ciou_paired(torch.where(mask, pred_box, unit).movedim(0, -1),
-                           torch.where(mask, target_box, unit).movedim(0, -1))
+        unit = target_box.new_tensor(UNIT_BOX).view(4, 1)
+        ciou = ciou_paired(torch.where(mask, pred_box, unit).t(), torch.where(mask, target_box, unit).t())
         count = mask.sum().clamp(min=1)
         box = torch.where(mask, 1 - ciou, 0).sum() / count
         obj_target = last_write(index, ciou.detach().clamp(min=0), mask, batch * num_anchors * ny * nx)
@@ -112,7 +126,7 @@ class DetectionLoss(nn.Module):
                         self.settings.obj_pos_weight).mean()
         if self.num_classes == 1:  # yolov5 has no class loss for one class
             return box, obj, torch.zeros_like(obj)
-        return box, obj, self._class_loss(rows[:, 5:], targets[..., 0], mask, count)
+        return box, obj, self._class_loss(rows[:, 5:], classes, mask, count)
 
     def _candidates(self, targets: Tensor, anchors: Tensor, ny: int, nx: int) -> tuple[Tensor, Tensor, Tensor]:
         """Candidates of one level in the reference's write order (G=5 offset groups, na, B, M): match mask, flat
@@ -141,14 +155,15 @@ class DetectionLoss(nn.Module):
         return mask, index, target_box
 
     def _class_loss(self, logits: Tensor, classes: Tensor, mask: Tensor, count: Tensor) -> Tensor:
-        """Class BCE of (C, nc) candidate logits against smoothed one-hot targets, mean over matches x classes."""
+        """Class BCE of (C, nc) candidate logits against smoothed one-hot targets (classes (C,)), mean over matches x
+        classes."""
         negative = 0.5 * self.settings.label_smoothing  # yolov5's smoothed targets: 1 - eps/2 and eps/2
         positive, pos_weight = 1 - negative, self.settings.cls_pos_weight
         # Every class is scored against the negative target and the true class then corrected to the positive one,
         # so no (C, nc) target is built and the mask applies to one sum per candidate.
-        true_logit = logits.gather(1, classes.long().clamp(min=0).expand_as(mask).reshape(-1, 1))[:, 0]
+        true_logit = logits.gather(1, classes.long().clamp(min=0)[:, None])[:, 0]
         per_candidate = (self._bce(logits, negative, pos_weight).sum(1) + self._bce(true_logit, positive, pos_weight)
-                         - self._bce(true_logit, negative, pos_weight)).view(mask.shape)
+                         - self._bce(true_logit, negative, pos_weight))
         return torch.where(mask, per_candidate, 0).sum() / (count * self.num_classes)
 
     def _bce(self, logits: Tensor, target: Tensor | float, pos_weight: float) -> Tensor:

@@ -42,19 +42,21 @@ def raw_outputs(generator: torch.Generator, batch: int, num_classes: int, levels
 
 def assert_matches_reference(settings: LossSettings, raw: list[torch.Tensor], padded: torch.Tensor,
                              num_classes: int, anchors: torch.Tensor = ANCHORS) -> torch.Tensor:
-    """Loss, items and gradients w.r.t. every raw output agree with the reference (1e-5); returns the items."""
-    ours = [r.clone().requires_grad_() for r in raw]
+    """Loss, items and gradients w.r.t. every raw output agree with the reference (1e-5), with every candidate
+    scored under its mask (fixed shapes) and with the matched ones alone (matched_only); returns the items."""
     theirs = [r.clone().requires_grad_() for r in raw]
-    total, items = DetectionLoss(settings, anchors, num_classes)(ours, padded)
     expected_total, expected_items = ReferenceLoss(settings, anchors, num_classes)(theirs, flat_targets(padded))
-    total.backward()
     expected_total.backward()
-    assert total.shape == () and items.shape == (3,) and not items.requires_grad
-    torch.testing.assert_close(total, expected_total, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(items, expected_items, rtol=1e-5, atol=1e-5)
-    for mine, reference in zip(ours, theirs):
-        assert reference.grad.abs().max() > 0
-        torch.testing.assert_close(mine.grad, reference.grad, rtol=1e-5, atol=1e-7)
+    for matched_only in (False, True):
+        ours = [r.clone().requires_grad_() for r in raw]
+        total, items = DetectionLoss(settings, anchors, num_classes, matched_only)(ours, padded)
+        total.backward()
+        assert total.shape == () and items.shape == (3,) and not items.requires_grad
+        torch.testing.assert_close(total, expected_total, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(items, expected_items, rtol=1e-5, atol=1e-5)
+        for mine, reference in zip(ours, theirs):
+            assert reference.grad.abs().max() > 0
+            torch.testing.assert_close(mine.grad, reference.grad, rtol=1e-5, atol=1e-7)
     return items
 
 
