@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import io
 import logging
 import os
@@ -131,6 +132,14 @@ def run(main: Callable[[], int | None]) -> int:
         print("interrupted", file=sys.stderr)
         _end_at_once_on_ctrl_c()
         return 128 + signal.SIGINT
+
+
+def exit_process(code: int) -> NoReturn:
+    """End a `python -m detect.*` process with `code`, leaving out the garbage collection of interpreter shutdown:
+    with torch loaded it took 0.3-0.6 s of every run (`python -c "import detect.val"`: 2.1 s, 1.5-1.8 s with
+    gc.freeze() last). atexit handlers, weakref finalizers and the flushing of open files still run."""
+    gc.freeze()
+    sys.exit(code)
 
 
 def _after_ctrl_c(error: BaseException) -> bool:

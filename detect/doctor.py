@@ -7,7 +7,6 @@ Exit code 0: ready (warnings allowed); 1: a problem (FAIL) was found; 2: bad fla
 from __future__ import annotations
 
 import os
-import sys
 
 from detect import cli
 from detect.backend.environment import FAIL, WARN, Check
@@ -51,4 +50,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.exit_process(main())

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 from pathlib import Path
 
 from detect import backend as backends
@@ -90,4 +89,4 @@ main = cli.main_for(parse_args, run)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.exit_process(main())

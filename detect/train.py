@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import sys
 import types
 import typing
 from typing import Any
@@ -96,4 +95,4 @@ def _run_args(args: argparse.Namespace) -> FitResult | EvolveResult:
 main = cli.main_for(parse_args, _run_args)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.exit_process(main())

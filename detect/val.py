@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from typing import Any
 
 from detect import backend as backends
@@ -96,4 +95,4 @@ main = cli.main_for(parse_args, run)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.exit_process(main())

@@ -4,6 +4,7 @@ end of a run stopped by a signal."""
 from __future__ import annotations
 
 import argparse
+import gc
 import signal
 import subprocess
 import sys
@@ -101,3 +102,16 @@ def test_an_error_raised_while_a_ctrl_c_unwinds_is_still_an_interrupt(capsys) ->
     assert capsys.readouterr().err.strip() == "interrupted"
     with pytest.raises(RuntimeError):
         cli.run(lambda: (_ for _ in ()).throw(RuntimeError("a plain failure")))
+
+
+def test_a_cli_process_exits_with_its_code_and_skips_the_shutdown_collection() -> None:
+    try:
+        with pytest.raises(SystemExit) as ended:
+            cli.exit_process(3)
+        assert ended.value.code == 3 and gc.get_freeze_count() > 0  # frozen objects are never collected
+    finally:
+        gc.unfreeze()
+    # the whole path, as a user runs it: a UserError's exit code survives it
+    result = subprocess.run([sys.executable, "-m", "detect.models", "--cfg", "no-such-model.yaml"],
+                            check=False, capture_output=True, text=True)
+    assert result.returncode == 2 and result.stderr.startswith("error: "), result.stderr

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 from detect import cli
 from detect.models import build_model, summarize
 
@@ -26,4 +24,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.exit_process(main())

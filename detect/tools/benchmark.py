@@ -14,7 +14,6 @@ import argparse
 import datetime
 import json
 import platform
-import sys
 from pathlib import Path
 
 import torch
@@ -162,4 +161,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.exit_process(main())

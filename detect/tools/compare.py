@@ -11,7 +11,6 @@ the first layer past the tolerance flagged; then the losses and each layer's gra
 from __future__ import annotations
 
 import argparse
-import sys
 
 from detect import cli
 from detect.errors import UserError
@@ -102,4 +101,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.exit_process(main())

@@ -9,7 +9,6 @@ trace_view.json), a folder holding one, or a run folder of `python -m detect.tra
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from detect import cli
@@ -45,4 +44,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.exit_process(main())
