@@ -198,6 +198,11 @@ class Backend:
         """Indices (int64, decreasing score) kept by NMS of (N, 4) xyxy boxes with (N,) scores."""
         return _torchvision_nms()(boxes, scores, iou_threshold)
 
+    @property
+    def nms_threads(self) -> int:
+        """Threads that NMS kernel calls may run on at once (ops/nms.py); one where the kernel runs on the device."""
+        return 1
+
 
 
 class AcceleratorBackend(Backend):

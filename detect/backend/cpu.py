@@ -74,6 +74,12 @@ class CpuBackend(Backend):
     def __init__(self, *, amp: bool | None = None, amp_dtype: str | None = None) -> None:
         super().__init__(torch.device("cpu"), amp=amp, amp_dtype=amp_dtype)
 
+    @property
+    def nms_threads(self) -> int:
+        """torch's thread count: torchvision's CPU kernel runs on one thread, so the calls of a batch share the cores
+        (yolov5n's 8 first coco128 images at 640, conf 0.001: kernel calls 5.2-5.4 ms sequential, 3.4-3.8 on 2)."""
+        return torch.get_num_threads()
+
     def memory_stats(self) -> MemoryStats:
         """Resident set size of this process now and at its peak."""
         return host_memory_stats()

@@ -134,7 +134,8 @@ class Detector:
         found = non_max_suppression(self.model(tensor), settings.conf_threshold, settings.iou_threshold,
                                     nms=self.backend.nms, classes=settings.classes, agnostic=settings.agnostic,
                                     multi_label=False, max_det=settings.max_det,
-                                    whole_batch=self.backend.nms_whole_batch)
+                                    whole_batch=self.backend.nms_whole_batch,
+                                    threads=self.backend.nms_threads)
         results = []
         for rows, info in zip(found, infos):
             rows = rows.float().cpu()

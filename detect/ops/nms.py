@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import os
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -18,6 +21,12 @@ NMSKernel = Callable[[Tensor, Tensor, float], Tensor]
 # 32 coco128 images took 1.85 / 1.59 / 1.43 / 1.58 ms per image with 1 / 64 / 256 / 1024, 4.45 with one call per
 # image (yolov5n at 640, one thread, torchvision's CPU kernel, the predictions of scripts/bench_nms.py).
 PACK = 256
+
+
+@functools.cache
+def _pool(threads: int, pid: int) -> ThreadPoolExecutor:
+    """A pool for kernel calls, one per process (`pid`: a forked child gets its own, not its parent's dead threads)."""
+    return ThreadPoolExecutor(threads, thread_name_prefix="nms")
 
 
 def _where(mask: Tensor) -> Tensor:
@@ -95,22 +104,28 @@ def _packed_calls(group_sizes: list[int], group_images: list[int], pack: int) ->
 
 
 def _suppress_in_groups(boxes: Tensor, scores: Tensor, group: Tensor, groups_per_image: int, iou_threshold: float,
-                        nms: NMSKernel) -> Tensor:
+                        nms: NMSKernel, threads: int) -> Tensor:
     """Indices of the rows that NMS keeps within each group, in no particular order.
 
     boxes (M, 4) xyxy, already offset by class; scores (M,); group (M,) image * groups_per_image + group in the
     image. The kernel compares every kept box with every
     later one, so a call over all of an image's classes spends most of its time on pairs whose offset boxes can never
     overlap; a call per group does only the comparisons that decide something. Small groups share a call (their
-    offsets keep them apart), since a call costs more than comparing a few dozen boxes.
+    offsets keep them apart), since a call costs more than comparing a few dozen boxes. With threads > 1 the calls
+    run on that many threads (torchvision's CPU kernel is single-threaded and releases the GIL), results in order.
     """
     order = torch.sort(group, stable=True).indices  # by group, each group in the rows' order (the kernel sorts)
     keys, sizes = torch.unique_consecutive(group.index_select(0, order), return_counts=True)
     calls = _packed_calls(sizes.tolist(), (keys // groups_per_image).tolist(), PACK)
+    parts = list(zip(boxes.index_select(0, order).split(calls), scores.index_select(0, order).split(calls)))
+
+    def suppress(part: tuple[Tensor, Tensor]) -> Tensor:
+        return nms(part[0], part[1], iou_threshold)
+
+    runs = _pool(threads, os.getpid()).map(suppress, parts) if threads > 1 and len(parts) > 1 else map(suppress, parts)
     kept, start = [], 0
-    for length, box_part, score_part in zip(calls, boxes.index_select(0, order).split(calls),
-                                            scores.index_select(0, order).split(calls)):
-        kept.append(nms(box_part, score_part, iou_threshold).long() + start)
+    for length, part_kept in zip(calls, runs):
+        kept.append(part_kept.long() + start)
         start += length
     return order.index_select(0, torch.cat(kept)) if kept else order
 
@@ -128,6 +143,7 @@ def non_max_suppression(
     max_det: int = 300,
     max_wh: int = 7680,
     whole_batch: bool = False,
+    threads: int = 1,
 ) -> list[Tensor]:
     """Suppress overlapping boxes per image and class.
 
@@ -135,7 +151,7 @@ def non_max_suppression(
     Returns one (n, 6) tensor per image, [x1, y1, x2, y2 (pixels), score, class], in decreasing score order.
     nms: the backend's single-class kernel (backend.nms). At most max_candidates per image, the best by score, enter
     it; whole_batch: one kernel call for every image of the batch (images kept apart by a y offset), else calls per
-    (image, class) group, small groups packed together.
+    (image, class) group, small groups packed together, on `threads` threads (the backend's nms_threads).
     """
     if prediction.dim() != 3 or prediction.shape[2] < 6:
         raise ValueError(f"prediction must be (B, N, 5 + nc) with nc >= 1, got {tuple(prediction.shape)}")
@@ -159,7 +175,7 @@ def non_max_suppression(
         groups = 1 if agnostic else num_classes
         group = image * groups + (0 if agnostic else detections[:, 5].long())
         kept = _suppress_in_groups((detections[:, :4] + offsets).float(), detections[:, 4].float(), group, groups,
-                                   iou_threshold, nms)
+                                   iou_threshold, nms, threads)
     # Kept rows by image, each image by decreasing score (ties in the rows' order), as one call per image returns them.
     kept = torch.sort(kept).values
     kept = kept.index_select(0, torch.sort(detections[:, 4].index_select(0, kept), descending=True, stable=True).indices)

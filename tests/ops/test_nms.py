@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +63,38 @@ def test_random_inputs_match_reference(kernel, classes: int, multi_label: bool) 
     generator = torch.Generator().manual_seed(classes * 10 + multi_label)
     prediction = make_prediction(generator, images=2, boxes=300 if classes < 80 else 60, classes=classes)
     run_both(kernel, prediction, 0.05, 0.45, multi_label=multi_label)
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_kernel_calls_on_threads_give_what_one_thread_gives(threads: int) -> None:
+    # Many groups, so many packed calls: their results must come back in call order, whatever thread ran them.
+    prediction = make_prediction(torch.Generator().manual_seed(11), images=4, boxes=400, classes=80)
+    one = non_max_suppression(prediction, 0.01, 0.5, nms=torchvision.ops.nms)
+    several = non_max_suppression(prediction, 0.01, 0.5, nms=torchvision.ops.nms, threads=threads)
+    assert sum(len(rows) for rows in one) > 300
+    assert all(torch.equal(a, b) for a, b in zip(one, several))
+
+
+def _threaded_detections(prediction: torch.Tensor, queue) -> None:
+    torch.set_num_threads(1)  # as in a DataLoader worker: the parent's OpenMP pool does not survive a fork either
+    queue.put(sum(len(rows) for rows in non_max_suppression(prediction, 0.01, 0.5, nms=torchvision.ops.nms,
+                                                              threads=2)))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is what leaves a child its parent's dead pool threads")
+def test_a_forked_child_runs_threaded_nms_on_its_own_pool() -> None:
+    prediction = make_prediction(torch.Generator().manual_seed(12), images=2, boxes=300, classes=80)
+    expected = sum(len(rows) for rows in non_max_suppression(prediction, 0.01, 0.5, nms=torchvision.ops.nms,
+                                                             threads=2))  # the parent's pool now exists
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_threaded_detections, args=(prediction, queue))
+    child.start()
+    try:
+        assert queue.get(timeout=60) == expected  # the parent's pool in the child would never answer
+    finally:
+        child.join(timeout=10)
+        child.kill()
 
 
 def test_agnostic_and_max_det(kernel) -> None:
