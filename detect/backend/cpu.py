@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 from pathlib import Path
 
 import torch
@@ -76,9 +77,11 @@ class CpuBackend(Backend):
 
     @property
     def nms_threads(self) -> int:
-        """torch's thread count: torchvision's CPU kernel runs on one thread, so the calls of a batch share the cores
-        (yolov5n's 8 first coco128 images at 640, conf 0.001: kernel calls 5.2-5.4 ms sequential, 3.4-3.8 on 2)."""
-        return torch.get_num_threads()
+        """torch's thread count where its OpenMP threads sleep while they wait (OMP_WAIT_POLICY=PASSIVE, our CLIs'
+        default), else 1. torchvision's CPU kernel runs on one thread, so the calls of a batch can share the cores:
+        bench_nms at 1 / 8 / 32 images 2.20 / 0.86 / 1.39 ms per image on 2 threads, 2.94 / 1.13 / 2.08 on one; with
+        OpenMP's default spinning, its threads hold the cores and 2 threads were slower at 8 images (1.31 ms)."""
+        return torch.get_num_threads() if os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE" else 1
 
     def memory_stats(self) -> MemoryStats:
         """Resident set size of this process now and at its peak."""
