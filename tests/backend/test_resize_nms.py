@@ -36,3 +36,11 @@ def test_cpu_nms_matches_torchvision(count):
     keep = select("cpu").nms(boxes, scores, 0.5)
     assert keep.dtype == torch.int64
     assert torch.equal(keep, torchvision.ops.nms(boxes, scores, 0.5))
+
+
+def test_cpu_nms_calls_share_the_cores_only_where_openmp_threads_sleep(monkeypatch) -> None:
+    cpu = select("cpu")
+    monkeypatch.setenv("OMP_WAIT_POLICY", "passive")
+    assert cpu.nms_threads == torch.get_num_threads()
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    assert cpu.nms_threads == 1
