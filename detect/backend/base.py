@@ -204,7 +204,6 @@ class Backend:
         return 1
 
 
-
 class AcceleratorBackend(Backend):
     """A device whose runtime module follows torch.cuda's API (torch.cuda itself, torch_npu.npu)."""
 

@@ -116,7 +116,7 @@ class DetectionLoss(nn.Module):
         pred_box = torch.cat((pred[:2].sigmoid() * 2 - 0.5, pred_wh))
         # CIoU from ops, not torchvision.ops.complete_box_iou_loss: torchvision's agrees with yolov5's to fp32
         # rounding (tests/training/test_loss.py) but fills the intersection by boolean-mask indexing (aten.nonzero: a
-        # host sync and a data-dependent shape), which this loss must not have.
+        # host sync and a data-dependent shape), which the fixed-shape mode must not have.
         unit = target_box.new_tensor(UNIT_BOX).view(4, 1)
         ciou = ciou_paired(torch.where(mask, pred_box, unit).t(), torch.where(mask, target_box, unit).t())
         count = mask.sum().clamp(min=1)
