@@ -225,3 +225,15 @@ class BooleanIndexingSeen(TorchFunctionMode):
             index = args[1] if isinstance(args[1], tuple) else (args[1],)
             self.seen |= any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in index)
         return func(*args, **(kwargs or {}))
+
+
+def test_the_cpu_training_step_scores_the_matched_candidates_only() -> None:
+    from detect.backend import select
+    from detect.config import load_hyp
+    from detect.models import build_model
+    from detect.training.loop import build_step
+    from detect.training.optim import OptimSettings
+
+    model, hyp = build_model("yolov5n.yaml", num_classes=3), load_hyp()
+    step = build_step(model, select("cpu"), hyp, OptimSettings.from_hyp(hyp), 16, 320)
+    assert step.criterion.matched_only and not DetectionLoss(PLAIN, ANCHORS, 3).matched_only
