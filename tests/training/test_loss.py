@@ -10,9 +10,13 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torchvision.ops import box_convert, complete_box_iou_loss
 
-from detect.config import Hyp
+from detect.backend import select
+from detect.config import Hyp, load_hyp
+from detect.models import build_model
 from detect.ops.boxes import ciou_paired
+from detect.training.loop import build_step
 from detect.training.loss import DetectionLoss, LossSettings, last_write
+from detect.training.optim import OptimSettings
 from tests.training.reference_loss import ReferenceLoss, flat_targets, reference_ciou
 
 # yolov5's P5 anchors (YOLOV5-FACTS.md) in grid units of strides 8, 16, 32, as the model's buffer holds them.
@@ -228,12 +232,6 @@ class BooleanIndexingSeen(TorchFunctionMode):
 
 
 def test_the_cpu_training_step_scores_the_matched_candidates_only() -> None:
-    from detect.backend import select
-    from detect.config import load_hyp
-    from detect.models import build_model
-    from detect.training.loop import build_step
-    from detect.training.optim import OptimSettings
-
     model, hyp = build_model("yolov5n.yaml", num_classes=3), load_hyp()
     step = build_step(model, select("cpu"), hyp, OptimSettings.from_hyp(hyp), 16, 320)
     assert step.criterion.matched_only and not DetectionLoss(PLAIN, ANCHORS, 3).matched_only
