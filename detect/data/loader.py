@@ -72,8 +72,11 @@ class Loader:
         return [index for _, index in self.sampler.keys(self.epoch)]
 
     def __iter__(self) -> Iterator[Batch]:
-        if self.sampler is None:
-            return iter(self.loader)
+        if self.sampler is None:  # validation: persistent workers, one iterator that the DataLoader keeps
+            batches = iter(self.loader)
+            if self.loader.num_workers > 0:
+                _OPEN_STREAMS.add(batches)
+            return batches
         wanted = (self.epoch, self.start_batch)
         if self._stream is None or self._position != wanted:  # the stream is elsewhere: start it there
             self.sampler.start(*wanted)
@@ -100,8 +103,9 @@ class Loader:
         return len(self.loader)
 
 
-# The training streams whose workers may still run: they ignore SIGTERM (below), which is how multiprocessing ends
-# a process's workers at exit, so a stream still open then would leave the exit waiting for them forever.
+# The streams (training, and validation's persistent iterators) whose workers may still run: they ignore SIGTERM
+# (below), which is how multiprocessing ends a process's workers at exit, so a stream still open then would leave the
+# exit waiting for them forever.
 _OPEN_STREAMS: weakref.WeakSet = weakref.WeakSet()
 
 

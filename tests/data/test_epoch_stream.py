@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import torch
 
 from detect.config import Hyp
@@ -72,14 +73,19 @@ def test_a_started_stream_is_the_one_the_epoch_takes_and_the_global_rng_is_untou
     assert len(started) == 2 and all(torch.equal(a, b) for a, b in zip(fresh, started, strict=True))
 
 
-def test_a_process_with_a_stream_left_open_exits(tmp_path):
-    # Its workers ignore SIGTERM (a scheduler's stop is the main process's to handle), so the exit ends them itself.
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_a_process_with_a_stream_left_open_exits(tmp_path, split: str):
+    # Its workers ignore SIGTERM (a scheduler's stop is the main process's to handle), so the exit ends them itself;
+    # a validation loader's persistent workers as well (a script that keeps one at module level).
     data = simple_dataset(tmp_path, count=12)
+    build = {"train": "build_train_loader(config, AugmentSettings.from_hyp(Hyp()), 64, 4, workers=2, seed=0, "
+                      "pin_memory=False)",
+             "val": "build_val_loader(config, 'val', 64, 4, workers=2, stride=32, rect=True, pin_memory=False)"}[split]
     script = textwrap.dedent(f"""
         from detect.config import Hyp
-        from detect.data import AugmentSettings, build_train_loader, load_data_config
-        loader = build_train_loader(load_data_config({str(data)!r}), AugmentSettings.from_hyp(Hyp()), 64, 4,
-                                    workers=2, seed=0, pin_memory=False)
+        from detect.data import AugmentSettings, build_train_loader, build_val_loader, load_data_config
+        config = load_data_config({str(data)!r})
+        loader = {build}
         loader.set_epoch(0)
         next(iter(loader))
         keep = [loader, loader]  # kept alive until the interpreter exits
