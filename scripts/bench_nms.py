@@ -59,8 +59,7 @@ def time_ours(prediction: torch.Tensor, repeats: int) -> float:
 
     def call() -> None:
         non_max_suppression(prediction, SETTINGS["conf_threshold"], SETTINGS["iou_threshold"],
-                            max_det=SETTINGS["max_det"], nms=backend.nms, whole_batch=backend.nms_whole_batch,
-                            threads=backend.nms_threads)
+                            max_det=SETTINGS["max_det"], **backend.nms_arguments())
 
     call()
     times = []

@@ -203,6 +203,10 @@ class Backend:
         """Threads that NMS kernel calls may run on at once (ops/nms.py); one where the kernel runs on the device."""
         return 1
 
+    def nms_arguments(self) -> dict:
+        """This backend's keyword arguments to ops.nms.non_max_suppression: its kernel, whole-batch mode, threads."""
+        return {"nms": self.nms, "whole_batch": self.nms_whole_batch, "threads": self.nms_threads}
+
 
 class AcceleratorBackend(Backend):
     """A device whose runtime module follows torch.cuda's API (torch.cuda itself, torch_npu.npu)."""

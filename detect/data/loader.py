@@ -73,17 +73,19 @@ class Loader:
 
     def __iter__(self) -> Iterator[Batch]:
         if self.sampler is None:  # validation: persistent workers, one iterator that the DataLoader keeps
-            batches = iter(self.loader)
-            if self.loader.num_workers > 0:
-                _OPEN_STREAMS.add(batches)
-            return batches
+            return self._open()
         wanted = (self.epoch, self.start_batch)
         if self._stream is None or self._position != wanted:  # the stream is elsewhere: start it there
             self.sampler.start(*wanted)
-            self._stream, self._position = iter(self.loader), wanted
-            if self.loader.num_workers > 0:
-                _OPEN_STREAMS.add(self._stream)
+            self._stream, self._position = self._open(), wanted
         return self._epoch_batches(*wanted)
+
+    def _open(self) -> Iterator[Batch]:
+        """The DataLoader's iterator, its workers (if any) ended by the exit hook should it still be open then."""
+        batches = iter(self.loader)
+        if self.loader.num_workers > 0:
+            _OPEN_STREAMS.add(batches)
+        return batches
 
     def start(self, epoch: int, start_batch: int = 0) -> None:
         """Set the epoch and start the workers on its batches now, so that they have batches ready when training

@@ -95,8 +95,7 @@ def _detections(predict: Predict, batch: Batch, backend: Backend, settings: Eval
     decoded = predict(images)
     clock.lap("inference")
     detections = non_max_suppression(decoded.float(), settings.conf_threshold, settings.iou_threshold,
-                                     max_det=settings.max_det, nms=backend.nms, whole_batch=backend.nms_whole_batch,
-                                     threads=backend.nms_threads)
+                                     max_det=settings.max_det, **backend.nms_arguments())
     clock.lap("nms")
     return detections
 

@@ -132,10 +132,8 @@ class Detector:
         settings = self.settings
         # One label per box (multi_label off), as yolov5's detect.py; validation keeps every label above conf.
         found = non_max_suppression(self.model(tensor), settings.conf_threshold, settings.iou_threshold,
-                                    nms=self.backend.nms, classes=settings.classes, agnostic=settings.agnostic,
-                                    multi_label=False, max_det=settings.max_det,
-                                    whole_batch=self.backend.nms_whole_batch,
-                                    threads=self.backend.nms_threads)
+                                    classes=settings.classes, agnostic=settings.agnostic, multi_label=False,
+                                    max_det=settings.max_det, **self.backend.nms_arguments())
         results = []
         for rows, info in zip(found, infos):
             rows = rows.float().cpu()
