@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import resource
 import statistics
 import sys
 import time
@@ -48,11 +49,13 @@ class FirstBatches:
         return self.count
 
 
-def model_only(step: Step, batch, steps: int, accumulate: int) -> float:
-    """Images per second of forward + loss + backward (+ optimizer every `accumulate`) on one device batch."""
+def model_only(step: Step, batch, steps: int, accumulate: int) -> tuple[float, float]:
+    """Images per second of forward + loss + backward (+ optimizer every `accumulate`) on one device batch, and the
+    process's page faults per step (glibc re-faulting freed activations shows here: Backend.prepare_steps)."""
     device_batch = to_device_batch(batch, step.backend)
     images = device_batch.images
     step.backend.synchronize()
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     started = time.perf_counter()
     for index in range(steps):
         with step.backend.autocast():
@@ -61,7 +64,8 @@ def model_only(step: Step, batch, steps: int, accumulate: int) -> float:
         if (index + 1) % accumulate == 0:
             optimizer_step(step)
     step.backend.synchronize()
-    return steps * len(batch) / (time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    return steps * len(batch) / seconds, (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / steps
 
 
 def end_to_end(step: Step, schedule: Schedule, loader: FirstBatches, epoch: int) -> float:
@@ -105,9 +109,11 @@ def main() -> None:
     accumulate = accumulate_steps(args.batch_size)
     model_only(step, fixed, 2, accumulate)  # warm-up: allocator, kernels, worker start
     end_to_end(step, schedule, batches, 0)
-    rates = {"model only": [], "end to end": []}
+    rates, faults = {"model only": [], "end to end": []}, []
     for round_index in range(args.rounds):
-        rates["model only"].append(model_only(step, fixed, args.batches, accumulate))
+        rate, faults_per_step = model_only(step, fixed, args.batches, accumulate)
+        rates["model only"].append(rate)
+        faults.append(faults_per_step)
         rates["end to end"].append(end_to_end(step, schedule, batches, round_index + 1))
     medians = {mode: statistics.median(values) for mode, values in rates.items()}
     print(f"{args.cfg} at {args.imgsz}, batch {args.batch_size}, {args.workers} workers, {backend}, "
@@ -115,6 +121,7 @@ def main() -> None:
     for mode, values in rates.items():
         print(f"{mode:>11}: {medians[mode]:6.1f} img/s (rounds: {', '.join(f'{v:.1f}' for v in values)})")
     print(f"end to end / model only: {medians['end to end'] / medians['model only']:.2f}")
+    print(f"page faults per model-only step: {statistics.median(faults):.0f}")
     print(f"peak memory: device {backend.memory_stats().peak_bytes / 1e9:.2f} GB, "
           f"host {backends.host_memory_stats().peak_bytes / 1e9:.2f} GB")
 

@@ -69,7 +69,8 @@ class CpuBackend(Backend):
     # One call per image: torchvision's CPU kernel compares each kept box with every later candidate, so one call
     # over 16 images of coco128 at conf 0.001 took 6.5 s against 0.2 s for 16 calls (measured, torch 2.14).
     nms_whole_batch = False
-    # The loss on the matched candidates only: 103 -> 19 ms of a yolov5n step at 320, batch 16, forward and backward.
+    # The loss on the matched candidates only: 142-155 -> 30-31 ms of a yolov5n batch at 320, forward and backward
+    # (scripts/bench_loss.py).
     dynamic_shapes = True
 
     def __init__(self, *, amp: bool | None = None, amp_dtype: str | None = None) -> None:
@@ -94,8 +95,8 @@ class CpuBackend(Backend):
         so every forward (and backward) page-faults its activations into existence again. Inference, a 16-image batch
         at 640: 160-300k faults and 0.4-0.85 s of kernel time a batch (yolov5n, getrusage); with mmap off and
         trimming out of reach the freed blocks are reused: 0 faults, 0.64 s instead of 0.75-1.13 s a batch
-        (scripts/bench_infer.py --batch-size 16). Training yolov5n at 320, batch 16: 65-76k faults and 0.2 s of
-        kernel time a step before, 0 after, 32-33 img/s -> 44-45 img/s on this project's 2-core CPU.
+        (scripts/bench_infer.py --batch-size 16). Training yolov5n at 320, batch 16: 17k faults a step before, 1
+        after (scripts/bench_train.py prints them).
         """
         keep_freed_memory()
 

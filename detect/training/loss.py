@@ -105,7 +105,7 @@ class DetectionLoss(nn.Module):
         mask, index, classes = mask.reshape(-1), index.reshape(-1), targets[..., 0].expand(shape).reshape(-1)
         if self.matched_only:
             # 2-5% of the candidates match (coco128 mosaics at 320): scoring only those made the loss's forward and
-            # backward 5x cheaper on the CPU. nonzero is the host sync this mode allows.
+            # backward 5x cheaper on the CPU (scripts/bench_loss.py). nonzero is the host sync this mode allows.
             chosen = mask.nonzero().squeeze(1)
             mask, index, classes = (t.index_select(0, chosen) for t in (mask, index, classes))
             anchor_wh, target_box = (t.index_select(1, chosen) for t in (anchor_wh, target_box))
