@@ -1,10 +1,14 @@
 """Training throughput in one process: the model-only step rate against the end-to-end rate.
 
 model only:  forward + loss + backward + optimizer (every `accumulate` batches, as in training) on one fixed batch
-             already on the device;
+             already on the device, once the loader's workers have filled their prefetch and gone idle;
 end to end:  the trainer's own train_one_epoch over the real loader (mosaic and the rest in CPU workers), with
-             warmup, AMP where it applies, gradient clipping and EMA.
+             warmup, AMP where it applies, gradient clipping and EMA, over --batches consecutive batches of the one
+             stream of batches (across epochs where an epoch is shorter), each round going on where the last stopped.
 The two alternate for --rounds rounds in one process, so the ratio is fair on a shared machine (ENV-NOTES.md).
+A round starts with the workers' prefetched batches (workers x 2) ready, made while the model-only round ran: that
+head start is why a round needs many more batches than that. On coco128 (8 batches an epoch, 2 workers, 2026-12-04)
+rounds of 8 batches gave 0.96 and 0.97, rounds of 32 gave 0.84 and 0.91.
 It runs with OMP_WAIT_POLICY=PASSIVE unless you export another value, as `python -m detect.train` does.
 
     python scripts/bench_train.py --data coco128.yaml --cfg yolov5n.yaml --imgsz 320 --batch-size 16 --workers 2
@@ -19,6 +23,7 @@ import resource
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -33,11 +38,12 @@ from detect.training.loop import Schedule, Step, build_step, optimizer_step, tra
 from detect.training.optim import OptimSettings, accumulate_steps, lr_lambda
 
 
-class FirstBatches:
-    """The first `count` batches of a loader, as a Loader-like object train_one_epoch can run over."""
+class StreamWindow:
+    """The next `count` batches of the loader's stream from (epoch, batch), as train_one_epoch's loader: the stream
+    is already there, so its workers go on without a restart."""
 
-    def __init__(self, loader, count: int) -> None:
-        self.loader, self.count = loader, count
+    def __init__(self, loader, epoch: int, batch: int, count: int) -> None:
+        self.loader, self.epoch, self.batch, self.count = loader, epoch, batch, count
 
     def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
         self.loader.set_epoch(epoch, start_batch)
@@ -46,7 +52,43 @@ class FirstBatches:
         return itertools.islice(iter(self.loader), self.count)
 
     def __len__(self) -> int:
-        return self.count
+        return len(self.loader)
+
+
+class StreamCursor:
+    """Where the training stream stands, so that each end-to-end round takes the batches that come next."""
+
+    def __init__(self, loader) -> None:
+        self.loader, self.epoch, self.batch = loader, 0, 0
+
+    def windows(self, batches: int):
+        """Windows of at most one epoch each, `batches` batches in all, the cursor moved past them."""
+        while batches > 0:
+            count = min(batches, len(self.loader) - self.batch)
+            yield StreamWindow(self.loader, self.epoch, self.batch, count)
+            batches -= count
+            self.epoch, self.batch = (self.epoch, self.batch + count) if self.batch + count < len(self.loader) else (
+                self.epoch + 1, 0)
+
+
+def wait_for_idle_workers(loader, interval: float = 0.2) -> None:
+    """Return once the loader's workers use no more CPU (their prefetch is full), so that the model-only round has
+    the cores to itself (their CPU time from Linux's /proc; elsewhere a fixed 2 s pause)."""
+    stats = [Path(f"/proc/{pid}/stat") for pid in loader.worker_pids()]
+    if not all(path.exists() for path in stats):
+        time.sleep(2)
+        return
+
+    def ticks() -> int:  # user + system time: fields 14 and 15, after the parenthesised command name
+        return sum(sum(map(int, path.read_text().rsplit(")", 1)[1].split()[11:13])) for path in stats)
+
+    last = ticks()
+    while True:
+        time.sleep(interval)
+        now = ticks()
+        if now == last:
+            return
+        last = now
 
 
 def model_only(step: Step, batch, steps: int, accumulate: int) -> tuple[float, float]:
@@ -68,11 +110,15 @@ def model_only(step: Step, batch, steps: int, accumulate: int) -> tuple[float, f
     return steps * len(batch) / seconds, (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / steps
 
 
-def end_to_end(step: Step, schedule: Schedule, loader: FirstBatches, epoch: int) -> float:
-    """Images per second of the trainer's epoch loop over the real loader."""
-    after_warmup = Progress(iteration=10**6, last_optimizer_step=10**6 - 1)
-    stats = train_one_epoch(step, schedule, loader, epoch, epoch + 1, after_warmup, show_progress=False)
-    return stats.images / stats.seconds
+def end_to_end(step: Step, schedule: Schedule, cursor: StreamCursor, batches: int) -> float:
+    """Images per second of the trainer's epoch loop over the next `batches` batches of the real loader."""
+    images = seconds = 0.0
+    for window in cursor.windows(batches):
+        after_warmup = Progress(iteration=10**6, last_optimizer_step=10**6 - 1, batch=window.batch)
+        stats = train_one_epoch(step, schedule, window, window.epoch, window.epoch + 1, after_warmup,
+                                show_progress=False)
+        images, seconds = images + stats.images, seconds + stats.seconds
+    return images / seconds
 
 
 def main() -> None:
@@ -88,7 +134,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--cache", default=None, choices=("ram",))
-    parser.add_argument("--batches", type=int, default=12, help="batches per round and mode")
+    parser.add_argument("--batches", type=int, default=48, help="batches per round and mode")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
 
@@ -104,17 +150,18 @@ def main() -> None:
     settings = OptimSettings.from_hyp(hyp)
     step = build_step(model, backend, hyp, settings, args.batch_size, args.imgsz, ema=ModelEMA(model))
     schedule = Schedule(settings, args.batch_size, warmup_iterations=0, lr_factor=lr_lambda(settings, 100))
-    batches = FirstBatches(loader, args.batches)
+    cursor = StreamCursor(loader)
     fixed = next(iter(loader))
     accumulate = accumulate_steps(args.batch_size)
     model_only(step, fixed, 2, accumulate)  # warm-up: allocator, kernels, worker start
-    end_to_end(step, schedule, batches, 0)
+    end_to_end(step, schedule, cursor, len(loader))
     rates, faults = {"model only": [], "end to end": []}, []
-    for round_index in range(args.rounds):
+    for _ in range(args.rounds):
+        wait_for_idle_workers(loader)
         rate, faults_per_step = model_only(step, fixed, args.batches, accumulate)
         rates["model only"].append(rate)
         faults.append(faults_per_step)
-        rates["end to end"].append(end_to_end(step, schedule, batches, round_index + 1))
+        rates["end to end"].append(end_to_end(step, schedule, cursor, args.batches))
     medians = {mode: statistics.median(values) for mode, values in rates.items()}
     print(f"{args.cfg} at {args.imgsz}, batch {args.batch_size}, {args.workers} workers, {backend}, "
           f"{torch.get_num_threads()} threads")

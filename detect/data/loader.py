@@ -87,6 +87,10 @@ class Loader:
             _OPEN_STREAMS.add(batches)
         return batches
 
+    def worker_pids(self) -> list[int]:
+        """The process ids of the training stream's workers (none before it starts, or without workers)."""
+        return [worker.pid for worker in getattr(self._stream, "_workers", [])]
+
     def start(self, epoch: int, start_batch: int = 0) -> None:
         """Set the epoch and start the workers on its batches now, so that they have batches ready when training
         first asks (a run builds its model meanwhile). The global RNG is left as it was: the DataLoader draws its

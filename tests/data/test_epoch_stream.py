@@ -4,6 +4,7 @@ give is what a fresh loader gives for that epoch (or from a batch inside it)."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 import textwrap
@@ -93,3 +94,12 @@ def test_a_process_with_a_stream_left_open_exits(tmp_path, split: str):
     finished = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True,
                               timeout=60)
     assert finished.returncode == 0, finished.stderr
+
+
+def test_worker_pids_name_the_streams_running_workers(tmp_path):
+    loader = build_train_loader(load_data_config(simple_dataset(tmp_path, count=8)), AUGMENT, 64, 4, workers=2, seed=0,
+                                pin_memory=False)
+    assert loader.worker_pids() == []
+    next(iter(loader))
+    pids = loader.worker_pids()
+    assert len(pids) == 2 and all(os.waitpid(pid, os.WNOHANG) == (0, 0) for pid in pids)  # children, running

@@ -14,13 +14,13 @@ from detect.data.labels import cache as label_cache
 from detect.data.labels import check
 from detect.data.labels.checked import CheckedImages
 from detect.data.records import RecordTable, assign_image_ids, label_path_for
-from tests.scripts.large_dataset import generator
+from tests.scripts.modules import script
 
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The folder of 2,000 train + 10 val images from the scale benchmark's generator, with its broken files."""
-    return generator().make_dataset(tmp_path_factory.mktemp("large"), 2000, 10, workers=1, seed=2).parent
+    return script("make_large_dataset").make_dataset(tmp_path_factory.mktemp("large"), 2000, 10, workers=1, seed=2).parent
 
 
 def _tables_equal(first, second, fields) -> None:

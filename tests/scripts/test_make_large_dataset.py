@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from tests.scripts.large_dataset import generator as load_generator
+from tests.scripts.modules import script
 
 
 def _digest(root: Path) -> str:
@@ -20,7 +20,7 @@ def _digest(root: Path) -> str:
 
 
 def test_small_set_has_cocos_statistics_and_a_data_yaml(tmp_path: Path) -> None:
-    generator = load_generator()
+    generator = script("make_large_dataset")
     assert generator.main([str(tmp_path), "--images", "1500", "--val-images", "20", "--workers", "1"]) == 0
     config = yaml.safe_load((tmp_path / "data.yaml").read_text())
     assert len(config["names"]) == 80 and config["names"][0] == "person" and config["names"][79] == "toothbrush"
@@ -37,7 +37,7 @@ def test_small_set_has_cocos_statistics_and_a_data_yaml(tmp_path: Path) -> None:
 
 
 def test_the_same_seed_gives_the_same_files_for_any_worker_count(tmp_path: Path) -> None:
-    generator = load_generator()
+    generator = script("make_large_dataset")
     generator.make_dataset(tmp_path / "one", 120, 5, workers=1, seed=7)
     generator.make_dataset(tmp_path / "two", 120, 5, workers=2, seed=7)
     (tmp_path / "one" / "data.yaml").unlink()
@@ -46,5 +46,5 @@ def test_the_same_seed_gives_the_same_files_for_any_worker_count(tmp_path: Path)
 
 
 def test_bad_arguments_are_one_line(tmp_path: Path, capsys) -> None:
-    assert load_generator().main([str(tmp_path), "--images", "0"]) == 2
+    assert script("make_large_dataset").main([str(tmp_path), "--images", "0"]) == 2
     assert "error:" in capsys.readouterr().err
