@@ -15,17 +15,13 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from detect.data.images.load import read_image, resize_to_imgsz, resized_shape
+from detect.data.images.load import load_resized, read_image, resize_to_imgsz, resized_shape
 
 REDUCED_FLAGS = ((4, cv2.IMREAD_REDUCED_COLOR_4), (2, cv2.IMREAD_REDUCED_COLOR_2))
 
 
-def full_load(path: Path, imgsz: int) -> np.ndarray:
-    return resize_to_imgsz(read_image(path), imgsz, augment=True)
-
-
 def reduced_load(path: Path, imgsz: int, shape: tuple[int, int]) -> np.ndarray:
-    """The reduced decode of a source of `shape` (h, w), resized to full_load's shape."""
+    """The reduced decode of a source of `shape` (h, w), resized to the training load's shape (load_resized)."""
     flag = next((flag for factor, flag in REDUCED_FLAGS if max(shape) >= factor * imgsz), cv2.IMREAD_COLOR)
     image = cv2.imread(str(path), flag)
     height, width = resized_shape(*shape, imgsz)
@@ -51,13 +47,17 @@ def main() -> None:
     paths = sorted(path for path in args.images.iterdir() if path.suffix.lower() in (".jpg", ".jpeg"))
     if not paths:
         raise SystemExit(f"no JPEGs in {args.images}")
-    shapes = {path: read_image(path).shape[:2] for path in paths}
-    reducible = [path for path in paths if max(shapes[path]) >= 2 * args.imgsz]
-    print(f"{len(paths)} JPEGs, {len(reducible)} at least twice {args.imgsz} on the long side (the rest decode in full)")
-    difference = np.mean([np.abs(full_load(path, args.imgsz).astype(np.int16)
-                                 - reduced_load(path, args.imgsz, shapes[path])).mean() for path in reducible])
-    print(f"mean absolute pixel difference on those: {difference:.2f} of 255")
-    loads = {"full decode + resize": lambda path: full_load(path, args.imgsz),
+    shapes, differences = {}, []
+    for path in paths:
+        image = read_image(path)
+        shapes[path] = image.shape[:2]
+        if max(shapes[path]) >= 2 * args.imgsz:
+            full = resize_to_imgsz(image, args.imgsz, augment=True)
+            differences.append(np.abs(full.astype(np.int16) - reduced_load(path, args.imgsz, shapes[path])).mean())
+    print(f"{len(paths)} JPEGs, {len(differences)} at least twice {args.imgsz} on the long side (the rest decode in "
+          "full)")
+    print(f"mean absolute pixel difference on those: {np.mean(differences):.2f} of 255")
+    loads = {"full decode + resize": lambda path: load_resized(path, args.imgsz, augment=True),
              "reduced decode + resize": lambda path: reduced_load(path, args.imgsz, shapes[path])}
     times: dict[str, list[float]] = {name: [] for name in loads}
     for _ in range(args.rounds):

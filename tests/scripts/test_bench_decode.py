@@ -8,6 +8,7 @@ import sys
 import cv2
 import numpy as np
 
+from detect.data.images.load import load_resized
 from tests.scripts.modules import SCRIPTS, script
 
 
@@ -22,7 +23,7 @@ def test_reduced_load_matches_the_full_load_in_shape_and_nearly_in_pixels(tmp_pa
     for height, width, imgsz in ((480, 640, 320), (333, 1281, 320), (200, 300, 320)):
         path = tmp_path / f"{height}x{width}.jpg"
         write_jpeg(path, height, width)
-        full, reduced = bench.full_load(path, imgsz), bench.reduced_load(path, imgsz, (height, width))
+        full, reduced = load_resized(path, imgsz, augment=True), bench.reduced_load(path, imgsz, (height, width))
         assert full.shape == reduced.shape
         assert np.abs(full.astype(np.int16) - reduced).mean() < 4
 
