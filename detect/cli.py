@@ -1,35 +1,44 @@
-"""What every command-line entry point shares: logging set-up, one-line errors (exit code 2), flag range checks.
+"""What every command-line entry point shares: flags made from a settings dataclass, logging set-up, one-line errors
+(exit code 2), flag range checks.
 
-A CLI builds its parser with `ArgumentParser` (a bad flag is one line `error: ...`, exit 2, as a UserError is)
-and gives numeric flags one of the types below, so that a value out of range stops before any work starts:
+A CLI's flags come from its settings dataclass (fields made with detect.config.option), which owns the names,
+defaults, ranges and help; the same class checks the Python API's keyword arguments:
 
-    parser = cli.ArgumentParser(prog="python -m detect.val", description=__doc__)
-    parser.add_argument("--imgsz", type=cli.positive_int, default=640)
-    parser.add_argument("--conf-thres", type=cli.unit_float, default=0.001)
+    parser = cli.settings_parser(ValSettings, prog="python -m detect.val", description=__doc__)
+    settings = cli.settings_from_args(ValSettings, parser.parse_args(argv))
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
+import dataclasses
 import gc
-import io
 import logging
 import os
+import re
 import signal
 import sys
+import types
+import typing
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
-from detect.config import NON_NEGATIVE, POSITIVE, UNIT, Bound
+from detect.config import NON_NEGATIVE, POSITIVE, UNIT, Bound, flag_name, options_from_dict
 from detect.errors import Interrupted, UserError
+
+T = TypeVar("T")
+# yolov5's other spellings of our flags, added to every CLI whose settings have the field (yolov5 users type them).
+YOLOV5_SPELLINGS = {"imgsz": ("--img", "--img-size"), "batch_size": ("--batch",), "conf_thres": ("--conf",),
+                    "iou_thres": ("--iou",)}
 
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser whose errors are one line on stderr (no usage block) and exit code 2."""
 
     def error(self, message: str) -> NoReturn:
-        """Print `error: <message>` and exit 2 (argparse prints the usage and the program name first)."""
+        """Print `error: <message>` and exit 2 (argparse prints the usage and the program name first); a flag with
+        aliases is named by its first spelling ("argument --imgsz", not "argument --imgsz/--img/--img-size")."""
+        message = re.sub(r"^argument (-[\w-]+)(?:/-[\w-]+)+:", r"argument \1:", message)
         self.exit(2, f"error: {message}\n")
 
 
@@ -54,31 +63,51 @@ non_negative_int = bounded(int, NON_NEGATIVE)  # worker counts, seeds
 unit_float = bounded(float, UNIT)  # thresholds, fractions
 
 
-def options_to_argv(options: dict[str, Any]) -> list[str]:
-    """Keyword arguments as the flags that say the same: batch_size=8 -> --batch-size 8, True -> the bare flag,
-    False or None -> nothing (the default), a list -> its values after the flag."""
-    argv = []
-    for name, value in options.items():
-        flag = "--" + name.replace("_", "-")
-        if value is True:
-            argv.append(flag)
-        elif isinstance(value, (list, tuple)):
-            argv += [flag, *map(str, value)]
-        elif value is not None and value is not False:
-            argv += [flag, str(value)]
-    return argv
+def _flag_options(field: dataclasses.Field, annotation: Any) -> dict[str, Any]:
+    """argparse keywords for one settings field; the default is left out (SUPPRESS): only given flags count, and the
+    dataclass supplies the rest."""
+    meta = field.metadata
+    shown = "" if field.default in (None, False, True, dataclasses.MISSING) else f" (default {field.default!r})"
+    options: dict[str, Any] = {"default": argparse.SUPPRESS, "dest": field.name, "help": meta["help"] + shown}
+    if field.default is dataclasses.MISSING:
+        options["required"] = True
+    kind = annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):  # X | None
+        kind = next(arg for arg in typing.get_args(annotation) if arg is not type(None))
+    if kind is bool:
+        if flag_name(field).startswith("--no-"):  # a field on by default, switched off by its --no- flag
+            return {**options, "action": "store_false"}
+        return {**options, "action": argparse.BooleanOptionalAction if field.default is None else "store_true"}
+    if typing.get_origin(kind) is tuple:
+        kind, options["nargs"] = typing.get_args(kind)[0], "+"
+    if meta["const"] is not None:
+        options.update(nargs="?", const=meta["const"])
+    if meta["choices"] is not None:
+        options["choices"] = meta["choices"]
+    options["type"] = bounded(kind, meta["bound"]) if meta["bound"] is not None else kind
+    return options
 
 
-def parse_options(parse_args: Callable[[list[str] | None], argparse.Namespace],
-                  options: dict[str, Any]) -> argparse.Namespace:
-    """A CLI's flags from keyword arguments (a Python API with the CLI's names, defaults and checks); a bad one
-    raises UserError with the line the CLI would print."""
-    stderr = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(stderr):
-            return parse_args(options_to_argv(options))
-    except SystemExit:
-        raise UserError(stderr.getvalue().strip().removeprefix("error: ")) from None
+def add_settings_flags(parser: argparse.ArgumentParser, settings_class: type) -> None:
+    """One flag per field of `settings_class`, with its aliases and yolov5's spellings of it."""
+    hints = typing.get_type_hints(settings_class)
+    for field in dataclasses.fields(settings_class):
+        flags = field.metadata.get("flags") or (flag_name(field),)
+        flags += tuple(alias for alias in YOLOV5_SPELLINGS.get(field.name, ()) if alias not in flags)
+        parser.add_argument(*flags, **_flag_options(field, hints[field.name]))
+
+
+def settings_parser(settings_class: type, prog: str, description: str | None) -> ArgumentParser:
+    """A CLI's parser with the flags of `settings_class` (add the CLI's own extra flags to it)."""
+    parser = ArgumentParser(prog=prog, description=description)
+    add_settings_flags(parser, settings_class)
+    return parser
+
+
+def settings_from_args(settings_class: type[T], args: argparse.Namespace | dict[str, Any]) -> T:
+    """The settings the given flags describe (defaults for the rest); a bad value raises UserError naming its flag."""
+    return options_from_dict(settings_class, dict(vars(args) if isinstance(args, argparse.Namespace) else args),
+                             "the command line")
 
 
 def main_for(parse_args: Callable[[list[str] | None], argparse.Namespace],

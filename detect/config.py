@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from detect.errors import ConfigError
+from detect.errors import ConfigError, UserError
 
 T = TypeVar("T")
 
@@ -89,6 +89,23 @@ def _type_ok(value: Any, annotation: Any) -> bool:
     return isinstance(value, annotation)
 
 
+def type_name(annotation: Any) -> str:
+    """How an error names a type: `int`, `list[dict]`, `str | None`."""
+    if typing.get_origin(annotation) is not None or isinstance(annotation, types.UnionType):
+        return str(annotation).replace("typing.", "").replace("NoneType", "None")
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _wrong_item(value: Any, annotation: Any) -> str:
+    """For a list or tuple that fails its annotation: ' (item i is a <type>)' naming the first wrong item."""
+    args = [arg for arg in typing.get_args(annotation) if arg is not Ellipsis]
+    if typing.get_origin(annotation) in (list, tuple) and args and isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            if not _type_ok(item, args[0]):
+                return f" (item {index} is a {type(item).__name__}, not a {type_name(args[0])})"
+    return ""
+
+
 def from_mapping(cls: type[T], data: dict[str, Any], source: str | Path) -> T:
     """Build dataclass `cls` from `data`; an unknown key, missing key or wrong type names key and source."""
     hints = typing.get_type_hints(cls)
@@ -104,8 +121,9 @@ def from_mapping(cls: type[T], data: dict[str, Any], source: str | Path) -> T:
             continue
         value = data[name]
         if not _type_ok(value, hints[name]):
-            expected = getattr(hints[name], "__name__", str(hints[name]))
-            raise ConfigError(f"{source}: key '{name}' must be {expected}, got {type(value).__name__} {value!r}")
+            shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+            raise ConfigError(f"{source}: key '{name}' must be {type_name(hints[name])}, got "
+                              f"{type(value).__name__} {shown}{_wrong_item(value, hints[name])}")
         values[name] = float(value) if hints[name] is float else value
     return cls(**values)
 
@@ -158,3 +176,48 @@ class Hyp:
 def load_hyp(name: str | Path = "scratch-low.yaml") -> Hyp:
     """Load a hyp yaml by bare name (configs/hyps/) or path."""
     return load_dataclass(Hyp, resolve_config(name, "hyps"))
+
+
+# --- settings that are also command-line flags -----------------------------------------------------------------
+# A CLI's settings are one frozen dataclass whose fields are made with `option`: the field's default is the one
+# default, its metadata what the flag needs (detect/cli.py makes the flags), and `check_options` the one range check,
+# the same for `python -m detect.x --flag` and `detect.x.run(flag=...)`.
+
+def option(default: Any = dataclasses.MISSING, description: str = "", *, bound: Bound | None = None,
+           flags: tuple[str, ...] = (), choices: tuple[str, ...] | None = None, const: Any = None,
+           again_on_resume: bool = False) -> Any:
+    """A settings field and what its flag needs: `flags` replaces the --name spelling (aliases after it), `const`
+    makes the value optional after the flag, `again_on_resume` lets train's --resume take a new value. No default:
+    the flag is required."""
+    metadata = {"help": description, "bound": bound, "flags": flags, "choices": choices, "const": const,
+                "again_on_resume": again_on_resume}
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def flag_name(field: dataclasses.Field) -> str:
+    """The field's command-line spelling: --batch-size for batch_size, or its own first flag."""
+    return (field.metadata.get("flags") or (f"--{field.name.replace('_', '-')}",))[0]
+
+
+def check_options(settings: Any) -> None:
+    """A UserError naming the flag of the first field outside its bound or choices."""
+    for field in dataclasses.fields(settings):
+        value = getattr(settings, field.name)
+        bound, choices = field.metadata.get("bound"), field.metadata.get("choices")
+        values = value if isinstance(value, tuple) else (value,)
+        if bound is not None and not all(v is None or bound.accept(v) for v in values):
+            raise UserError(f"{flag_name(field)} {value!r}: must be {bound.what}")
+        if choices is not None and not all(v is None or v in choices for v in values):
+            raise UserError(f"{flag_name(field)} {value!r}: choose one of {', '.join(choices)}")
+
+
+def options_from_dict(cls: type[T], values: dict[str, Any], source: str) -> T:
+    """Settings from keyword arguments or a stored dict: a tuple field also takes a list or one value; an unknown
+    key or a wrong type names it and `source`."""
+    hints = typing.get_type_hints(cls)
+    values = dict(values)
+    for name, value in values.items():
+        kinds = typing.get_args(hints[name]) if isinstance(hints.get(name), types.UnionType) else (hints.get(name),)
+        if any(typing.get_origin(kind) is tuple for kind in kinds) and value is not None:
+            values[name] = tuple(value) if isinstance(value, (list, tuple)) else (value,)
+    return from_mapping(cls, values, source)

@@ -1,4 +1,5 @@
-"""`python -m detect.train`: train YOLOv5 (one process, or many under torchrun) with yolov5's options.
+"""`python -m detect.train`: train YOLOv5 (one process, one rank per device of `--device 0,1,...`, or many under
+torchrun) with yolov5's options.
 
 The flags are made from TrainSettings (detect/training/settings.py: names, defaults, ranges, help), and so is
 `run(**options)`, the Python API: `from detect import train; train.run(cfg="yolov5n.yaml", epochs=3)`.
@@ -9,53 +10,34 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import types
-import typing
+import os
+import sys
 from typing import Any
 
+from detect import backend as backends
 from detect import cli
 from detect.backend.profiler import ProfileSchedule
+from detect.config import flag_name
 from detect.errors import UserError
 from detect.evolution import EVOLVE_PROJECT, SAMPLERS, EvolveResult, evolve
-from detect.training.distributed import DistContext
-from detect.training.settings import TrainSettings, flag_name, resume_fields
+from detect.training.distributed import DistContext, launch_ranks
+from detect.training.settings import TrainSettings, resume_fields
 from detect.training.trainer import FitResult, Trainer
 
-
-def _flag_options(field: dataclasses.Field, annotation: Any) -> dict[str, Any]:
-    """argparse keywords for one TrainSettings field; the default is left out (SUPPRESS): only given flags count."""
-    meta = field.metadata
-    shown = "" if field.default in (None, False, True) else f" (default {field.default!r})"
-    options: dict[str, Any] = {"default": argparse.SUPPRESS, "dest": field.name, "help": meta["help"] + shown}
-    kind = annotation
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):  # X | None
-        kind = next(arg for arg in typing.get_args(annotation) if arg is not type(None))
-    if field.name == "progress":
-        return {**options, "action": "store_false"}
-    if kind is bool:
-        return {**options, "action": argparse.BooleanOptionalAction if field.default is None else "store_true"}
-    if typing.get_origin(kind) is tuple:
-        kind, options["nargs"] = typing.get_args(kind)[0], "+"
-    if meta["const"] is not None:
-        options.update(nargs="?", const=meta["const"])
-    if meta["choices"] is not None:
-        options["choices"] = meta["choices"]
-    options["type"] = cli.bounded(kind, meta["bound"]) if meta["bound"] is not None else kind
-    return options
+LOGGER = logging.getLogger("detect.train")
+YOLOV5_EVOLVE_TRIALS = 300  # a bare --evolve (yolov5's default generations)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = cli.ArgumentParser(prog="python -m detect.train", description=__doc__.split("\n\n")[0])
-    hints = typing.get_type_hints(TrainSettings)
-    for field in dataclasses.fields(TrainSettings):
-        parser.add_argument(*(field.metadata["flags"] or (flag_name(field),)), **_flag_options(field, hints[field.name]))
+    parser = cli.settings_parser(TrainSettings, "python -m detect.train", __doc__.split("\n\n")[0])
+    again = ", ".join(flag_name(field) for field in dataclasses.fields(TrainSettings) if field.name in resume_fields())
     parser.add_argument("--resume", nargs="?", const=True, default=False,
-                        help="continue the latest run of --project, or the given last.pt, exactly where it stopped "
-                             f"(only {', '.join(flag_name(f) for f in dataclasses.fields(TrainSettings) if f.name in resume_fields())} "
-                             "may be given again)")
-    parser.add_argument("--evolve", type=cli.positive_int, default=None, metavar="N",
-                        help=f"evolve the hyp: N short runs with Optuna's proposals ({EVOLVE_PROJECT}/<name> unless "
-                             "--project; started again, a study continues)")
+                        help="continue the latest run of --project, or the given run folder or last.pt, exactly where "
+                             f"it stopped (only {again} may be given again)")
+    parser.add_argument("--evolve", type=cli.positive_int, nargs="?", const=YOLOV5_EVOLVE_TRIALS, default=None,
+                        metavar="N", help=f"evolve the hyp: N short runs with Optuna's proposals (bare: "
+                                          f"{YOLOV5_EVOLVE_TRIALS}, as yolov5; {EVOLVE_PROJECT}/<name> unless "
+                                          "--project; started again, a study continues)")
     parser.add_argument("--evolve-sampler", default="tpe", choices=SAMPLERS, help="Optuna's sampler for --evolve")
     parser.add_argument("--evolve-storage", default=None, metavar="URL",
                         help="an Optuna storage URL that several processes or machines share (default: the study "
@@ -63,10 +45,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--profile", nargs="*", type=cli.non_negative_int, default=None, metavar="N",
                         help="profile the first epoch: skip WAIT steps, warm up WARMUP, record ACTIVE (default 3 1 3); "
                              "trace in the run's profile/, top operators and data-loading share printed")
+    parser.add_argument("--local_rank", "--local-rank", type=cli.non_negative_int, default=None, dest="local_rank",
+                        help="accepted from launchers that pass it (torch.distributed.launch); torchrun's LOCAL_RANK "
+                             "environment variable wins")
     return parser.parse_args(argv)
 
 
-def run(resume: bool | str = False, profile: ProfileSchedule | None = None, **options: Any) -> FitResult:
+def run(*, resume: bool | str = False, profile: ProfileSchedule | None = None, **options: Any) -> FitResult:
     """Train with the CLI's options as keyword arguments (same names and defaults as TrainSettings); a bad one raises
     UserError with the CLI's one-line message. Returns where the run left its files and its final metrics."""
     settings = TrainSettings.from_dict(options, "detect.train.run")
@@ -78,12 +63,23 @@ def run(resume: bool | str = False, profile: ProfileSchedule | None = None, **op
     return Trainer(settings, context, resume=resume, resume_overrides=overrides, profile=profile).fit()
 
 
+def _agree_on_local_rank(flag: int | None) -> None:
+    """--local_rank as old launchers pass it: LOCAL_RANK from the environment wins (one line if they differ); without
+    it, the flag's value stands in for it."""
+    if flag is None:
+        return
+    given = os.environ.get("LOCAL_RANK")
+    if given is None:
+        os.environ["LOCAL_RANK"] = str(flag)
+    elif given != str(flag):
+        LOGGER.info("--local_rank %d differs from LOCAL_RANK=%s in the environment: using %s", flag, given, given)
+
+
 def _run_args(args: argparse.Namespace) -> FitResult | EvolveResult:
     options = vars(args)
     resume, profile = options.pop("resume"), options.pop("profile")
     trials, sampler, storage = options.pop("evolve"), options.pop("evolve_sampler"), options.pop("evolve_storage")
-    if "freeze" in options:
-        options["freeze"] = tuple(options["freeze"])
+    _agree_on_local_rank(options.pop("local_rank"))
     if trials is None:
         return run(resume=resume, profile=None if profile is None else ProfileSchedule.from_flag(profile), **options)
     if resume or profile is not None:
@@ -92,7 +88,21 @@ def _run_args(args: argparse.Namespace) -> FitResult | EvolveResult:
     return evolve(settings, trials, sampler, storage)
 
 
-main = cli.main_for(parse_args, _run_args)
+def main(argv: list[str] | None = None) -> int:
+    """Parse the flags; `--device 0,1,...` outside torchrun starts one rank per device (torch's elastic launcher),
+    each running this same command line; anything else trains in this process."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(argv)
+
+    def body() -> None:
+        devices = backends.parse_devices(getattr(args, "device", TrainSettings.device))
+        if len(devices.indices) > 1 and "WORLD_SIZE" not in os.environ:
+            launch_ranks(argv, devices)
+        else:
+            _run_args(args)
+
+    return cli.run(body)
+
 
 if __name__ == "__main__":
     cli.exit_process(main())

@@ -29,7 +29,7 @@ def main() -> None:
                                       "--batch-size", str(args.batch_size), "--workers", str(workers),
                                       "--device", "cpu", "--project", project, "--no-progress"])
             start = time.perf_counter()
-            result = val.run(options)
+            result = val.validate(options)
             wall = time.perf_counter() - start
         speed = result.speed
         print(f"{workers:>8}{wall:>9.1f}{result.images / wall:>8.1f}{speed.preprocess:>8.1f}"

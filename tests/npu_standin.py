@@ -165,8 +165,9 @@ def profile(*, activities: list | None = None, schedule: Schedule | None = None,
         on_trace_ready=on_trace_ready, record_shapes=record_shapes)
 
 
-def make_torch_npu() -> ModuleType:
-    """A fresh fake torch_npu; `.calls` records (name, args, kwargs) of each npu.* call and of npu_nms_v4."""
+def make_torch_npu(device_count: int = 1) -> ModuleType:
+    """A fresh fake torch_npu that sees `device_count` NPUs; `.calls` records (name, args, kwargs) of each npu.* call
+    and of npu_nms_v4."""
     calls: list[tuple[Any, ...]] = []
     module = ModuleType("torch_npu")
     module.__doc__ = "CPU stand-in for torch_npu (tests/npu_standin.py)"
@@ -192,7 +193,7 @@ def make_torch_npu() -> ModuleType:
     module.bf16_supported = True  # what is_bf16_supported() answers; a test may set False
     module.npu = SimpleNamespace(
         is_available=record("is_available", True),
-        device_count=record("device_count", 1),
+        device_count=record("device_count", device_count),
         get_device_name=record("get_device_name", "Ascend910B3"),  # torch_npu/npu/__init__.py: get_device_name
         is_bf16_supported=is_bf16_supported,
         set_device=record("set_device"),
@@ -204,6 +205,7 @@ def make_torch_npu() -> ModuleType:
         empty_cache=record("empty_cache"),
         memory_allocated=record("memory_allocated", 1000),
         max_memory_allocated=record("max_memory_allocated", 2000),
+        mem_get_info=record("mem_get_info", (30 * 2**30, 64 * 2**30)),  # (free, total): torch_npu/npu/__init__.py
         reset_peak_memory_stats=record("reset_peak_memory_stats"),
         # 910B (A2) defaults: conv HF32 on, matmul HF32 off (NPU.md §2.1).
         conv=Hf32Flag(True),

@@ -9,8 +9,9 @@ import re
 import pytest
 
 from detect import train, val
+from detect.config import flag_name
 from detect.errors import UserError
-from detect.training.settings import TrainSettings, flag_name
+from detect.training.settings import TrainSettings
 from tests.training.helpers import tiny_dataset
 
 TINY_RUN = {"cfg": "yolov5n.yaml", "imgsz": 64, "batch_size": 4, "epochs": 1, "workers": 0, "device": "cpu",
@@ -28,7 +29,7 @@ def test_train_run_then_val_run_from_a_script(tmp_path, caplog):
     assert result.save_dir == tmp_path / "runs" / "exp" and result.epochs_run == 1
     assert result.best.is_file() and result.last.is_file() and 0 <= result.metrics.map50_95 <= result.metrics.map50
     scored = val.run(weights=str(result.best), data=str(data), imgsz=64, device="cpu", workers=0,
-                     project=str(tmp_path / "val"), no_progress=True)
+                     project=str(tmp_path / "val"), progress=False)
     assert scored.images == 8 and abs(scored.metrics.map50 - result.metrics.map50) < 1e-6
 
 
@@ -46,16 +47,25 @@ def test_train_run_refuses_a_bad_keyword_with_the_cli_line(tmp_path, options, me
     assert not any(tmp_path.iterdir())  # nothing made
 
 
-def test_val_run_refuses_a_bad_keyword_with_the_cli_line():
-    with pytest.raises(UserError, match=r"^argument --conf-thres: must be a number in \[0, 1\], got '2'$"):
+def test_val_run_refuses_a_bad_keyword_as_train_run_does():
+    with pytest.raises(UserError, match=r"^--conf-thres 2.0: must be a number in \[0, 1\]$"):
         val.run(weights="any.pt", conf_thres=2)
-    with pytest.raises(UserError, match="unrecognized arguments: --colour red"):
-        val.run(weights="any.pt", colour="red")
+    with pytest.raises(UserError, match=r"^detect.val.run: unknown key 'dataa' \(known: weights, data, "):
+        val.run(weights="any.pt", dataa="coco128.yaml")
+    with pytest.raises(UserError, match=r"^detect.train.run: unknown key 'cfgg' \(known: cfg, weights, "):
+        train.run(cfgg="yolov5n.yaml")
+
+
+def test_the_python_api_takes_keywords_only():
+    for function in (train.run, val.run):
+        with pytest.raises(TypeError, match="positional"):
+            function("yolov5n.yaml")
 
 
 def test_every_setting_is_a_flag_with_its_default(capsys):
     # parse_args leaves out what is not given, so TrainSettings' own defaults apply: one home for them.
-    not_settings = {"resume": False, "profile": None, "evolve": None, "evolve_sampler": "tpe", "evolve_storage": None}
+    not_settings = {"resume": False, "profile": None, "evolve": None, "evolve_sampler": "tpe", "evolve_storage": None,
+                    "local_rank": None}
     assert vars(train.parse_args([])) == not_settings
     args = vars(train.parse_args(["--img", "320", "--freeze", "10", "--no-progress", "--cache", "--no-amp"]))
     assert args == {"imgsz": 320, "freeze": [10], "progress": False, "cache": "ram", "amp": False, **not_settings}

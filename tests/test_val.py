@@ -42,7 +42,7 @@ def test_yolov5n_on_coco128_yolo_labels_save_json_scores_with_official_ids(tmp_p
     # batch 16: the reference detections were made with rect batches of 16 (expected_metrics.json)
     args = val.parse_args(["--weights", str(YOLOV5N), "--data", str(data), "--imgsz", "640", "--device", "cpu",
                            "--batch-size", "16", "--project", str(tmp_path), "--no-progress", "--save-json"])
-    result = val.run(args)
+    result = val.validate(args)
     assert result.images == 128 and result.problems == ()
     run = tmp_path / "exp"
     official = bare_pycocotools_stats(COCO128 / "annotations" / "instances_train2017.json", run / "predictions.json")

@@ -2,24 +2,70 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from detect.backend.base import Backend, BackendUnavailable, MemoryStats
 from detect.backend.cpu import host_memory_stats
 from detect.errors import UserError
 
-__all__ = ["SPEC_HELP", "Backend", "BackendUnavailable", "MemoryStats", "host_memory_stats", "parse_spec", "select"]
+__all__ = ["SPEC_HELP", "Backend", "BackendUnavailable", "DeviceRequest", "MemoryStats", "host_memory_stats",
+           "parse_devices", "parse_spec", "select"]
 
-SPEC_HELP = "auto (npu > cuda > cpu), cpu, cuda, cuda:N, npu or npu:N"
-_SPEC = re.compile(r"(auto|cpu|cuda|npu)(?::(\d+))?")
+SPEC_HELP = ("auto (npu > cuda > cpu), cpu, cuda, cuda:N, npu, npu:N, or as yolov5 writes it: 0 or 0,1,2,3 "
+             "(accelerator indices: the NPUs when torch_npu works, else the CUDA GPUs)")
+_SPEC = re.compile(r"(?:(auto|cpu|cuda|npu)(?::(\d+(?:,\d+)*))?|(\d+(?:,\d+)*))")
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceRequest:
+    """What --device asks for: a kind ("accelerator" for yolov5's bare indices, "auto", "cpu", "cuda", "npu") and the
+    device indices, one per rank when there are several."""
+
+    kind: str
+    indices: tuple[int, ...] = (0,)
+
+    def spec(self, position: int = 0) -> str:
+        """The one-device spec of the index at `position` (a rank's LOCAL_RANK), e.g. "npu:3"; the kind of bare
+        indices is resolved here (the NPUs when torch_npu works, else CUDA, else a UserError)."""
+        if position >= len(self.indices):
+            raise UserError(f"--device lists {len(self.indices)} device(s) but this is local rank {position}: give "
+                            f"one index per rank of the node")
+        kind = accelerator_kind() if self.kind == "accelerator" else self.kind
+        return kind if kind in ("auto", "cpu") else f"{kind}:{self.indices[position]}"
+
+
+def parse_devices(spec: str) -> DeviceRequest:
+    """--device as a DeviceRequest; a bad spec is a UserError."""
+    text = str(spec).strip().lower()
+    match = _SPEC.fullmatch(text)
+    if match is None or (match.group(1) in ("auto", "cpu") and match.group(2) is not None):
+        raise UserError(f"device '{spec}' is not valid; expected {SPEC_HELP}")
+    kind, listed, bare = match.groups()
+    numbers = listed or bare
+    indices = tuple(int(number) for number in numbers.split(",")) if numbers else (0,)
+    if len(set(indices)) != len(indices):
+        raise UserError(f"device '{spec}' names a device twice")
+    return DeviceRequest(kind or "accelerator", indices)
 
 
 def parse_spec(spec: str) -> tuple[str, int]:
-    """Split a device spec into (kind, index); a bad spec is a UserError."""
-    match = _SPEC.fullmatch(spec.strip().lower())
-    if match is None or (match.group(1) in ("auto", "cpu") and match.group(2) is not None):
-        raise UserError(f"device '{spec}' is not valid; expected {SPEC_HELP}")
-    return match.group(1), int(match.group(2) or 0)
+    """Split a one-device spec into (kind, index); a bad spec is a UserError."""
+    request = parse_devices(spec)
+    return request.kind, request.indices[0]
+
+
+def accelerator_kind() -> str:
+    """The kind yolov5's bare indices (--device 0) name here: npu when torch_npu works, else cuda; neither is a
+    UserError that suggests --device cpu."""
+    from detect.backend import cuda, npu
+
+    if npu.is_available():
+        return "npu"
+    if cuda.is_available():
+        return "cuda"
+    raise BackendUnavailable("--device with an index names an accelerator, but this machine has neither a working "
+                             "NPU (torch_npu) nor a CUDA GPU; use --device cpu")
 
 
 def select(
@@ -31,7 +77,10 @@ def select(
     npu_allow_hf32: bool | None = None,
 ) -> Backend:
     """The backend for `spec`; AMP defaults to fp16 on cuda/npu and off on cpu; npu_* apply to npu only."""
-    kind, index = parse_spec(spec)
+    request = parse_devices(spec)
+    if request.kind == "accelerator" or len(request.indices) > 1:  # several devices: this process takes the first
+        request = parse_devices(request.spec())
+    kind, index = request.kind, request.indices[0]
     # Backend modules are imported here, not at the top, so that importing detect.backend touches no device.
     if kind == "auto":
         from detect.backend import cuda, npu

@@ -139,6 +139,10 @@ class Backend:
         """Current and peak memory of this device, in bytes."""
         raise NotImplementedError
 
+    def memory_info(self) -> tuple[int, int]:
+        """(free, total) bytes of this device's memory (AutoBatch)."""
+        raise NotImplementedError
+
     def reset_peak_memory(self) -> None:
         """Start a new peak-memory measurement."""
 
@@ -243,6 +247,12 @@ class AcceleratorBackend(Backend):
             current_bytes=int(self.runtime.memory_allocated(self.device)),
             peak_bytes=int(self.runtime.max_memory_allocated(self.device)),
         )
+
+    def memory_info(self) -> tuple[int, int]:
+        """(free, total) bytes of this device's memory, as its driver reports them (torch_npu 2.14.0 has
+        mem_get_info in torch_npu/npu/__init__.py, read in the wheel)."""
+        free, total = self.runtime.mem_get_info(self.device)
+        return int(free), int(total)
 
     def reset_peak_memory(self) -> None:
         """Start a new peak measurement on this device."""

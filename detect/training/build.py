@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from detect import backend as backends
+from detect.backend.autobatch import fit_batch_size
 from detect.config import Hyp, from_mapping, load_hyp
 from detect.data import (
     AugmentSettings,
@@ -43,7 +44,7 @@ from detect.training.ema import ModelEMA
 from detect.training.loop import Schedule, Step, build_step
 from detect.training.optim import OptimSettings, build_scheduler, lr_lambda, warmup_iterations
 from detect.training.results import PhaseTimes, ResultsLog
-from detect.training.settings import TrainSettings
+from detect.training.settings import AUTO_BATCH, TrainSettings
 
 LOGGER = logging.getLogger(__name__)
 
@@ -77,12 +78,17 @@ class Run:
 
 
 def select_backend(settings: TrainSettings, context: DistContext) -> backends.Backend:
-    """The device for this rank: under torchrun an accelerator's index is LOCAL_RANK, whatever --device says."""
-    kind, _ = backends.parse_spec(settings.device)
+    """The device for this rank: under torchrun, the device at LOCAL_RANK in a --device list (0,1,2,3), else the
+    accelerator whose index is LOCAL_RANK, whatever index --device names."""
+    request = backends.parse_devices(settings.device)
     spec = settings.device
-    if context.distributed and kind != "cpu":
-        kind = backends.select(kind, amp=False).name if kind == "auto" else kind
-        spec = kind if kind == "cpu" else f"{kind}:{context.local_rank}"
+    if context.distributed and request.kind != "cpu":
+        if len(request.indices) > 1:
+            spec = request.spec(context.local_rank)
+        else:
+            kind = backends.parse_spec(request.spec())[0]
+            kind = backends.select(kind, amp=False).name if kind == "auto" else kind
+            spec = kind if kind == "cpu" else f"{kind}:{context.local_rank}"
     return backends.select(spec, amp=settings.amp, npu_jit_compile=settings.npu_jit_compile,
                            npu_allow_hf32=settings.npu_allow_hf32)
 
@@ -156,7 +162,10 @@ def autoanchor(model: DetectionModel, records: list[ImageRecord], imgsz: int, an
 
 
 def check_batch_size(settings: TrainSettings, context: DistContext) -> None:
-    """The global batch must divide over the ranks."""
+    """The global batch must divide over the ranks; AutoBatch measures one device."""
+    if settings.batch_size == AUTO_BATCH and context.distributed:
+        raise UserError("--batch-size -1 (AutoBatch) measures one device: give the total batch size for "
+                        f"{context.world_size} ranks")
     if settings.batch_size % context.world_size:
         raise UserError(f"--batch-size {settings.batch_size} does not divide over {context.world_size} ranks")
 
@@ -165,6 +174,16 @@ def check_model_given(settings: TrainSettings) -> None:
     """A run needs an architecture, a checkpoint, or both."""
     if settings.cfg is None and settings.weights is None:
         raise UserError("give a model: --cfg yolov5s.yaml (from scratch) and/or --weights FILE (fine-tune)")
+
+
+def _auto_batch(settings: TrainSettings, source: ModelSource, data: DataConfig,
+                backend: backends.Backend) -> TrainSettings:
+    """The settings with AutoBatch's batch size for this model, image size and device."""
+    model = source.build(data.names).to(backend.device).train()
+    batch_size = fit_batch_size(model, backend, settings.imgsz)
+    del model
+    backend.empty_cache()
+    return dataclasses.replace(settings, batch_size=batch_size)
 
 
 def loader_workers(settings: TrainSettings, context: DistContext) -> int:
@@ -251,6 +270,8 @@ def build_run(settings: TrainSettings, context: DistContext, resume: bool | str 
         LOGGER.info("resuming %s from epoch %d, batch %d", point.path, point.epoch + 1,
                     point.payload["progress"].get("batch", 0))
     data = load_data_config(settings.data)
+    if settings.batch_size == AUTO_BATCH:
+        settings = _auto_batch(settings, source, data, backend)
     hyp = from_mapping(Hyp, point.payload["config"]["hyp"], "the checkpoint's stored hyp") if point else \
         load_hyp(settings.hyp)
     backend.seed(settings.seed + context.rank)

@@ -1,6 +1,9 @@
-"""torch.distributed as the trainer uses it: one DistContext, collectives that do nothing at world size 1.
+"""torch.distributed as the trainer uses it: one DistContext, collectives that do nothing at world size 1, and the
+launch of one rank per device of `--device 0,1,2,3` outside torchrun.
 
-Launched by torchrun (one node or many), which sets RANK, WORLD_SIZE and LOCAL_RANK. When a worker process dies,
+Launched by torchrun (one node or many), which sets RANK, WORLD_SIZE and LOCAL_RANK, or by `launch_ranks` (torch's
+elastic launcher, torch.distributed.launcher.api, what torchrun runs: yolov5 falls back to DataParallel here, ultralytics
+starts DDP ranks itself), which runs the same command line once per device. When a worker process dies,
 torchrun's agent stops the others within its monitor interval and names the failed rank; a rank that hangs instead
 is caught by the process group's timeout, which every collective below inherits.
 """
@@ -10,7 +13,10 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import logging
 import os
+import socket
+import sys
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -19,9 +25,11 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
+from detect.backend import DeviceRequest, select
 from detect.errors import UserError
 
 T = TypeVar("T")
+LOGGER = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,3 +179,40 @@ def replicas_in_sync(context: DistContext, tensors: Iterable[torch.Tensor]) -> b
     dist.all_reduce(low, op=dist.ReduceOp.MIN)
     dist.all_reduce(high, op=dist.ReduceOp.MAX)
     return bool(torch.equal(low, high))
+
+
+MONITOR_INTERVAL_S = 1.0  # how often the launcher looks at its ranks: a failed rank ends the job within this
+
+
+def _free_port() -> int:
+    """A TCP port free on the loopback right now, for the rendezvous of this one-node job."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _failure_line(error: Exception) -> str:
+    """One line naming each failed rank and its exit code (torch's ChildFailedError holds them per global rank)."""
+    failures = getattr(error, "failures", None) or {}
+    parts = [f"rank {rank} exited with code {failure.exitcode}" for rank, failure in sorted(failures.items())]
+    return "; ".join(parts) or str(error).strip().splitlines()[0]
+
+
+def launch_ranks(argv: list[str], devices: DeviceRequest) -> None:
+    """Run `python -m detect.train argv` as len(devices.indices) ranks on this machine and wait for them; a failed
+    rank ends the others and raises UserError naming it (its own error line is on the console above)."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    for position in range(len(devices.indices)):  # every listed device exists, before any rank starts
+        select(devices.spec(position), amp=False)
+    count = len(devices.indices)
+    LOGGER.info("starting %d ranks, one per device of --device %s (torch's elastic launcher)", count,
+                ",".join(map(str, devices.indices)))
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=count, run_id=f"detect-{uuid.uuid4().hex[:12]}",
+                          rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{_free_port()}", max_restarts=0,
+                          monitor_interval=MONITOR_INTERVAL_S)
+    try:
+        elastic_launch(config, entrypoint=sys.executable)("-m", "detect.train", *argv)
+    except ChildFailedError as error:
+        raise UserError(f"the {count}-rank job failed: {_failure_line(error)}") from None

@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 from detect.backend import SPEC_HELP
-from detect.config import NON_NEGATIVE, POSITIVE, Bound, from_mapping
+from detect.config import NON_NEGATIVE, POSITIVE, Bound, check_options, option, options_from_dict
 from detect.data.images.cache import CACHE_CHOICES
 from detect.errors import UserError
 
@@ -15,15 +15,8 @@ AT_LEAST_32 = Bound("an integer >= 32", lambda value: value >= 32)  # the larges
 SMOOTHING = Bound("a number in [0, 1)", lambda value: 0 <= value < 1)
 POSITIVE_SECONDS = Bound("a number > 0", lambda value: value > 0)
 NOT_NEGATIVE = Bound("a number >= 0", lambda value: value >= 0)
-
-
-def option(default: Any, description: str = "", *, bound: Bound | None = None, flags: tuple[str, ...] = (),
-           choices: tuple[str, ...] | None = None, const: Any = None, again_on_resume: bool = False) -> Any:
-    """A TrainSettings field and what its flag needs: `flags` replaces the --name spelling (aliases after it),
-    `const` makes the value optional after the flag, `again_on_resume` lets --resume take a new value."""
-    metadata = {"help": description, "bound": bound, "flags": flags, "choices": choices, "const": const,
-                "again_on_resume": again_on_resume}
-    return dataclasses.field(default=default, metadata=metadata)
+AUTO_BATCH = -1  # --batch-size -1: AutoBatch (detect/backend/autobatch.py)
+BATCH = Bound("a positive integer, or -1 (AutoBatch)", lambda value: value >= 1 or value == AUTO_BATCH)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +28,8 @@ class TrainSettings:
     data: str = option("shapes.yaml", "data yaml; shapes.yaml is the built-in dataset")
     hyp: str = option("scratch-low.yaml", "hyper-parameter yaml: a bare name in configs/hyps/ or a path")
     epochs: int = option(100, bound=POSITIVE)
-    batch_size: int = option(16, "total batch size over all ranks", bound=POSITIVE)
+    batch_size: int = option(16, "total batch size over all ranks; -1: the largest that fits 60%% of the device's free "
+                                "memory (AutoBatch, one device)", bound=BATCH)
     imgsz: int = option(640, "train and val image size", bound=AT_LEAST_32, flags=("--imgsz", "--img", "--img-size"))
     device: str = option("auto", SPEC_HELP + "; under torchrun the index is LOCAL_RANK",
                          again_on_resume=True)
@@ -71,13 +65,7 @@ class TrainSettings:
                             again_on_resume=True)
 
     def __post_init__(self) -> None:
-        for field in dataclasses.fields(self):
-            bound, value = field.metadata["bound"], getattr(self, field.name)
-            if bound is not None and not all(bound.accept(v) for v in (value if isinstance(value, tuple) else [value])):
-                raise UserError(f"{flag_name(field)} {value!r}: must be {bound.what}")
-            choices = field.metadata["choices"]
-            if choices is not None and value is not None and value not in choices:
-                raise UserError(f"{flag_name(field)} {value!r}: choose one of {', '.join(choices)}")
+        check_options(self)
         if self.rect and self.multi_scale:
             raise UserError("--rect and --multi-scale do not go together: a rectangular batch has its own shape")
 
@@ -90,16 +78,7 @@ class TrainSettings:
     @classmethod
     def from_dict(cls, values: dict[str, Any], source: str) -> TrainSettings:
         """Rebuild from to_dict's output or keyword arguments; an unknown key or a wrong type names it and `source`."""
-        values = dict(values)
-        if "freeze" in values:
-            freeze = values["freeze"]
-            values["freeze"] = tuple(freeze) if isinstance(freeze, (list, tuple)) else (freeze,)
-        return from_mapping(cls, values, source)
-
-
-def flag_name(field: dataclasses.Field) -> str:
-    """The field's command-line spelling: --batch-size for batch_size, or its own first flag."""
-    return (field.metadata["flags"] or (f"--{field.name.replace('_', '-')}",))[0]
+        return options_from_dict(cls, values, source)
 
 
 def resume_fields() -> tuple[str, ...]:
