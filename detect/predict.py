@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 from detect import backend as backends
 from detect import cli
+from detect.config import NON_NEGATIVE, POSITIVE, UNIT, check_options, option, options_from_dict
+from detect.errors import UserError
 from detect.inference.detector import Detections, Detector, PredictSettings
 from detect.inference.media import Frame, frames, list_sources
 from detect.inference.outputs import OutputSettings, PredictOutputs
@@ -17,33 +20,48 @@ from detect.run_dir import make_run_dir
 LOGGER = logging.getLogger("detect.predict")
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = cli.ArgumentParser(prog="python -m detect.predict", description=__doc__)
-    add = parser.add_argument
-    add("--weights", required=True, help="ours (.pt), an ultralytics/yolov5 .pt, or an exported .onnx (onnxruntime)")
-    add("--source", required=True, help="an image, a video, a folder, a glob ('data/*.jpg') or a .txt list of paths")
-    add("--imgsz", type=cli.positive_int, nargs="+", default=[640], help="inference size: one side, or height width")
-    add("--conf-thres", type=cli.unit_float, default=0.25, help="confidence threshold")
-    add("--iou-thres", type=cli.unit_float, default=0.45, help="NMS IoU threshold")
-    add("--max-det", type=cli.positive_int, default=1000, help="maximum detections per image")
-    add("--classes", type=cli.non_negative_int, nargs="+", default=None, help="keep only these class indices")
-    add("--agnostic-nms", action="store_true", help="NMS across classes")
-    add("--device", default="auto", help=backends.SPEC_HELP)
-    add("--half", action="store_true", help="fp16 inference (accelerators only)")
-    add("--save-txt", action="store_true", help="write labels/<name>.txt (class cx cy w h, normalised)")
-    add("--save-conf", action="store_true", help="with --save-txt: append the score")
-    add("--save-json", action="store_true", help="write predictions.json (COCO-style rows with file names)")
-    add("--nosave", action="store_true", help="do not write annotated images and videos")
-    add("--line-thickness", type=cli.positive_int, default=3, help="box line width in pixels")
-    add("--hide-labels", action="store_true", help="draw boxes without class names")
-    add("--hide-conf", action="store_true", help="draw class names without scores")
-    add("--project", default="runs/predict", help="runs go to project/name")
-    add("--name", default="exp")
-    add("--exist-ok", action="store_true", help="reuse project/name instead of a new one")
-    args = parser.parse_args(argv)
-    if len(args.imgsz) > 2:
-        parser.error(f"argument --imgsz: one side or height width, got {len(args.imgsz)} numbers")
-    return args
+@dataclasses.dataclass(frozen=True)
+class PredictRunSettings:
+    """The options of `python -m detect.predict` and `detect.predict.run`, with yolov5's detect.py names and defaults
+    (the NMS defaults are the Detector's, PredictSettings)."""
+
+    weights: str = option(description="ours (.pt), an ultralytics/yolov5 .pt, or an exported .onnx (onnxruntime)")
+    source: str = option(description="an image, a video, a folder, a glob ('data/*.jpg') or a .txt list of paths")
+    imgsz: tuple[int, ...] = option(PredictSettings.imgsz[:1], "inference size: one side, or height width",
+                                    bound=POSITIVE)
+    conf_thres: float = option(PredictSettings.conf_threshold, "confidence threshold", bound=UNIT)
+    iou_thres: float = option(PredictSettings.iou_threshold, "NMS IoU threshold", bound=UNIT)
+    max_det: int = option(PredictSettings.max_det, "maximum detections per image", bound=POSITIVE)
+    classes: tuple[int, ...] | None = option(None, "keep only these class indices", bound=NON_NEGATIVE)
+    agnostic_nms: bool = option(False, "NMS across classes")
+    device: str = option("auto", backends.SPEC_HELP)
+    half: bool = option(False, "fp16 inference (accelerators only)")
+    save_txt: bool = option(False, "write labels/<name>.txt (class cx cy w h, normalised)")
+    save_conf: bool = option(False, "with --save-txt: append the score")
+    save_json: bool = option(False, "write predictions.json (COCO-style rows with file names)")
+    nosave: bool = option(False, "do not write annotated images and videos")
+    line_thickness: int = option(3, "box line width in pixels", bound=POSITIVE)
+    hide_labels: bool = option(False, "draw boxes without class names")
+    hide_conf: bool = option(False, "draw class names without scores")
+    project: str = option("runs/predict", "runs go to project/name")
+    name: str = option("exp")
+    exist_ok: bool = option(False, "reuse project/name instead of a new one")
+
+    def __post_init__(self) -> None:
+        check_options(self)
+        if len(self.imgsz) > 2:
+            raise UserError(f"--imgsz {' '.join(map(str, self.imgsz))}: one side or height width")
+
+    def detector_settings(self) -> PredictSettings:
+        """What the Detector needs of these options."""
+        return PredictSettings(imgsz=(self.imgsz[0], self.imgsz[-1]), conf_threshold=self.conf_thres,
+                               iou_threshold=self.iou_thres, max_det=self.max_det, classes=self.classes,
+                               agnostic=self.agnostic_nms)
+
+
+def parse_args(argv: list[str] | None) -> PredictRunSettings:
+    parser = cli.settings_parser(PredictRunSettings, "python -m detect.predict", __doc__)
+    return cli.settings_from_args(PredictRunSettings, parser.parse_args(argv))
 
 
 def describe(frame: Frame, position: int, total: int, found: Detections, milliseconds: float) -> str:
@@ -55,17 +73,19 @@ def describe(frame: Frame, position: int, total: int, found: Detections, millise
     return f"{where} {frame.path}: {height}x{width} {counts or '(no detections)'}, {milliseconds:.1f}ms"
 
 
-def run(args: argparse.Namespace) -> Path:
-    """Predict on every frame of --source; returns the run folder."""
-    settings = PredictSettings(imgsz=(args.imgsz[0], args.imgsz[-1]), conf_threshold=args.conf_thres,
-                               iou_threshold=args.iou_thres, max_det=args.max_det,
-                               classes=tuple(args.classes) if args.classes else None, agnostic=args.agnostic_nms)
-    detector = Detector(args.weights, args.device, settings, args.half)
-    files = list_sources(args.source)
-    save_dir = make_run_dir(args.project, args.name, args.exist_ok)
+def run(**options: Any) -> Path:
+    """Predict from Python with the CLI's flags as keyword arguments; returns the run folder."""
+    return predict(options_from_dict(PredictRunSettings, options, "detect.predict.run"))
+
+
+def predict(settings: PredictRunSettings) -> Path:
+    """Predict on every frame of --source; returns the run folder. The CLI's body."""
+    detector = Detector(settings.weights, settings.device, settings.detector_settings(), settings.half)
+    files = list_sources(settings.source)
+    save_dir = make_run_dir(settings.project, settings.name, settings.exist_ok)
     outputs = PredictOutputs(save_dir, detector.names, OutputSettings(
-        save_images=not args.nosave, save_txt=args.save_txt, save_conf=args.save_conf, save_json=args.save_json,
-        line_thickness=args.line_thickness, hide_labels=args.hide_labels, hide_conf=args.hide_conf))
+        save_images=not settings.nosave, save_txt=settings.save_txt, save_conf=settings.save_conf, save_json=settings.save_json,
+        line_thickness=settings.line_thickness, hide_labels=settings.hide_labels, hide_conf=settings.hide_conf))
     problems, times = [], []
     for position, path in enumerate(files, 1):
         for frame in frames(path):
@@ -84,7 +104,7 @@ def run(args: argparse.Namespace) -> Path:
                     len(times))
     if problems:
         LOGGER.warning("%d unreadable file(s) skipped:\n  %s", len(problems), "\n  ".join(problems))
-    if args.save_txt:
+    if settings.save_txt:
         LOGGER.info("labels saved to %s", outputs.labels_dir)
     if json_path is not None:
         LOGGER.info("detections saved to %s", json_path)
@@ -92,7 +112,7 @@ def run(args: argparse.Namespace) -> Path:
     return save_dir
 
 
-main = cli.main_for(parse_args, run)
+main = cli.main_for(parse_args, predict)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ def picture(height: int, width: int, seed: int) -> np.ndarray:
 
 
 def run_predict(weights: Path, source: Path, project: Path, *options: str) -> Path:
-    return predict.run(predict.parse_args(["--weights", str(weights), "--source", str(source), "--device", "cpu",
+    return predict.predict(predict.parse_args(["--weights", str(weights), "--source", str(source), "--device", "cpu",
                                            "--imgsz", "96", "--project", str(project), *LOW, *options]))
 
 
