@@ -110,7 +110,8 @@ def settings_from_args(settings_class: type[T], args: argparse.Namespace | dict[
                              "the command line")
 
 
-def main_for(parse_args: Callable[[list[str] | None], T], run_args: Callable[[T], object]) -> Callable[[list[str] | None], int]:
+def main_for(parse_args: Callable[[list[str] | None], T],
+             run_args: Callable[[T], object]) -> Callable[[list[str] | None], int]:
     """A CLI's `main(argv=None) -> int`: parse the flags (argparse stops a bad one itself, exit 2), then run them;
     what run_args returns is for Python callers, the CLI's exit code is 0, or 2 after a UserError's one line (a bad
     flag value that only the settings' own checks catch included)."""

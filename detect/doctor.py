@@ -6,6 +6,7 @@ Exit code 0: ready (warnings allowed); 1: a problem (FAIL) was found; 2: bad fla
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from detect import cli
@@ -36,17 +37,27 @@ def verdict(diagnosis: Diagnosis) -> str:
     return f"verdict: {state}, {warnings} warning(s); --device auto picks {picks}"
 
 
+@dataclasses.dataclass(frozen=True)
+class DoctorSettings:
+    """`python -m detect.doctor` takes no options: it only reads the machine."""
+
+
+def parse_args(argv: list[str] | None) -> DoctorSettings:
+    parser = cli.settings_parser(DoctorSettings, "python -m detect.doctor", __doc__)
+    return cli.settings_from_args(DoctorSettings, parser.parse_args(argv))
+
+
+def examine(_settings: DoctorSettings) -> int:
+    """Print every check and the verdict; 1 when a check failed."""
+    diagnosis = diagnose(os.environ)
+    print("\n".join(format_check(check) for check in diagnosis.checks))
+    print(verdict(diagnosis))
+    return 1 if any(check.status == FAIL for check in diagnosis.checks) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = cli.ArgumentParser(prog="python -m detect.doctor", description=__doc__)
-    parser.parse_args(argv)
-
-    def body() -> int:
-        diagnosis = diagnose(os.environ)
-        print("\n".join(format_check(check) for check in diagnosis.checks))
-        print(verdict(diagnosis))
-        return 1 if any(check.status == FAIL for check in diagnosis.checks) else 0
-
-    return cli.run(body)
+    """Exit code 0: ready; 1: a check failed; 2: bad flags."""
+    return cli.run(lambda: examine(parse_args(argv)))
 
 
 if __name__ == "__main__":

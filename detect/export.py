@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 from detect import backend as backends
 from detect import cli
+from detect.config import POSITIVE, check_options, option, options_from_dict
 from detect.errors import UserError
 from detect.exporters.om import convert_om
 from detect.exporters.onnx_export import export_onnx
 from detect.exporters.torchscript import (
-    DEFAULT_OPSET,
     ExportSettings,
     export_metadata,
     export_torchscript,
@@ -25,40 +26,57 @@ LOGGER = logging.getLogger("detect.export")
 FORMATS = ("torchscript", "onnx", "om")
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = cli.ArgumentParser(prog="python -m detect.export", description=__doc__)
-    parser.add_argument("--weights", required=True, help="checkpoint: ours (.pt) or an ultralytics/yolov5 .pt")
-    parser.add_argument("--include", nargs="+", default=["torchscript"], choices=FORMATS,
-                        help="formats to write (om converts the ONNX with CANN's atc)")
-    parser.add_argument("--imgsz", type=cli.positive_int, nargs="+", default=[640, 640],
-                        help="input size: one side, or height width (multiples of the stride)")
-    parser.add_argument("--batch-size", type=cli.positive_int, default=1, help="batch size of a static export")
-    parser.add_argument("--device", default="cpu", help=backends.SPEC_HELP)
-    parser.add_argument("--half", action="store_true", help="fp16 weights and input")
-    parser.add_argument("--dynamic", action="store_true", help="ONNX/TorchScript: dynamic batch, height and width")
-    parser.add_argument("--opset", type=cli.positive_int, default=DEFAULT_OPSET, help="ONNX opset (ATC: 11 to 15)")
-    parser.add_argument("--simplify", action="store_true", help="ONNX: fold constants (onnxruntime's basic passes)")
-    parser.add_argument("--fuse", action=argparse.BooleanOptionalAction, default=True,
-                        help="fold BatchNorm into the convolutions (default: on)")
-    parser.add_argument("--soc-version", default=None, help="om: the Ascend chip, e.g. Ascend910B3, Ascend310P3")
-    parser.add_argument("--output-dir", type=Path, default=None, help="where to write (default: beside --weights)")
-    args = parser.parse_args(argv)
-    if len(args.imgsz) > 2:
-        parser.error(f"argument --imgsz: one side or height width, got {len(args.imgsz)} numbers")
-    if "om" in args.include and not args.soc_version:
-        parser.error("--include om needs --soc-version (the chip, e.g. Ascend910B3 or Ascend310P3)")
-    if "om" in args.include and args.dynamic:
-        parser.error("--include om needs static shapes (ATC compiles one input shape): drop --dynamic")
-    return args
+@dataclasses.dataclass(frozen=True)
+class ExportRunSettings:
+    """The options of `python -m detect.export` and `detect.export.run`, with yolov5's export.py names and defaults
+    (the export's own defaults are ExportSettings')."""
+
+    weights: str = option(description="checkpoint: ours (.pt) or an ultralytics/yolov5 .pt")
+    include: tuple[str, ...] = option(("torchscript",), "formats to write (om converts the ONNX with CANN's atc)",
+                                      choices=FORMATS)
+    imgsz: tuple[int, ...] = option(ExportSettings.imgsz, "input size: one side, or height width (multiples of the "
+                                                          "stride)", bound=POSITIVE)
+    batch_size: int = option(ExportSettings.batch_size, "batch size of a static export", bound=POSITIVE)
+    device: str = option("cpu", backends.SPEC_HELP)
+    half: bool = option(ExportSettings.half, "fp16 weights and input")
+    dynamic: bool = option(ExportSettings.dynamic, "ONNX/TorchScript: dynamic batch, height and width")
+    opset: int = option(ExportSettings.opset, "ONNX opset (ATC: 11 to 15)", bound=POSITIVE)
+    simplify: bool = option(ExportSettings.simplify, "ONNX: fold constants (onnxruntime's basic passes)")
+    fuse: bool | None = option(None, "fold BatchNorm into the convolutions (default: on)")
+    soc_version: str | None = option(None, "om: the Ascend chip, e.g. Ascend910B3, Ascend310P3")
+    output_dir: str | None = option(None, "where to write (default: beside --weights)")
+
+    def __post_init__(self) -> None:
+        check_options(self)
+        if len(self.imgsz) > 2:
+            raise UserError(f"--imgsz {' '.join(map(str, self.imgsz))}: one side or height width")
+        if "om" in self.include and not self.soc_version:
+            raise UserError("--include om needs --soc-version (the chip, e.g. Ascend910B3 or Ascend310P3)")
+        if "om" in self.include and self.dynamic:
+            raise UserError("--include om needs static shapes (ATC compiles one input shape): drop --dynamic")
+
+    def export_settings(self) -> ExportSettings:
+        """What the exporters need of these options."""
+        return ExportSettings(imgsz=(self.imgsz[0], self.imgsz[-1]), batch_size=self.batch_size,
+                              dynamic=self.dynamic, half=self.half, fuse=self.fuse is not False, opset=self.opset,
+                              simplify=self.simplify)
 
 
-def run(args: argparse.Namespace) -> dict[str, Path]:
-    """Write each format asked for; returns format -> path (om is absent when atc is not installed)."""
-    settings = ExportSettings(imgsz=(args.imgsz[0], args.imgsz[-1]), batch_size=args.batch_size,
-                              dynamic=args.dynamic, half=args.half, fuse=args.fuse, opset=args.opset,
-                              simplify=args.simplify)
+def parse_args(argv: list[str] | None) -> ExportRunSettings:
+    parser = cli.settings_parser(ExportRunSettings, "python -m detect.export", __doc__)
+    return cli.settings_from_args(ExportRunSettings, parser.parse_args(argv))
+
+
+def run(**options: Any) -> dict[str, Path]:
+    """Export from Python with the CLI's flags as keyword arguments; returns format -> path."""
+    return export(options_from_dict(ExportRunSettings, options, "detect.export.run"))
+
+
+def export(args: ExportRunSettings) -> dict[str, Path]:
+    """Write each format asked for; returns format -> path (om is absent when atc is not installed). The CLI's body."""
+    settings = args.export_settings()
     weights = resolve_weights(args.weights)
-    output_dir = args.output_dir or weights.parent
+    output_dir = Path(args.output_dir) if args.output_dir else weights.parent
     output_dir.mkdir(parents=True, exist_ok=True)
     if not os.access(output_dir, os.W_OK):
         raise UserError(f"cannot write to {output_dir}: choose another folder with --output-dir")
@@ -85,7 +103,7 @@ def run(args: argparse.Namespace) -> dict[str, Path]:
     return written
 
 
-main = cli.main_for(parse_args, run)
+main = cli.main_for(parse_args, export)
 
 
 if __name__ == "__main__":

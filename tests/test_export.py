@@ -44,7 +44,7 @@ def weights(tmp_path_factory) -> Path:
 def run_export(weights: Path, out: Path, *options: str) -> dict[str, Path]:
     args = export.parse_args(["--weights", str(weights), "--imgsz", *map(str, IMGSZ), "--output-dir", str(out),
                               *options])
-    return export.run(args)
+    return export.export(args)
 
 
 def eager(weights: Path, images: torch.Tensor) -> np.ndarray:
@@ -216,11 +216,11 @@ def test_bad_options_are_one_line_and_exit_2(weights, tmp_path, capsys, options,
 def test_val_of_the_exported_yolov5n_onnx_gives_the_pt_map(tmp_path):
     # A --dynamic export takes val's rectangular batches as the .pt does; a static one is scored on square
     # letterboxed inputs (0.359 here), as yolov5 scores its exports.
-    onnx_path = export.run(export.parse_args(["--weights", str(YOLOV5N), "--include", "onnx", "--dynamic",
+    onnx_path = export.export(export.parse_args(["--weights", str(YOLOV5N), "--include", "onnx", "--dynamic",
                                               "--output-dir", str(tmp_path)]))["onnx"]
     results = {}
     for weights in (YOLOV5N, onnx_path):
-        results[weights.suffix] = val.run(val.parse_args(
+        results[weights.suffix] = val.validate(val.parse_args(
             ["--weights", str(weights), "--data", "coco128.yaml", "--batch-size", "16", "--device", "cpu",
              "--project", str(tmp_path / weights.suffix[1:]), "--no-progress"])).metrics
     assert results[".pt"].map50_95 == pytest.approx(0.370, abs=0.002)

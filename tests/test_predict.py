@@ -130,7 +130,7 @@ def test_the_api_takes_arrays_and_paths_alike_and_filters_classes(weights, tmp_p
 
 
 def test_predict_runs_a_static_onnx_export_like_the_checkpoint(weights, tmp_path):
-    onnx_path = export.run(export.parse_args(["--weights", str(weights), "--include", "onnx", "--imgsz", "64", "96",
+    onnx_path = export.export(export.parse_args(["--weights", str(weights), "--include", "onnx", "--imgsz", "64", "96",
                                               "--output-dir", str(tmp_path)]))["onnx"]
     image = picture(64, 96, 9)  # its minimal rectangle at imgsz 96 is the export's own 64x96: the same input
     settings = PredictSettings(imgsz=(96, 96), conf_threshold=0.001)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from detect import cli
-from detect.config import load_hyp
+from detect.config import POSITIVE, check_options, load_hyp, option
 from detect.data import (
     AugmentSettings,
     build_train_loader,
@@ -15,28 +16,41 @@ from detect.data import (
 from detect.data.plots import plot_batch, plot_label_stats
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = cli.ArgumentParser(prog="python -m detect.data", description=__doc__)
-    parser.add_argument("--data", default="shapes.yaml", help="data yaml: a bare name in configs/data/ or a path")
-    parser.add_argument("--hyp", default="scratch-low.yaml", help="augmentation settings for the batch plot")
-    parser.add_argument("--imgsz", type=cli.positive_int, default=640)
-    parser.add_argument("--batch-size", type=cli.positive_int, default=16)
-    parser.add_argument("--plots", type=Path, default=None, help="folder for labels.png and train_batch.png")
-    args = parser.parse_args(argv)
+@dataclasses.dataclass(frozen=True)
+class DataSettings:
+    """The options of `python -m detect.data`."""
 
-    def body() -> None:
-        config = load_data_config(args.data)
-        splits = {name: load_split(config, name) for name in config.splits}  # each logs its check table
-        if args.plots is not None and "train" in splits:
-            args.plots.mkdir(parents=True, exist_ok=True)
-            train = splits["train"]
-            print(plot_label_stats(train.records, train.names, args.plots / "labels.png"))
-            augmentation = AugmentSettings.from_hyp(load_hyp(args.hyp))
-            loader = build_train_loader(config, augmentation, args.imgsz, args.batch_size, workers=0, seed=0,
-                                        pin_memory=False)
-            print(plot_batch(next(iter(loader)), train.names, args.plots / "train_batch.png"))
+    data: str = option("shapes.yaml", "data yaml: a bare name in configs/data/ or a path")
+    hyp: str = option("scratch-low.yaml", "augmentation settings for the batch plot")
+    imgsz: int = option(640, "image size of the batch plot", bound=POSITIVE)
+    batch_size: int = option(16, "images in the batch plot", bound=POSITIVE)
+    plots: str | None = option(None, "folder for labels.png and train_batch.png")
 
-    return cli.run(body)
+    def __post_init__(self) -> None:
+        check_options(self)
+
+
+def parse_args(argv: list[str] | None) -> DataSettings:
+    parser = cli.settings_parser(DataSettings, "python -m detect.data", __doc__)
+    return cli.settings_from_args(DataSettings, parser.parse_args(argv))
+
+
+def check(settings: DataSettings) -> None:
+    """Check every split (each logs its table); with --plots, plot the labels and one augmented batch."""
+    config = load_data_config(settings.data)
+    splits = {name: load_split(config, name) for name in config.splits}
+    if settings.plots is not None and "train" in splits:
+        folder = Path(settings.plots)
+        folder.mkdir(parents=True, exist_ok=True)
+        train = splits["train"]
+        print(plot_label_stats(train.records, train.names, folder / "labels.png"))
+        augmentation = AugmentSettings.from_hyp(load_hyp(settings.hyp))
+        loader = build_train_loader(config, augmentation, settings.imgsz, settings.batch_size, workers=0, seed=0,
+                                    pin_memory=False)
+        print(plot_batch(next(iter(loader)), train.names, folder / "train_batch.png"))
+
+
+main = cli.main_for(parse_args, check)
 
 
 if __name__ == "__main__":

@@ -2,25 +2,40 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from detect import cli
+from detect.config import POSITIVE, check_options, option
 from detect.models import build_model, summarize
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = cli.ArgumentParser(prog="python -m detect.models", description=__doc__)
-    parser.add_argument("--cfg", default="yolov5s.yaml", help="model yaml: a bare name in configs/models/ or a path")
-    parser.add_argument("--nc", type=cli.positive_int, default=None, help="number of classes (default: the yaml's nc)")
-    parser.add_argument("--imgsz", type=cli.positive_int, default=640, help="image size for the GFLOPs count")
-    parser.add_argument("--fuse", action="store_true", help="fold BatchNorm into the convolutions first")
-    args = parser.parse_args(argv)
+@dataclasses.dataclass(frozen=True)
+class ModelsSettings:
+    """The options of `python -m detect.models` (yolov5's models/yolo.py takes --cfg too)."""
 
-    def body() -> None:
-        model = build_model(args.cfg, num_classes=args.nc)
-        if args.fuse:
-            model.fuse()
-        print(f"{model.spec.source}: {summarize(model, args.imgsz)}")
+    cfg: str = option("yolov5s.yaml", "model yaml: a bare name in configs/models/, or a path to ours or to a yolov5 one")
+    nc: int | None = option(None, "number of classes (default: the yaml's nc)", bound=POSITIVE)
+    imgsz: int = option(640, "image size for the GFLOPs count", bound=POSITIVE)
+    fuse: bool = option(False, "fold BatchNorm into the convolutions first")
 
-    return cli.run(body)
+    def __post_init__(self) -> None:
+        check_options(self)
+
+
+def parse_args(argv: list[str] | None) -> ModelsSettings:
+    parser = cli.settings_parser(ModelsSettings, "python -m detect.models", __doc__)
+    return cli.settings_from_args(ModelsSettings, parser.parse_args(argv))
+
+
+def summary(settings: ModelsSettings) -> None:
+    """Print the model's source and summary line."""
+    model = build_model(settings.cfg, num_classes=settings.nc)
+    if settings.fuse:
+        model.fuse()
+    print(f"{model.spec.source}: {summarize(model, settings.imgsz)}")
+
+
+main = cli.main_for(parse_args, summary)
 
 
 if __name__ == "__main__":
