@@ -6,7 +6,7 @@ import os
 import pickle
 import tempfile
 import zipfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import torch
@@ -46,6 +46,28 @@ def save_checkpoint(path: Path | str, payload: dict) -> Path:
     return path
 
 
+ZIP_MAGIC = b"PK\x03\x04"  # the first bytes by which torch.load takes a file for a zip archive (_is_zipfile)
+
+
+def refuse_torchscript(path: Path) -> None:
+    """Raise UserError if `path` is a TorchScript archive: torch.load hands one to torch.jit.load, which runs the
+    code in it (a scripted __setstate__) before a reader could look at what it returned."""
+    with path.open("rb") as file:
+        if file.read(len(ZIP_MAGIC)) != ZIP_MAGIC:
+            return  # torch.load reads it as a legacy pickle, never as TorchScript
+    try:
+        with zipfile.ZipFile(path) as archive:
+            entries = archive.namelist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as error:
+        raise UserError(f"{path} is not a readable checkpoint (a damaged zip archive: {error})") from None
+    # torch.load's own test (serialization._is_torchscript_zip): a constants.pkl record, which torch.jit.save
+    # writes and torch.save never does. Looked for at any depth, so the test is never narrower than torch's.
+    if any(PurePosixPath(entry).name == "constants.pkl" for entry in entries):
+        raise UserError(f"{path} is a TorchScript program, not a checkpoint: TorchScript is code that runs "
+                        "when it loads, so detect never reads weights from it (give the .pt checkpoint it was exported "
+                        "from; load TorchScript with torch.jit.load only from a source you trust)")
+
+
 def foreign_globals(path: Path | str) -> list[str] | None:
     """What a torch zip file's pickle names that weights_only loading refuses ([] for ours); None if not a zip."""
     try:
@@ -60,6 +82,7 @@ def load_checkpoint(path: Path | str) -> dict:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"checkpoint not found: {path} (give a .pt file written by detect)")
+    refuse_torchscript(path)
     refused = foreign_globals(path)
     if refused is None:
         raise UserError(f"{path} is not a readable checkpoint (not a zip file written by torch.save)")

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from detect.errors import UserError
+from detect.models.checkpoint import refuse_torchscript
 
 logger = logging.getLogger(__name__)
 
@@ -153,8 +154,10 @@ def _load_pickle(path: Path) -> Any:
     """torch.load through the restricted unpickler; any failure becomes one UserError line."""
     if not path.is_file():
         raise UserError(f"checkpoint not found: {path} (give the path of a yolov5 .pt file)")
+    refuse_torchscript(path)
     try:
-        # weights_only=False is safe here only because RESTRICTED_PICKLE resolves no foreign globals.
+        # weights_only=False is safe here only because RESTRICTED_PICKLE resolves no foreign globals and the file is
+        # not TorchScript, which torch.load would hand to torch.jit.load.
         return torch.load(path, map_location="cpu", pickle_module=RESTRICTED_PICKLE, weights_only=False)
     except UserError as error:
         raise UserError(f"{path}: {error}") from None

@@ -64,6 +64,9 @@ def test_foreign_files_are_user_errors(tmp_path: Path) -> None:
     noise.write_bytes(b"\x80\x02garbage")
     with pytest.raises(UserError, match="not a readable checkpoint"):
         load_checkpoint(noise)
+    noise.write_bytes(b"PK\x03\x04" + random.Random(0).randbytes(1000))  # what torch.load takes for a zip
+    with pytest.raises(UserError, match="not a readable checkpoint \\(a damaged zip archive"):
+        load_checkpoint(noise)
     with pytest.raises(UserError, match="not found"):
         load_checkpoint(tmp_path / "missing.pt")
     listed = tmp_path / "list.pt"
