@@ -19,6 +19,7 @@ from detect.data.images.load import read_failure
 from detect.errors import UserError
 from detect.inference.media import load_image
 from detect.inference.model import InferenceModel, load_inference_model
+from detect.inference.tta import augment_model
 from detect.ops.nms import non_max_suppression
 
 LOGGER = logging.getLogger(__name__)
@@ -78,12 +79,14 @@ class Detector:
     """
 
     def __init__(self, weights: str | Path, device: str = "auto", settings: PredictSettings = PredictSettings(),
-                 half: bool = False) -> None:
+                 half: bool = False, augment: bool = False) -> None:
         self.backend = backends.select(device, amp=False)
         if half and self.backend.device.type == "cpu":
             raise UserError("--half needs an accelerator; on the CPU predict in fp32")
         self.backend.set_device()
         self.model: InferenceModel = load_inference_model(weights, self.backend, half)
+        # test-time augmentation (inference/tta.py): three passes per image, merged before NMS
+        self.predict = augment_model(self.model) if augment else self.model
         if settings.classes and max(settings.classes) >= len(self.model.names):
             raise UserError(f"--classes {max(settings.classes)}: the model has {len(self.model.names)} classes")
         self.settings = dataclasses.replace(settings, imgsz=self._input_limit(settings.imgsz))
@@ -131,7 +134,7 @@ class Detector:
         tensor = self.backend.to_device(stack_images(batch)).float() / 255
         settings = self.settings
         # One label per box (multi_label off), as yolov5's detect.py; validation keeps every label above conf.
-        found = non_max_suppression(self.model(tensor), settings.conf_threshold, settings.iou_threshold,
+        found = non_max_suppression(self.predict(tensor), settings.conf_threshold, settings.iou_threshold,
                                     classes=settings.classes, agnostic=settings.agnostic, multi_label=False,
                                     max_det=settings.max_det, **self.backend.nms_arguments())
         results = []
