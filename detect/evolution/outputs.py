@@ -74,10 +74,15 @@ def write_best_hyp(records: Sequence[TrialRecord], path: Path) -> Path | None:
 
 
 def plot_evolution(records: Sequence[TrialRecord], path: Path) -> Path:
-    """evolve.png: fitness against each searched hyp value, one panel per key, the best trial marked."""
-    from matplotlib.figure import Figure
-
+    """evolve.png: the evolution figure."""
     from detect.evaluation.plots import save_figure
+
+    return save_figure(evolution_figure(records), path)
+
+
+def evolution_figure(records: Sequence[TrialRecord]) -> Any:
+    """Fitness against each searched hyp value, one panel per key (in SEARCHED order), the best trial marked."""
+    from matplotlib.figure import Figure
 
     complete = [record for record in records if record.fitness is not None]
     best = best_record(records)
@@ -94,9 +99,29 @@ def plot_evolution(records: Sequence[TrialRecord], path: Path) -> Path:
         if best is not None:
             axis.plot(best.hyp[key], best.fitness, "r+", markersize=14)
             axis.set_title(f"{key} = {best.hyp[key]:.3g}", fontsize=9)
-        if SPACE[key].log:
-            axis.set_xscale("log")
+        set_ticks(axis, [record.hyp[key] for record in complete], SPACE[key].log)
         if index % columns == 0:
             axis.set_ylabel("fitness", fontsize=8)
         axis.tick_params(labelsize=7)
-    return save_figure(figure, path)
+    return figure
+
+
+def set_ticks(axis: Any, values: Sequence[float], log: bool) -> None:
+    """At most about five x labels in a panel, written plainly (0.002, 0.01). In a 3-inch panel matplotlib's own
+    ran together: on a log axis it labels minor ticks too (2x10^-3, 3x10^-3, ...) when the values span a decade."""
+    from matplotlib import ticker
+
+    if not log:
+        axis.xaxis.set_major_locator(ticker.MaxNLocator(nbins=4))
+        return
+    axis.set_xscale("log")  # before the locators: it resets them
+    positive = [value for value in values if value > 0]
+    decades = math.log10(max(positive) / min(positive)) if positive else 0.0
+    # Over two decades the powers of ten, over one also 2 and 5 times them, within one evenly spaced values.
+    if decades >= 1:
+        locator = ticker.LogLocator(subs=(1.0,) if decades >= 2 else (1.0, 2.0, 5.0))
+    else:
+        locator = ticker.MaxNLocator(nbins=4)
+    axis.xaxis.set_major_locator(locator)
+    axis.xaxis.set_major_formatter(ticker.FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.xaxis.set_minor_formatter(ticker.NullFormatter())

@@ -7,6 +7,7 @@ study still ends with exactly the asked number, none run twice.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -122,12 +123,25 @@ class Objective:
         """Fitness of a short run with validation at the end only (yolov5's evolve: noval, nosave)."""
         settings = dataclasses.replace(self.settings, hyp=str(hyp_path), project=str(self.folder), name=name,
                                        exist_ok=True, noval=True, nosave=True)
-        metrics = Trainer(settings).fit().metrics
+        try:
+            metrics = Trainer(settings).fit().metrics
+        finally:
+            drop_weights(self.folder / name)
         if metrics is None or not math.isfinite(metrics.fitness):
             raise UserError("the run ended without a finite fitness")
         values = (metrics.precision, metrics.recall, metrics.map50, metrics.map50_95)
         trial.set_user_attr("metrics", dict(zip(METRIC_COLUMNS, map(float, values))))
         return float(metrics.fitness)
+
+
+def drop_weights(run_dir: Path) -> None:
+    """Delete a trial's checkpoints, however its run ended. The Trainer writes last.pt and best.pt even with nosave
+    (its final evaluation reads best.pt; a stopped run saves last.pt), 36 MB a trial for yolov5n; a trial yields
+    its fitness, and one cut short runs again from the start, so nothing reads them after the run."""
+    for checkpoint in run_dir.rglob("*.pt"):
+        checkpoint.unlink()
+    with contextlib.suppress(OSError):  # the weights folder, unless something else is in it
+        (run_dir / "weights").rmdir()
 
 
 def trial_records(optuna: ModuleType, study: Any) -> list[TrialRecord]:

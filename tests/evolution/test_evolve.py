@@ -55,6 +55,9 @@ class StandIn:
         return SimpleNamespace(fit=lambda: self.fit(len(self.calls) - 1, settings))
 
     def fit(self, call: int, settings: TrainSettings) -> SimpleNamespace:
+        weights = Path(settings.project) / settings.name / "weights"
+        weights.mkdir(parents=True, exist_ok=True)
+        (weights / "last.pt").write_bytes(b"")  # as the Trainer leaves them, also when a run fails or is stopped
         if call in self.breaks:
             raise self.breaks[call]
         time.sleep(self.delay)
@@ -75,6 +78,7 @@ def test_real_trials_write_the_outputs_and_a_study_continues(data, tmp_path):
     assert result.plot.is_file() and (result.folder / "trial1" / "results.csv").is_file()
     config = (result.folder / "trial1" / "config.yaml").read_text()
     assert "noval: true" in config and "nosave: true" in config
+    assert not list(result.folder.rglob("*.pt"))  # trials keep no weights: the study yields hyps
 
 
 def test_a_failed_trial_is_failed_and_the_study_goes_on(data, tmp_path, monkeypatch):
@@ -84,6 +88,7 @@ def test_a_failed_trial_is_failed_and_the_study_goes_on(data, tmp_path, monkeypa
     assert result.trials == 4 and len(stand_in.calls) == 4
     assert [row["state"] for row in rows(result.folder)] == ["complete", "failed", "complete", "complete"]
     assert "not finite" in rows(result.folder)[1]["error"]
+    assert not list(result.folder.rglob("*.pt"))
     study = optuna.load_study(study_name="study", storage=f"sqlite:///{result.folder / 'study.db'}")
     assert study.trials[1].state == optuna.trial.TrialState.FAIL
 
@@ -97,6 +102,7 @@ def test_an_interrupted_study_continues_to_its_number_of_trials(data, tmp_path, 
         evolve(settings, 4)
     if isinstance(stop, Interrupted):  # the Trainer's signal stop: the study stops with the same exit code
         assert "evolve stopped during trial 2" in str(stopped.value) and stopped.value.exit_code == 143
+    assert not list(tmp_path.rglob("*.pt"))  # not even of the trial cut short
     cut_short = load_hyp(stand_in.calls[2].hyp)
     result = evolve(settings, 4)
     hyps = [load_hyp(settings.hyp) for settings in stand_in.calls]

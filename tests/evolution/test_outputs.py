@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from detect.config import load_hyp
 from detect.evolution.outputs import (
     HYP_KEYS,
     TrialRecord,
     best_record,
+    evolution_figure,
     plot_evolution,
     write_best_hyp,
     write_csv,
 )
+from detect.evolution.space import SEARCHED
 
 
 def _records() -> list[TrialRecord]:
@@ -45,3 +52,27 @@ def test_best_hyp_is_the_fittest_complete_trial_and_a_valid_hyp_file(tmp_path):
 def test_plot_is_written_with_and_without_completed_trials(tmp_path):
     assert plot_evolution(_records(), tmp_path / "evolve.png").stat().st_size > 10_000
     assert plot_evolution(_records()[1:2], tmp_path / "empty.png").is_file()
+
+
+
+def drawn_labels(axis) -> list:
+    """The x tick labels a drawn panel shows: with text, inside its limits."""
+    low, high = axis.get_xlim()
+    return [label for label in axis.xaxis.get_ticklabels(which="both")
+            if label.get_text() and low <= label.get_position()[0] <= high]
+
+
+@pytest.mark.parametrize("low, high", [(0.003, 0.05), (1e-5, 0.1), (0.009, 0.012)])
+def test_every_panel_has_a_few_tick_labels_that_do_not_run_together(low, high):
+    # lr0's log axis: matplotlib's default labelled minor ticks too (2x10^-3, 3x10^-3, ...), which ran together.
+    start = dataclasses.asdict(load_hyp("scratch-low.yaml"))
+    records = [TrialRecord(index, {**start, "lr0": float(lr0), "hsv_h": 0.015 + index * 1e-5}, 1.0, index / 12)
+               for index, lr0 in enumerate(np.geomspace(low, high, 12))]
+    figure = evolution_figure(records)
+    FigureCanvasAgg(figure).draw()
+    for axis in figure.axes[:len(SEARCHED)]:
+        labels = drawn_labels(axis)
+        boxes = sorted((label.get_window_extent() for label in labels), key=lambda box: box.x0)
+        texts = (axis.get_title(), [label.get_text() for label in labels])
+        assert 2 <= len(boxes) <= 6, texts
+        assert all(left.x1 < right.x0 for left, right in itertools.pairwise(boxes)), texts
