@@ -1,4 +1,5 @@
-"""`python -m detect.val`: COCO mAP of a checkpoint (ours or ultralytics/yolov5) on a dataset split."""
+"""`python -m detect.val`: COCO mAP of checkpoints (ours or ultralytics/yolov5) on a dataset split; --task speed times
+each stage, --task study sweeps image sizes."""
 
 from __future__ import annotations
 
@@ -10,26 +11,42 @@ from detect import backend as backends
 from detect import cli
 from detect.config import NON_NEGATIVE, POSITIVE, UNIT, check_options, option, options_from_dict
 from detect.data import load_data_config
-from detect.data.loader import build_val_loader
+from detect.data.loader import Loader, build_val_loader
 from detect.errors import UserError
 from detect.evaluation.evaluator import BACKENDS
-from detect.evaluation.loop import EvalResult, EvalSettings, build_evaluator, evaluate
+from detect.evaluation.loop import (
+    SPEED_SETTINGS,
+    EvalResult,
+    EvalSettings,
+    Predict,
+    Speed,
+    build_evaluator,
+    evaluate,
+    measure_speed,
+)
 from detect.evaluation.outputs import ValOutputs
 from detect.evaluation.report import coco_stats, metrics_table, problems_list
+from detect.evaluation.study import STUDY_SIZES, run_study
 from detect.inference.model import load_inference_model, square_input_size
+from detect.inference.tta import augment_model
 from detect.run_dir import make_run_dir
 
 LOGGER = logging.getLogger("detect.val")
+SPLITS = ("train", "val", "test")
 
 
 @dataclasses.dataclass(frozen=True)
 class ValSettings:
     """The options of `python -m detect.val` and `detect.val.run`, with yolov5's names and defaults."""
 
-    weights: str = option(description="checkpoint: ours (.pt), an ultralytics/yolov5 .pt, or an exported .onnx "
-                                      "(onnxruntime)")
+    weights: tuple[str, ...] = option(description="checkpoints, each scored in turn: ours (.pt), ultralytics/yolov5 "
+                                                  ".pt files, exported .onnx files (onnxruntime)")
     data: str = option("shapes.yaml", "data yaml: a bare name in configs/data/ or a path")
-    task: str = option("val", "which split", choices=("train", "val", "test"))
+    task: str = option("val", "a split to score (train, val, test); speed: ms per image of each stage on the val split "
+                              "at conf 0.25 and IoU 0.45, no mAP; study: mAP and speed at --study-sizes on the val "
+                              "split (study_<data>_<weights>.txt and study.png)", choices=(*SPLITS, "speed", "study"))
+    study_sizes: tuple[int, ...] = option(STUDY_SIZES, "image sizes of --task study (yolov5's)", bound=POSITIVE)
+    augment: bool = option(False, "test-time augmentation: 3 scales, one flipped, merged before NMS (.pt only)")
     imgsz: int = option(640, "inference size (long side), pixels", bound=POSITIVE)
     batch_size: int = option(32, bound=POSITIVE)
     conf_thres: float = option(EvalSettings.conf_threshold, "confidence threshold", bound=UNIT)
@@ -60,31 +77,77 @@ def parse_args(argv: list[str] | None) -> ValSettings:
     return cli.settings_from_args(ValSettings, parser.parse_args(argv))
 
 
-def run(**options: Any) -> EvalResult:
-    """Score a checkpoint from Python: `run(weights="best.pt", data="coco128.yaml")`, the CLI's flags as keyword
-    arguments (a bad one raises UserError naming it)."""
-    return validate(options_from_dict(ValSettings, options, "detect.val.run"))
+def run(**options: Any) -> Any:
+    """Score checkpoints from Python: `run(weights="best.pt", data="coco128.yaml")`, the CLI's flags as keyword
+    arguments (a bad one raises UserError naming it). Returns the task's result (an EvalResult, a Speed, a study txt
+    path), a list of them, one per file, for several weights."""
+    results = run_tasks(options_from_dict(ValSettings, options, "detect.val.run"))
+    return results[0] if len(results) == 1 else results
 
 
-def validate(settings: ValSettings) -> EvalResult:
-    """Score `settings.weights` on its data split; the CLI's body."""
+def run_tasks(settings: ValSettings) -> list[Any]:
+    """--task for each --weights in turn (yolov5's order); the CLI's body."""
+    if settings.task == "study":
+        save_dir = make_run_dir(settings.project, settings.name, settings.exist_ok)
+        return run_study(lambda weights, imgsz: score(settings, weights, imgsz), settings.weights, settings.data,
+                         save_dir, settings.study_sizes)
+    task = speed if settings.task == "speed" else validate
+    return [task(dataclasses.replace(settings, weights=(weights,))) for weights in settings.weights]
+
+
+def _prepare(settings: ValSettings, weights: str, imgsz: int) -> tuple[backends.Backend, Predict, Loader]:
+    """The backend, the model's predict (fused, fp32 unless --half: YOLOV5-FACTS.md; an .onnx in onnxruntime; with
+    --augment, test-time augmentation) and the loader."""
     backend = backends.select(settings.device, amp=False)
     if settings.half and backend.device.type == "cpu":
         raise UserError("--half needs an accelerator; on the CPU evaluate in fp32")
     backend.set_device()
-    # weights are evaluated fused, in fp32 (YOLOV5-FACTS.md); an exported .onnx runs in onnxruntime
-    model = load_inference_model(settings.weights, backend, settings.half)
+    model = load_inference_model(weights, backend, settings.half)
     data = load_data_config(settings.data)
-    loader = build_val_loader(data, settings.task, square_input_size(model, settings.imgsz), settings.batch_size,
-                              settings.workers, stride=model.stride, rect=model.fixed_shape is None,
+    split = settings.task if settings.task in SPLITS else "val"
+    loader = build_val_loader(data, split, square_input_size(model, imgsz), settings.batch_size, settings.workers,
+                              stride=model.stride, rect=model.fixed_shape is None,
                               pin_memory=backend.device.type != "cpu")
     if len(data.names) != len(model.names):
         raise UserError(f"the model predicts {len(model.names)} classes but {settings.data} has {len(data.names)}")
+    return backend, augment_model(model) if settings.augment else model, loader
+
+
+def score(settings: ValSettings, weights: str, imgsz: int) -> EvalResult:
+    """mAP and speed of one checkpoint at one size, nothing written (a --task study point)."""
+    backend, predict, loader = _prepare(settings, weights, imgsz)
+    result = evaluate(predict, loader, backend, build_evaluator(loader.split, settings.evaluator), _nms(settings),
+                      progress=settings.progress)
+    LOGGER.info("%s at %d: mAP50 %.4f, mAP50-95 %.4f; %s", weights, imgsz, result.metrics.map50,
+                result.metrics.map50_95, result.speed)
+    return result
+
+
+def speed(settings: ValSettings) -> Speed:
+    """yolov5's --task speed for the one --weights: ms per image of each stage at conf 0.25 and IoU 0.45, no mAP."""
+    (weights,) = settings.weights
+    backend, predict, loader = _prepare(settings, weights, settings.imgsz)
+    thresholds = dataclasses.replace(SPEED_SETTINGS, max_det=settings.max_det)
+    measured, images = measure_speed(predict, loader, backend, thresholds, progress=settings.progress)
+    LOGGER.info("%s: %d images, %s at shape (%d, 3, %d, %d), conf %.2f, IoU %.2f", weights, images, measured,
+                settings.batch_size, settings.imgsz, settings.imgsz, thresholds.conf_threshold,
+                thresholds.iou_threshold)
+    return measured
+
+
+def _nms(settings: ValSettings) -> EvalSettings:
+    return EvalSettings(settings.conf_thres, settings.iou_thres, settings.max_det)
+
+
+def validate(settings: ValSettings) -> EvalResult:
+    """Score the one --weights on its data split, with the optional outputs (a train, val or test task)."""
+    (weights,) = settings.weights
+    backend, predict, loader = _prepare(settings, weights, settings.imgsz)
     save_dir = make_run_dir(settings.project, settings.name, settings.exist_ok)
     outputs = ValOutputs(save_dir, loader.split, settings.save_txt, settings.save_conf, settings.plots)
-    nms = EvalSettings(settings.conf_thres, settings.iou_thres, settings.max_det)
     evaluator = build_evaluator(loader.split, settings.evaluator)
-    result = evaluate(model, loader, backend, evaluator, nms, progress=settings.progress, on_image=outputs.add)
+    result = evaluate(predict, loader, backend, evaluator, _nms(settings), progress=settings.progress,
+                      on_image=outputs.add)
     LOGGER.info("%d images\n%s", result.images, metrics_table(result.metrics, per_class=settings.verbose))
     if settings.verbose:
         LOGGER.info("pycocotools bbox stats:\n%s", coco_stats(result.metrics))
@@ -100,7 +163,7 @@ def validate(settings: ValSettings) -> EvalResult:
     return result
 
 
-main = cli.main_for(parse_args, validate)
+main = cli.main_for(parse_args, run_tasks)
 
 
 if __name__ == "__main__":

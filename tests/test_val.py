@@ -1,6 +1,9 @@
-"""`python -m detect.val` end to end: the official yolov5n weights on coco128 give the published COCO mAP."""
+"""`python -m detect.val` end to end: the official yolov5n weights on coco128 give the published COCO mAP; --task
+speed and study, several --weights, --augment."""
 
 import json
+import logging
+import re
 from pathlib import Path
 
 import numpy as np
@@ -11,9 +14,11 @@ from pycocotools.cocoeval import COCOeval
 
 from detect import val
 from detect.data.categories import COCO_NAMES
+from detect.evaluation import loop
 from detect.models import build_model
 from detect.models.checkpoint import save_checkpoint
 from detect.models.weights import model_state
+from detect.ops.nms import non_max_suppression
 from tests.data.helpers import write_sample, write_yaml
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
@@ -114,3 +119,67 @@ def test_out_of_range_flags_stop_before_any_work(capsys, monkeypatch, flag, valu
         val.main(["--weights", "any.pt", flag, value])
     assert stopped.value.code == 2
     assert capsys.readouterr().err == f"error: {message}\n"
+
+
+def test_speed_times_each_stage_at_yolov5s_thresholds_and_scores_nothing(tiny_run, monkeypatch, caplog):
+    tmp_path, data, weights = tiny_run
+    thresholds = []
+
+    def recording_nms(decoded, conf_threshold, iou_threshold, **options):
+        thresholds.append((conf_threshold, iou_threshold))
+        return non_max_suppression(decoded, conf_threshold, iou_threshold, **options)
+
+    monkeypatch.setattr(loop, "non_max_suppression", recording_nms)
+    monkeypatch.setattr(loop.CocoEvaluator, "evaluate", lambda *args, **kwargs: pytest.fail("speed scored mAP"))
+    with caplog.at_level(logging.INFO):
+        # the flags' thresholds (validation's 0.001 / 0.6 or any other) do not apply to the speed run
+        speed = val.run(weights=str(weights), data=str(data), task="speed", imgsz=64, device="cpu", workers=0,
+                        conf_thres=0.001, iou_thres=0.7, project=str(tmp_path / "runs"), progress=False)
+    assert thresholds and set(thresholds) == {(0.25, 0.45)}
+    assert min(speed.preprocess, speed.inference, speed.nms) > 0
+    line = next(record.message for record in caplog.records if "inference" in record.message)
+    assert re.search(r"w\.pt: 4 images, Speed: [\d.]+ ms pre-process, [\d.]+ ms inference, [\d.]+ ms NMS per image "
+                     r"at shape \(32, 3, 64, 64\), conf 0\.25, IoU 0\.45", line), line
+    assert not (tmp_path / "runs").exists() and "mAP" not in caplog.text
+
+
+def test_study_of_two_weights_writes_their_txt_files_and_the_plot(tiny_run):
+    tmp_path, data, weights = tiny_run
+    other = save_checkpoint(tmp_path / "other.pt", {"model": model_state(build_model("yolov5n.yaml", num_classes=3))})
+    code = val.main(["--task", "study", "--weights", str(weights), str(other), "--data", str(data), "--study-sizes",
+                     "64", "96", "--device", "cpu", "--workers", "0", "--project", str(tmp_path / "runs"),
+                     "--no-progress"])
+    assert code == 0
+    run = tmp_path / "runs" / "exp"
+    assert sorted(path.name for path in run.iterdir()) == ["study.png", "study_data_other.txt", "study_data_w.txt"]
+    table = np.loadtxt(run / "study_data_w.txt", ndmin=2)
+    assert table.shape == (2, 11) and table[:, 10].tolist() == [64, 96]  # P R mAP50 mAP 3 losses 3 times imgsz
+    assert np.all((0 <= table[:, :4]) & (table[:, :4] <= 1)) and np.all(table[:, 8] > 0)
+
+
+def test_several_weights_are_scored_in_turn_each_in_its_run_folder(tiny_run):
+    tmp_path, data, weights = tiny_run
+    copy = tmp_path / "copy.pt"
+    copy.write_bytes(weights.read_bytes())
+    results = val.run(weights=[str(weights), str(copy)], data=str(data), imgsz=64, device="cpu", workers=0,
+                      project=str(tmp_path / "runs"), progress=False, conf_thres=0.0001)
+    assert len(results) == 2 and [result.images for result in results] == [4, 4]
+    assert results[0].metrics.stats == results[1].metrics.stats  # the same weights, the same scores
+    assert sorted(path.name for path in (tmp_path / "runs").iterdir()) == ["exp", "exp2"]
+
+
+def test_augment_runs_end_to_end_and_an_export_is_refused(tiny_run, capsys, monkeypatch):
+    tmp_path, data, weights = tiny_run
+    plain, augmented = (val.run(weights=str(weights), data=str(data), imgsz=64, device="cpu", workers=0,
+                                augment=augment, project=str(tmp_path / "runs"), progress=False, conf_thres=0.0001)
+                        for augment in (False, True))
+    assert augmented.images == 4 and augmented.metrics.stats != plain.metrics.stats
+    monkeypatch.setattr(val, "load_inference_model", lambda *args: OnnxStandIn())
+    assert val.main(["--weights", "model.onnx", "--data", str(data), "--augment", "--device", "cpu"]) == 2
+    assert capsys.readouterr().err.startswith("error: --augment runs PyTorch weights (.pt) only")
+
+
+class OnnxStandIn:
+    """What val sees of an exported model (OnnxInference): no PyTorch model behind it."""
+
+    names, stride, fixed_shape = ("a", "b", "c"), 32, None
