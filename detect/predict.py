@@ -36,6 +36,7 @@ class PredictRunSettings:
     agnostic_nms: bool = option(False, "NMS across classes")
     device: str = option("auto", backends.SPEC_HELP)
     half: bool = option(False, "fp16 inference (accelerators only)")
+    augment: bool = option(False, "test-time augmentation: 3 scales, one flipped, merged before NMS (.pt only)")
     save_txt: bool = option(False, "write labels/<name>.txt (class cx cy w h, normalised)")
     save_conf: bool = option(False, "with --save-txt: append the score")
     save_json: bool = option(False, "write predictions.json (COCO-style rows with file names)")
@@ -80,7 +81,8 @@ def run(**options: Any) -> Path:
 
 def predict(settings: PredictRunSettings) -> Path:
     """Predict on every frame of --source; returns the run folder. The CLI's body."""
-    detector = Detector(settings.weights, settings.device, settings.detector_settings(), settings.half)
+    detector = Detector(settings.weights, settings.device, settings.detector_settings(), settings.half,
+                        settings.augment)
     files = list_sources(settings.source)
     save_dir = make_run_dir(settings.project, settings.name, settings.exist_ok)
     outputs = PredictOutputs(save_dir, detector.names, OutputSettings(
