@@ -1,7 +1,9 @@
-"""Our own checkpoints: tensors and plain values only, written atomically, read with weights_only=True."""
+"""Our own checkpoints: tensors and plain values only, written atomically, read with weights_only=True. Also what
+every checkpoint reader refuses first (TorchScript), and how a refusal names what a pickle asks for."""
 
 from __future__ import annotations
 
+import _compat_pickle  # pickle's own table of the Python 2 names that protocol 2 writes
 import os
 import pickle
 import tempfile
@@ -12,6 +14,28 @@ from typing import Any
 import torch
 
 from detect.errors import UserError
+
+# os's functions are pickled under the platform module that defines them: os.system is posix.system or nt.system.
+OS_MODULES = ("posix", "nt")
+# The model classes of yolov5's other tasks (segment/ and classify/ train.py, v7.0 on), then their heads.
+YOLOV5_TASKS = {"models.yolo.SegmentationModel": "segmentation", "models.yolo.ClassificationModel": "classification",
+                "models.yolo.Segment": "segmentation", "models.common.Classify": "classification"}
+
+
+def known_global(module: str, name: str) -> tuple[str, str]:
+    """A pickled global as a user knows it: protocol 2 writes Python 2's names (__builtin__.eval, commands.Popen),
+    mapped back as pickle maps them (builtins.eval, subprocess.Popen); posix.system and nt.system are os.system."""
+    if (module, name) in _compat_pickle.NAME_MAPPING:
+        module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+    elif module in _compat_pickle.IMPORT_MAPPING:
+        module = _compat_pickle.IMPORT_MAPPING[module]
+    return ("os" if module in OS_MODULES else module), name
+
+
+def other_task(path: Path, source: str) -> UserError:
+    """The one line for a yolov5 checkpoint of another task than detection; `source` is a class in YOLOV5_TASKS."""
+    return UserError(f"{path} is a yolov5 {YOLOV5_TASKS[source]} checkpoint ({source}): detect loads detection "
+                     "checkpoints only")
 
 
 def _refuse_modules(value: Any, key: str) -> None:
@@ -77,6 +101,17 @@ def foreign_globals(path: Path | str) -> list[str] | None:
         return None
 
 
+def _refusal(path: Path, refused: list[str]) -> UserError:
+    """The one line for a pickle that names globals weights_only loading refuses ('module.name' strings)."""
+    names = sorted({".".join(known_global(*name.rsplit(".", 1))) for name in refused})
+    task = next((source for source in YOLOV5_TASKS if source in names), None)
+    if task is not None:
+        return other_task(path, task)
+    listed = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+    hint = " (a yolov5 .pt? give it as --weights)" if any(name.startswith("models.") for name in names) else ""
+    return UserError(f"{path} is not a detect checkpoint: its pickle asks for {listed}, which is refused{hint}")
+
+
 def load_checkpoint(path: Path | str) -> dict:
     """Read a checkpoint written by save_checkpoint onto the CPU; anything else is a UserError."""
     path = Path(path)
@@ -87,9 +122,7 @@ def load_checkpoint(path: Path | str) -> dict:
     if refused is None:
         raise UserError(f"{path} is not a readable checkpoint (not a zip file written by torch.save)")
     if refused:
-        names = ", ".join(sorted(refused)[:3]) + (", ..." if len(refused) > 3 else "")
-        hint = " (a yolov5 .pt? give it as --weights)" if any(name.startswith("models.") for name in refused) else ""
-        raise UserError(f"{path} is not a detect checkpoint: its pickle asks for {names}, which is refused{hint}")
+        raise _refusal(path, refused)
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:  # torch's message is a paragraph on weights_only; one line says what matters

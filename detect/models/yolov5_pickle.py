@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from detect.errors import UserError
-from detect.models.checkpoint import refuse_torchscript
+from detect.models.checkpoint import YOLOV5_TASKS, known_global, other_task, refuse_torchscript
 
 logger = logging.getLogger(__name__)
 
@@ -29,9 +29,7 @@ TENSOR_REBUILDERS = {
 }
 PLAIN_GLOBALS = {
     ("collections", "OrderedDict"): OrderedDict,
-    ("builtins", "set"): set, ("__builtin__", "set"): set,
-    ("builtins", "frozenset"): frozenset, ("__builtin__", "frozenset"): frozenset,
-    ("builtins", "slice"): slice, ("__builtin__", "slice"): slice,
+    ("builtins", "set"): set, ("builtins", "frozenset"): frozenset, ("builtins", "slice"): slice,
     ("torch", "Size"): torch.Size,
 }
 # Paths in yolov5's `opt` (PosixPath, or WindowsPath from a Windows run) come back as plain strings.
@@ -78,6 +76,14 @@ class Placeholder:
         return f"<placeholder for {self.source}>"
 
 
+class OtherTask(UserError):
+    """The pickle names a class of yolov5's segmentation or classification models (YOLOV5_TASKS)."""
+
+    def __init__(self, source: str) -> None:
+        super().__init__(source)
+        self.source = source
+
+
 class RestrictedUnpickler(pickle.Unpickler):
     """Resolves only tensor rebuilders, plain containers, numpy arrays and scalars, paths (as str) and placeholder
     classes; refuses everything else."""
@@ -87,7 +93,8 @@ class RestrictedUnpickler(pickle.Unpickler):
         self.placeholders: dict[str, type] = {}
 
     def find_class(self, module: str, name: str) -> Any:
-        """Map a pickled global to a safe object, or raise UserError naming it."""
+        """Map a pickled global (named as Python 3 does: known_global) to a safe object, or raise UserError naming it."""
+        module, name = known_global(module, name)
         if (module, name) in TENSOR_REBUILDERS:
             return getattr(torch._utils, name)
         if (module, name) in PLAIN_GLOBALS:
@@ -102,6 +109,8 @@ class RestrictedUnpickler(pickle.Unpickler):
             return latin1_bytes
         if module.startswith(PLACEHOLDER_PREFIXES) and name.isidentifier() and name[0].isupper():
             source = f"{module}.{name}"
+            if source in YOLOV5_TASKS:
+                raise OtherTask(source)
             if source not in self.placeholders:
                 self.placeholders[source] = type(name, (Placeholder,), {"source": source})
             return self.placeholders[source]
@@ -159,6 +168,8 @@ def _load_pickle(path: Path) -> Any:
         # weights_only=False is safe here only because RESTRICTED_PICKLE resolves no foreign globals and the file is
         # not TorchScript, which torch.load would hand to torch.jit.load.
         return torch.load(path, map_location="cpu", pickle_module=RESTRICTED_PICKLE, weights_only=False)
+    except OtherTask as error:
+        raise other_task(path, error.source) from None
     except UserError as error:
         raise UserError(f"{path}: {error}") from None
     except Exception as error:  # noqa: BLE001 - a corrupt file can fail any way (OverflowError, MemoryError, ...)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -83,3 +85,21 @@ def test_a_yolov5_file_as_a_checkpoint_names_its_classes_and_the_flag_that_reads
     with pytest.raises(UserError, match=r"asks for models\.common\.\w+, .*, \.\.\., which is refused "
                                         r"\(a yolov5 \.pt\? give it as --weights\)$"):
         load_checkpoint(YOLOV5N)
+
+
+class Calls:
+    """Unpickling this calls `target(*args)`."""
+
+    def __init__(self, target, *args) -> None:
+        self.target, self.args = target, args
+
+    def __reduce__(self):
+        return self.target, self.args
+
+
+def test_refused_callables_are_named_as_python_3_knows_them(tmp_path: Path) -> None:
+    path = tmp_path / "calls.pt"
+    # Protocol 2 writes these as posix.system, __builtin__.eval and commands.Popen.
+    torch.save({"a": Calls(os.system, "true"), "b": Calls(eval, "1"), "c": Calls(subprocess.Popen, "true")}, path)
+    with pytest.raises(UserError, match="asks for builtins.eval, os.system, subprocess.Popen, which is refused$"):
+        load_checkpoint(path)

@@ -69,6 +69,6 @@ def test_a_code_running_pickle_is_refused_in_one_line_naming_it(tmp_path, zip_fo
     with pytest.raises(UserError) as refused:
         load_model(path)
     message = str(refused.value)
-    assert f"asks for {os.system.__module__}.system, which is not allowed" in message
+    assert "asks for os.system, which is not allowed" in message  # pickled as posix.system (nt.system on Windows)
     assert "\n" not in message and "--weights" not in message and "weights_only" not in message
     assert not marker.exists()

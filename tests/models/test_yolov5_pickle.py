@@ -16,9 +16,11 @@ import pytest
 import torch
 
 from detect.errors import UserError
+from detect.models.checkpoint import load_checkpoint
 from detect.models.weights import load_model
 from detect.models.yolov5_pickle import RestrictedUnpickler, read_yolov5_checkpoint
 from tests.models.yolov5_standins import standin_checkpoint
+from tests.models.yolov5_task_standins import task_checkpoint
 
 WEIGHTS = Path(__file__).resolve().parents[2].parent / "shared" / "weights" / "yolov5n.pt"
 
@@ -74,8 +76,8 @@ def test_builtin_callables_are_refused(tmp_path: Path, target) -> None:
 
     path = tmp_path / "builtin.pt"
     torch.save({"model": Calls()}, path)
-    # torch.save writes pickle protocol 2, which spells the module __builtin__.
-    with pytest.raises(UserError, match=f"__builtin__\\.{target.__name__}, which is not allowed"):
+    # torch.save writes pickle protocol 2, which spells the module __builtin__: named as Python 3 does.
+    with pytest.raises(UserError, match=f"asks for builtins\\.{target.__name__}, which is not allowed"):
         read_yolov5_checkpoint(path)
 
 
@@ -120,15 +122,15 @@ class Calls:
 def _refusals(marker: Path, inner: Path) -> dict[str, Calls]:
     """Each code-running call, by the name the refusal must give; every one would create `marker`."""
     return {
-        "posix.system": Calls(os.system, f"touch {marker}"),
-        "eval": Calls(eval, f"open({str(marker)!r}, 'w')"),
+        "os.system": Calls(os.system, f"touch {marker}"),
+        "builtins.eval": Calls(eval, f"open({str(marker)!r}, 'w')"),
         "subprocess.Popen": Calls(subprocess.Popen, ["touch", str(marker)]),
         "torch.serialization.load": Calls(torch.load, str(inner)),  # a second pickle that would run os.system
         "numpy.load": Calls(np.load, str(inner)),
     }
 
 
-@pytest.mark.parametrize("name", ["posix.system", "eval", "subprocess.Popen", "torch.serialization.load",
+@pytest.mark.parametrize("name", ["os.system", "builtins.eval", "subprocess.Popen", "torch.serialization.load",
                                   "numpy.load"])
 def test_code_inside_a_yolov5_checkpoint_is_refused_and_not_run(tmp_path: Path, name: str) -> None:
     marker, inner = tmp_path / "executed", tmp_path / "inner.pt"
@@ -136,9 +138,9 @@ def test_code_inside_a_yolov5_checkpoint_is_refused_and_not_run(tmp_path: Path, 
     path = tmp_path / "last.pt"
     # A v7.0 train.py checkpoint (placeholders, numpy values, PosixPaths) with one field that runs code.
     standin_checkpoint(path, "v7.0", extra_fields={"hook": _refusals(marker, inner)[name]})
-    # Protocol 2 spells some modules as Python 2 did (subprocess -> commands, builtins -> __builtin__).
-    spelled = {"subprocess.Popen": "commands.Popen", "eval": "__builtin__.eval"}.get(name, name)
-    with pytest.raises(UserError, match=f"asks for {spelled}, which is not allowed") as refused:
+    # Protocol 2 spells some modules as Python 2 did (commands.Popen, __builtin__.eval; os.system is posix.system):
+    # the refusal names them as a user knows them.
+    with pytest.raises(UserError, match=f"asks for {name}, which is not allowed") as refused:
         load_model(path)
     assert "\n" not in str(refused.value)
     assert not marker.exists()
@@ -167,3 +169,26 @@ def test_only_latin1_spells_bytes() -> None:
     with pytest.raises(UserError, match="_codecs.encode with 'rot13'"):
         RestrictedUnpickler(io.BytesIO(rot13)).load()
     assert RestrictedUnpickler(io.BytesIO(pickle.dumps(np.arange(3), protocol=2))).load().tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize("module, name, known", [
+    ("__builtin__", "eval", "builtins.eval"), ("__builtin__", "xrange", "builtins.range"),
+    ("posix", "system", "os.system"), ("nt", "system", "os.system"), ("commands", "Popen", "subprocess.Popen"),
+])
+def test_python_2_spellings_are_refused_under_their_python_3_names(module, name, known):
+    # A protocol 2 pickle calling module.name("1"): the names a Python 3 pickler writes (or a Windows one: nt).
+    calls = b"\x80\x02c" + f"{module}\n{name}\n".encode() + b"X\x01\x00\x00\x001\x85R."
+    with pytest.raises(UserError, match=f"asks for {known}, which is not allowed"):
+        RestrictedUnpickler(io.BytesIO(calls)).load()
+
+
+@pytest.mark.parametrize("task, model_class", [("segmentation", "models.yolo.SegmentationModel"),
+                                               ("classification", "models.yolo.ClassificationModel")])
+def test_other_yolov5_tasks_are_named(tmp_path: Path, task: str, model_class: str) -> None:
+    path = tmp_path / "best.pt"
+    task_checkpoint(path, task)
+    expected = f"{path} is a yolov5 {task} checkpoint ({model_class}): detect loads detection checkpoints only"
+    for reader in (load_model, load_checkpoint):  # --weights, and --resume
+        with pytest.raises(UserError) as refused:
+            reader(path)
+        assert str(refused.value) == expected
