@@ -71,7 +71,8 @@ class Detections:
 
 
 class Detector:
-    """A model loaded once on a device (ours, a yolov5 .pt or an exported .onnx); call it on images.
+    """A model loaded once on a device (ours, a yolov5 .pt or an exported .onnx); call it on images. `augment` runs
+    yolov5's test-time augmentation (inference/tta.py; PyTorch weights only).
 
         detector = Detector("yolov5n.pt", device="cpu")
         for found in detector(["bus.jpg", cv2.imread("zidane.jpg")]):
@@ -85,7 +86,6 @@ class Detector:
             raise UserError("--half needs an accelerator; on the CPU predict in fp32")
         self.backend.set_device()
         self.model: InferenceModel = load_inference_model(weights, self.backend, half)
-        # test-time augmentation (inference/tta.py): three passes per image, merged before NMS
         self.predict = augment_model(self.model) if augment else self.model
         if settings.classes and max(settings.classes) >= len(self.model.names):
             raise UserError(f"--classes {max(settings.classes)}: the model has {len(self.model.names)} classes")
