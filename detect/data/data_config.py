@@ -107,3 +107,15 @@ def load_data_config(name_or_path: str | Path) -> DataConfig:
         if json_name is not None:
             json_files[split] = root / json_name
     return DataConfig(source=source, root=root, names=names, splits=splits, json_files=json_files, builtin=raw.builtin)
+
+
+def check_sources(data: DataConfig, splits: tuple[str, ...]) -> None:
+    """Raise ConfigError naming the yaml key of the first source of `splits` that does not exist, so that a missing
+    folder stops a run before any work; a built-in dataset is generated on first use, so it is not looked for."""
+    if data.builtin is not None:
+        return
+    for split in splits:
+        for path in data.splits.get(split, ()):
+            if not path.exists():
+                raise ConfigError(f"{data.source}: '{split}' names {path}, which does not exist "
+                                  f"(check 'path' and '{split}' there)")

@@ -105,15 +105,17 @@ def open_study(optuna: ModuleType, storage: Any, name: str, sampler: Any, identi
 
 
 def check_settings(settings: TrainSettings) -> Hyp:
-    """Fail before the first trial on what would fail every trial: no model, a bad yaml, missing weights."""
+    """Fail before the first trial on what would fail every trial: no model, a bad yaml, a missing split folder,
+    missing weights."""
     from detect.data import load_data_config
+    from detect.data.data_config import check_sources
     from detect.models.spec import load_model_spec
     from detect.models.weights import resolve_weights
 
     if settings.cfg is None and settings.weights is None:
         raise UserError("give a model: --cfg yolov5s.yaml (from scratch) and/or --weights FILE (fine-tune)")
     start = load_hyp(settings.hyp)
-    load_data_config(settings.data)
+    check_sources(load_data_config(settings.data), ("train", "val"))
     if settings.cfg is not None:
         load_model_spec(settings.cfg)
     if settings.weights is not None:

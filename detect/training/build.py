@@ -22,6 +22,7 @@ from detect.data import (
     build_val_loader,
     load_data_config,
 )
+from detect.data.data_config import check_sources
 from detect.data.device_batch import multi_scale_sizes
 from detect.data.loader import default_workers
 from detect.data.plots import plot_label_stats
@@ -270,6 +271,7 @@ def build_run(settings: TrainSettings, context: DistContext, resume: bool | str 
         LOGGER.info("resuming %s from epoch %d, batch %d", point.path, point.epoch + 1,
                     point.payload["progress"].get("batch", 0))
     data = load_data_config(settings.data)
+    check_sources(data, ("train", "val") if context.is_main else ("train",))  # only rank 0 validates
     if settings.batch_size == AUTO_BATCH:
         settings = _auto_batch(settings, source, data, backend)
     hyp = from_mapping(Hyp, point.payload["config"]["hyp"], "the checkpoint's stored hyp") if point else \

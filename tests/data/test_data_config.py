@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from detect.data import load_data_config, load_split
+from detect.data.data_config import check_sources
 from detect.errors import ConfigError, UserError
 from tests.data.helpers import simple_dataset
 
@@ -68,3 +69,16 @@ def test_bundled_configs_load() -> None:
         config = load_data_config(name)
         assert config.num_classes == (5 if name == "shapes" else 80)
     assert load_data_config("coco").json_files["val"].name == "instances_val2017.json"
+
+
+def test_check_sources_names_the_key_of_a_missing_source(tmp_path: Path) -> None:
+    simple_dataset(tmp_path / "set", count=1)
+    source = _write(tmp_path / "set" / "d.yaml", {"train": "images/train", "val": ["images/train", "images/gone"],
+                                                  "test": "images/absent", "names": ["a"]})
+    config = load_data_config(source)
+    check_sources(config, ("train",))  # only the splits asked for are looked at
+    with pytest.raises(ConfigError, match=rf"d\.yaml: 'val' names {tmp_path}/set/images/gone, which does not exist"):
+        check_sources(config, ("train", "val", "test"))
+    # A built-in dataset is generated on first use: not looked for before.
+    check_sources(load_data_config(_write(tmp_path / "b.yaml", {"builtin": "shapes", "path": "nowhere",
+                                                                "train": "a", "val": "b", "names": ["x"]})), ("val",))

@@ -198,3 +198,13 @@ def test_the_trial_of_a_killed_process_runs_again(data, tmp_path, monkeypatch):
     assert load_hyp("scratch-low.yaml").lr0 in [float(row["lr0"]) for row in table]
     states = [trial.state for trial in optuna.load_study(study_name="study", storage=database).trials]
     assert states[0] == optuna.trial.TrialState.FAIL
+
+
+def test_a_missing_val_folder_fails_before_the_first_trial(data, tmp_path, monkeypatch):
+    stand_in = StandIn()
+    monkeypatch.setattr(trials_module, "Trainer", stand_in)
+    broken = tmp_path / "no_val.yaml"
+    broken.write_text(data.read_text().replace("val: images/train", "val: images/gone"))
+    with pytest.raises(UserError, match=r"no_val\.yaml: 'val' names .*images/gone, which does not exist"):
+        evolve(settings_for(broken, tmp_path), 2)
+    assert not stand_in.calls
