@@ -25,14 +25,16 @@ class Detect(nn.Module):
         self._grids: dict[tuple, torch.Tensor] = {}
 
     def set_strides(self, strides: torch.Tensor) -> None:
-        """Record the level strides and convert the pixel anchors to grid units."""
+        """Record the level strides (a CPU tensor) and convert the pixel anchors to grid units."""
+        # Also as plain numbers: a model built on the meta device (parameter counts) has no values in its buffers.
+        self.level_strides = tuple(int(stride) for stride in strides.tolist())
         self.stride = strides.to(self.anchors)
         self.anchors /= self.stride.view(-1, 1, 1)
 
     @torch.no_grad()
     def initialize_biases(self) -> None:
         """Prior-informed biases: about 8 objects per 640 image and a 0.6 class prior (YOLOV5-FACTS.md)."""
-        for conv, stride in zip(self.m, self.stride.tolist()):
+        for conv, stride in zip(self.m, self.level_strides):
             bias = conv.bias.view(self.na, self.no)
             bias[:, 4] += math.log(8 / (640 / stride) ** 2)
             bias[:, 5:] += math.log(0.6 / (self.nc - 0.99))

@@ -10,8 +10,8 @@ import torch
 from detect.errors import UserError
 from detect.models import DetectionModel, build_model, parse_model_spec
 from detect.models.checkpoint import foreign_globals, load_checkpoint
+from detect.models.spec import spec_from_yolov5_yaml
 from detect.models.yolov5_pickle import read_yolov5_checkpoint
-from detect.models.yolov5_yaml import spec_from_yolov5_yaml
 
 LOGGER = logging.getLogger(__name__)
 WEIGHTS_DIR = Path("weights")  # a bare --weights name: the working directory, then ./weights/ (weights/README.md)

@@ -9,8 +9,21 @@ import torch
 from torch import nn
 
 from detect.models.head import Detect
-from detect.models.layers import C3, SPP, SPPF, BottleneckCSP, Concat, Conv, Focus
-from detect.models.spec import LayerSpec, ModelSpec, load_model_spec
+from detect.models.layers import (
+    ACTIVATIONS,
+    C3,
+    C3TR,
+    SPP,
+    SPPF,
+    Bottleneck,
+    BottleneckCSP,
+    C3Ghost,
+    Concat,
+    Conv,
+    Focus,
+    GhostConv,
+)
+from detect.models.spec import BottleneckArgs, LayerSpec, ModelSpec, load_model_spec
 
 
 def scale_channels(channels: int, width_multiple: float) -> int:
@@ -19,31 +32,68 @@ def scale_channels(channels: int, width_multiple: float) -> int:
 
 
 def scale_repeats(repeats: int, depth_multiple: float) -> int:
-    """Block repeats after the depth multiple, at least one (YOLOV5-FACTS.md)."""
-    return max(round(repeats * depth_multiple), 1)
+    """Block repeats after the depth multiple, at least one; a single block stays single (yolov5's parse_model)."""
+    return max(round(repeats * depth_multiple), 1) if repeats > 1 else repeats
+
+
+def placeholder_anchors(per_level: int, levels: int) -> list[list[float]]:
+    """`anchors: N` in a yaml: yolov5's stand-in values (0, 1, 2, ... pixels) until AutoAnchor computes real ones."""
+    return [[float(value) for value in range(2 * per_level)] for _ in range(levels)]
 
 
 def _build_layer(layer: LayerSpec, in_channels: list[int], spec: ModelSpec, num_classes: int) -> tuple[nn.Module, int]:
     """One nn.Module and its output channel count."""
-    args, first = layer.args, in_channels[0]
-    if layer.module == "Upsample":
-        return nn.Upsample(scale_factor=args.scale, mode="nearest"), first
-    if layer.module == "Concat":
+    args, first, module = layer.args, in_channels[0], layer.module
+    if module in SHAPE_ONLY:
+        return SHAPE_ONLY[module](args), first
+    if module == "Concat":
         return Concat(), sum(in_channels)
-    if layer.module == "Detect":
-        return Detect(num_classes, spec.anchors, in_channels), 0
+    if module == "Detect":
+        anchors = spec.anchors
+        if isinstance(anchors, int):
+            anchors = placeholder_anchors(anchors, len(in_channels))
+        return Detect(num_classes, anchors, in_channels), 0
     out = scale_channels(args.channels, spec.width_multiple)
-    if layer.module in ("Conv", "Focus"):
-        block = Conv if layer.module == "Conv" else Focus
-        return block(first, out, args.kernel, args.stride, args.padding), out
-    if layer.module == "C3":
-        return C3(first, out, scale_repeats(args.repeat, spec.depth_multiple), args.shortcut), out
-    if layer.module == "BottleneckCSP":
-        repeats = scale_repeats(args.repeat, spec.depth_multiple)
-        return BottleneckCSP(first, out, repeats, args.shortcut, args.activation), out
-    if layer.module == "SPP":
-        return SPP(first, out, tuple(args.kernels)), out
-    return SPPF(first, out, args.kernel), out
+    return BLOCKS[module](args, first, out, spec.depth_multiple), out
+
+
+def _bottlenecks(args: BottleneckArgs, first: int, out: int, depth_multiple: float) -> nn.Module:
+    """yolov3's Bottleneck rows: one block, or n > 1 chained in an nn.Sequential (named model.<i>.<j>.cv1...)."""
+    repeats = scale_repeats(args.repeat, depth_multiple)
+    blocks = [Bottleneck(first if j == 0 else out, out, args.shortcut) for j in range(repeats)]
+    return blocks[0] if repeats == 1 else nn.Sequential(*blocks)
+
+
+# Layers that keep their input's channels and only change its shape.
+SHAPE_ONLY = {
+    "Upsample": lambda args: nn.Upsample(scale_factor=args.scale, mode="nearest"),
+    "MaxPool2d": lambda args: nn.MaxPool2d(args.kernel, args.stride, args.padding),
+    "ZeroPad2d": lambda args: nn.ZeroPad2d(tuple(args.padding)),
+}
+# Blocks with `channels` (after the width multiple: `out`), from their arguments, input channels and depth multiple.
+BLOCKS = {
+    "Conv": lambda args, first, out, depth: Conv(first, out, args.kernel, args.stride, args.padding),
+    "Focus": lambda args, first, out, depth: Focus(first, out, args.kernel, args.stride, args.padding),
+    "GhostConv": lambda args, first, out, depth: GhostConv(first, out, args.kernel, args.stride),
+    "C3": lambda args, first, out, depth: C3(first, out, scale_repeats(args.repeat, depth), args.shortcut),
+    "C3Ghost": lambda args, first, out, depth: C3Ghost(first, out, scale_repeats(args.repeat, depth), args.shortcut),
+    "C3TR": lambda args, first, out, depth: C3TR(first, out, scale_repeats(args.repeat, depth), args.shortcut),
+    "BottleneckCSP": lambda args, first, out, depth: BottleneckCSP(first, out, scale_repeats(args.repeat, depth),
+                                                                   args.shortcut, args.activation),
+    "Bottleneck": _bottlenecks,
+    "SPP": lambda args, first, out, depth: SPP(first, out, tuple(args.kernels)),
+    "SPPF": lambda args, first, out, depth: SPPF(first, out, args.kernel),
+}
+
+
+def set_activation(model: nn.Module, name: str) -> None:
+    """Every Conv's activation becomes `name` (layers.ACTIVATIONS), as yolov5's yaml key `activation` does; Convs
+    built without one keep none."""
+    if name == "silu":
+        return
+    for module in model.modules():
+        if isinstance(module, Conv) and isinstance(module.act, nn.SiLU):
+            module.act = ACTIVATIONS[name]()
 
 
 class DetectionModel(nn.Module):
@@ -62,11 +112,12 @@ class DetectionModel(nn.Module):
             self.inputs.append(absolute)
             channels.append(out)
         self.model = nn.Sequential(*modules)
+        set_activation(self.model, spec.activation)
         self._kept = {i for ins in self.inputs for i in ins if i >= 0}
         detect = self.detect
-        with torch.no_grad():  # strides from one forward pass of a small image
+        with torch.no_grad():  # strides from one forward pass of a small image (shapes only: meta works too)
             outputs = self.forward(torch.zeros(1, 3, 256, 256))
-        detect.set_strides(torch.tensor([256 / o.shape[2] for o in outputs]))
+        detect.set_strides(torch.tensor([256 / o.shape[2] for o in outputs], device="cpu"))
         detect.initialize_biases()
 
     @property
@@ -76,6 +127,11 @@ class DetectionModel(nn.Module):
     @property
     def stride(self) -> torch.Tensor:
         return self.detect.stride
+
+    @property
+    def max_stride(self) -> int:
+        """The largest level stride: image sides must be multiples of it."""
+        return max(self.detect.level_strides)
 
     def forward(self, images: torch.Tensor) -> list[torch.Tensor]:
         """Raw head outputs, one (B, na, ny, nx, 5+nc) tensor per level, in train and eval mode alike (the loss's input).

@@ -1,55 +1,104 @@
-"""Translate an ultralytics/yolov5 model yaml (as stored in its checkpoints) into our ModelSpec."""
+"""Translate an ultralytics/yolov5 model yaml (its files, or the one stored in its checkpoints) into our mapping.
+
+yolov5 writes a layer as a row [from, number, module, args] and evals the module and arguments as Python; here
+each row becomes one of our named-key layers (spec.py), and nothing in the file is ever evaluated.
+"""
 
 from __future__ import annotations
 
-from detect.errors import UserError
-from detect.models.spec import ModelSpec, parse_model_spec
+from typing import Any
+
+from detect.errors import ConfigError
+
+# yolov5's positional arguments, by our key names (its parse_model has already put in the input channels).
+POSITIONAL = {
+    "Conv": ("channels", "kernel", "stride", "padding"), "Focus": ("channels", "kernel", "stride", "padding"),
+    "GhostConv": ("channels", "kernel", "stride"), "Bottleneck": ("channels", "shortcut"),
+    "C3": ("channels", "shortcut"), "C3Ghost": ("channels", "shortcut"), "C3TR": ("channels", "shortcut"),
+    "BottleneckCSP": ("channels", "shortcut"), "SPP": ("channels", "kernels"), "SPPF": ("channels", "kernel"),
+    "MaxPool2d": ("kernel", "stride", "padding"), "ZeroPad2d": ("padding",),
+    "Upsample": ("size", "scale", "mode"), "Concat": ("dimension",), "Detect": ("nc", "anchors"),
+}
+# yolov5 passes the row's number to these as their repeats; any other module with a number > 1 is refused here.
+REPEATED = ("C3", "C3Ghost", "C3TR", "BottleneckCSP", "Bottleneck")
+# yolov5 evals `activation` and makes it every Conv's: the ones detect builds, as yolov5 spells them.
+ACTIVATIONS = {"nn.SiLU()": "silu", "nn.LeakyReLU(0.1)": "leaky_relu", "nn.ReLU()": "relu", "nn.ReLU6()": "relu6",
+               "nn.Hardswish()": "hardswish", "nn.Mish()": "mish", "nn.GELU()": "gelu"}
+KEYS = ("nc", "depth_multiple", "width_multiple", "anchors", "backbone", "head", "activation", "channel_multiple",
+        "ch")  # ch: the input channels yolov5 stores in its checkpoints' yaml (always 3)
 
 
-def _layer(entry: list, index: int, source: str, csp_activation: str) -> dict:
-    """One yolov5 row [from, repeats, module, args] as one of our layer mappings."""
-    try:
-        inputs, repeats, module, args = entry
-    except (TypeError, ValueError):
-        raise UserError(f"{source}: layer {index} is not [from, number, module, args]: {entry!r}") from None
-    module = str(module).removeprefix("nn.")
-    if module in ("Conv", "Focus"):
-        layer = {"channels": args[0], "kernel": args[1] if len(args) > 1 else 1,
-                 "stride": args[2] if len(args) > 2 else 1}
-        if len(args) > 3 and args[3] is not None:
-            layer["padding"] = args[3]
-    elif module == "C3":
-        layer = {"channels": args[0], "repeat": repeats, "shortcut": bool(args[1]) if len(args) > 1 else True}
-    elif module == "BottleneckCSP":
-        layer = {"channels": args[0], "repeat": repeats, "shortcut": bool(args[1]) if len(args) > 1 else True,
-                 "activation": csp_activation}
-    elif module == "SPP":
-        layer = {"channels": args[0], "kernels": list(args[1]) if len(args) > 1 else [5, 9, 13]}
-    elif module == "SPPF":
-        layer = {"channels": args[0], "kernel": args[1] if len(args) > 1 else 5}
-    elif module == "Upsample" and len(args) > 2 and args[2] == "nearest":
-        layer = {"scale": int(args[1])}
-    elif module in ("Concat", "Detect"):
-        layer = {}
-    else:
-        raise UserError(f"{source}: layer {index} uses {module}{args}, which detect does not build (yet)")
+def is_yolov5_format(data: dict) -> bool:
+    """True when the backbone's rows are lists (yolov5's [from, number, module, args]), not our mappings."""
+    rows = data.get("backbone")
+    return isinstance(rows, list) and any(isinstance(row, list) for row in rows)
+
+
+def _layer(row: Any, where: str, csp_activation: str) -> dict:
+    """One yolov5 row [from, number, module, args] as one of our layer mappings."""
+    if not (isinstance(row, list) and len(row) == 4):
+        raise ConfigError(f"{where}: a yolov5 layer must be a list [from, number, module, args], got {row!r}")
+    inputs, number, module, args = row
+    module = module.removeprefix("nn.") if isinstance(module, str) else module
+    if module not in POSITIONAL:
+        raise ConfigError(f"{where}: module {module!r} is not one detect builds ({', '.join(POSITIONAL)})")
+    where = f"{where} ({module})"
+    if not isinstance(args, list) or len(args) > len(POSITIONAL[module]):
+        raise ConfigError(f"{where}: args must be a list of at most {len(POSITIONAL[module])} "
+                          f"[{', '.join(POSITIONAL[module])}], got {args!r}")
+    if type(number) is not int or number < 1:
+        raise ConfigError(f"{where}: number must be an int >= 1, got {number!r}")
+    if number > 1 and module not in REPEATED:
+        raise ConfigError(f"{where}: number {number}: detect repeats only {', '.join(REPEATED)}")
+    # yolov5 evals string arguments: its files write None unquoted, which yaml reads as the string "None".
+    layer = dict(zip(POSITIONAL[module], (None if arg == "None" else arg for arg in args)))
+    if module in REPEATED:
+        layer["repeat"] = number
+    if module == "BottleneckCSP":
+        layer["activation"] = csp_activation
+    if module in ("Detect", "Concat", "Upsample"):
+        layer = _fixed_arguments(module, layer, where)
+    if module == "ZeroPad2d" and isinstance(layer.get("padding"), int):
+        layer["padding"] = [layer["padding"]] * 4
     return {"module": module, "from": inputs, **layer}
 
 
-def spec_from_yolov5_yaml(yaml: dict, anchors: list[list[float]], source: str,
-                          csp_activation: str = "silu") -> ModelSpec:
-    """Our spec of a yolov5 architecture; `anchors` in pixels per level (the checkpoint's, after AutoAnchor);
-    `csp_activation` is the one its BottleneckCSP blocks use (the yaml does not say: see layers.CSP_ACTIVATIONS)."""
-    try:
-        backbone, head = yaml["backbone"], yaml["head"]
-        data = {"nc": int(yaml["nc"]), "depth_multiple": float(yaml["depth_multiple"]),
-                "width_multiple": float(yaml["width_multiple"]), "anchors": anchors}
-    except (KeyError, TypeError, ValueError) as error:
-        raise UserError(f"{source}: the stored yolov5 model yaml lacks {error}") from None
+def _fixed_arguments(module: str, layer: dict, where: str) -> dict:
+    """Detect's arguments are the yaml's nc and anchors; Concat and Upsample build only yolov5's own usage."""
+    if module == "Concat" and layer.get("dimension", 1) != 1:
+        raise ConfigError(f"{where}: detect concatenates along channels only (dimension 1), got {layer['dimension']!r}")
+    if module == "Upsample":
+        if layer.get("size") is not None or layer.get("mode", "nearest") != "nearest":
+            raise ConfigError(f"{where}: detect builds Upsample [None, scale, 'nearest'] only, got "
+                              f"{list(layer.values())}")
+        return {"scale": layer["scale"]} if "scale" in layer else {}
+    return {}
+
+
+def mapping_from_yolov5(yaml: dict, source: str, anchors: list[list[float]] | None = None,
+                        csp_activation: str = "silu") -> dict:
+    """Our model mapping of a yolov5 model yaml. `anchors` (pixels per level) replaces the yaml's, as a checkpoint's
+    AutoAnchor result does; `csp_activation` is the one its BottleneckCSP blocks use (the yaml does not say: it is
+    LeakyReLU(0.1) up to yolov5 v6.0, see layers.BottleneckCSP)."""
+    unknown = sorted(set(yaml) - set(KEYS))
+    if unknown:
+        raise ConfigError(f"{source}: unknown key '{unknown[0]}' (known in a yolov5 model yaml: {', '.join(KEYS)})")
+    for key in ("backbone", "head"):
+        if not isinstance(yaml.get(key), list):
+            raise ConfigError(f"{source}: key '{key}' must be a list of [from, number, module, args] rows, "
+                              f"got {type(yaml.get(key)).__name__}")
     activation = yaml.get("activation")
-    if activation not in (None, "nn.SiLU()"):  # v7.0's optional field: the activation of every Conv
-        raise UserError(f"{source}: activation {activation} (detect builds yolov5's default, nn.SiLU())")
-    rows = list(backbone) + list(head)
-    layers = [_layer(row, i, source, csp_activation) for i, row in enumerate(rows)]
-    data["backbone"], data["head"] = layers[:len(backbone)], layers[len(backbone):]
-    return parse_model_spec(data, source)
+    if activation is not None and activation not in ACTIVATIONS:
+        raise ConfigError(f"{source}: key 'activation' {activation!r} is not one detect builds "
+                          f"({', '.join(ACTIVATIONS)})")
+    if yaml.get("channel_multiple", 8) != 8:  # yolov5 rounds channels to multiples of it
+        raise ConfigError(f"{source}: key 'channel_multiple' {yaml['channel_multiple']!r}: detect rounds to 8 only")
+    data = {key: yaml[key] for key in ("nc", "depth_multiple", "width_multiple", "anchors") if key in yaml}
+    if anchors is not None:
+        data["anchors"] = anchors
+    if activation is not None:
+        data["activation"] = ACTIVATIONS[activation]
+    for key in ("backbone", "head"):
+        data[key] = [_layer(row, f"{source}: {key}[{i}]", csp_activation) for i, row in enumerate(yaml[key])]
+    return data
+

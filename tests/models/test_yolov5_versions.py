@@ -12,9 +12,9 @@ import torch
 
 from detect.errors import UserError
 from detect.models import build_model
+from detect.models.spec import spec_from_yolov5_yaml
 from detect.models.weights import load_model
 from detect.models.yolov5_pickle import RESTRICTED_PICKLE, read_yolov5_checkpoint
-from detect.models.yolov5_yaml import spec_from_yolov5_yaml
 from tests.models.yolov5_standins import VERSIONS, standin_checkpoint, yolov5_yaml
 
 # What train.py leaves on disk: best.pt / last.pt after strip_optimizer (fp16), and a mid-run last.pt or
@@ -109,11 +109,12 @@ def test_v5_bottleneck_csp_model_has_yolov5s_parameter_count():
     assert _parameters(yolov5_yaml("v5.0", "l", csp=True), "leaky_relu") == V5_PANET_PARAMETERS
 
 
-def test_a_v7_yaml_asking_for_another_conv_activation_is_refused():
-    yaml = {**yolov5_yaml("v7.0"), "activation": "nn.LeakyReLU(0.1)"}  # v7.0's optional field, eval'd by yolov5
-    with pytest.raises(UserError, match=r"activation nn.LeakyReLU\(0.1\) \(detect builds yolov5's default"):
+def test_a_v7_yaml_asking_for_an_activation_detect_does_not_build_is_refused():
+    yaml = {**yolov5_yaml("v7.0"), "activation": "nn.ELU()"}  # v7.0's optional field, eval'd by yolov5
+    with pytest.raises(UserError, match=r"custom.pt: key 'activation' 'nn.ELU\(\)' is not one detect builds"):
         spec_from_yolov5_yaml(yaml, yaml["anchors"], "custom.pt", "silu")
-    spec_from_yolov5_yaml({**yaml, "activation": "nn.SiLU()"}, yaml["anchors"], "custom.pt", "silu")
+    assert spec_from_yolov5_yaml({**yaml, "activation": "nn.LeakyReLU(0.1)"}, None, "custom.pt").activation == \
+        "leaky_relu"
 
 
 def test_v5_layout_focus_stem_spp_and_anchor_grid(tmp_path: Path):

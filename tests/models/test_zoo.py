@@ -7,21 +7,32 @@ from detect.config import CONFIGS_DIR
 from detect.models import PredictModule, build_model, summarize
 
 CONFIGS = sorted((CONFIGS_DIR / "models").glob("yolov5*.yaml"))
-# size -> (exact parameters at nc=80, published unfused GFLOPs at 640)
-PUBLISHED = {"n": (1_872_157, 4.6), "s": (7_235_389, 16.6), "m": (21_190_557, 49.2),
-             "l": (46_563_709, 109.6), "x": (86_749_405, 206.3)}
+# name -> (exact parameters at nc=80, published GFLOPs at 640: unfused for P5 (YOLOV5-FACTS.md), BN fused for P6
+# (yolov5's README table: 4.6 / 16.8 / 50.0 / 111.4 / 209.8)
+PUBLISHED = {"yolov5n": (1_872_157, 4.6), "yolov5s": (7_235_389, 16.6), "yolov5m": (21_190_557, 49.2),
+             "yolov5l": (46_563_709, 109.6), "yolov5x": (86_749_405, 206.3),
+             "yolov5n6": (3_246_940, 4.6), "yolov5s6": (12_626_620, 16.8), "yolov5m6": (35_731_932, 50.0),
+             "yolov5l6": (76_770_172, 111.4), "yolov5x6": (140_794_780, 209.8)}
 
 
-def test_every_published_size_has_a_config():
-    assert sorted(p.stem[-1] for p in CONFIGS) == sorted(PUBLISHED)
+def test_every_published_model_has_a_config():
+    assert sorted(p.stem for p in CONFIGS) == sorted(PUBLISHED)
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 def test_parameters_and_gflops_match_the_reference(path):
-    parameters, gflops = PUBLISHED[path.stem[-1]]
-    summary = summarize(build_model(path.name))
-    assert summary.parameters == parameters
-    assert summary.gflops == pytest.approx(gflops, rel=0.02)
+    parameters, gflops = PUBLISHED[path.stem]
+    model = build_model(path.name)
+    assert summarize(model).parameters == parameters
+    fused = path.stem.endswith("6")
+    assert summarize(model.fuse() if fused else model).gflops == pytest.approx(gflops, rel=0.02)
+
+
+def test_p6_configs_have_four_levels_up_to_stride_64():
+    model = build_model("yolov5s6.yaml")
+    assert model.detect.level_strides == (8, 16, 32, 64) and model.max_stride == 64
+    # yolov5's P6 anchors, in grid units of each level
+    torch.testing.assert_close(model.detect.anchors[3, 2] * 64, torch.tensor([925.0, 792.0]))
 
 
 def test_class_count_override_changes_only_the_head():

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from detect.models import DetectionModel, build_model
-from detect.models.yolov5_yaml import spec_from_yolov5_yaml
+from detect.models.spec import spec_from_yolov5_yaml
 
 # yolov5s.yaml rows of v5.0 and of v6.0 on, at depth and width 1 (facts, not code: [from, number, module, args]).
 _HEAD = [
