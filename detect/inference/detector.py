@@ -86,7 +86,9 @@ class Detector:
             raise UserError("--half needs an accelerator; on the CPU predict in fp32")
         self.backend.set_device()
         self.model: InferenceModel = load_inference_model(weights, self.backend, half)
-        self.predict = augment_model(self.model) if augment else self.model
+        self.augment = augment
+        if augment:
+            augment_model(self.model)  # an export is refused now, before any image
         if settings.classes and max(settings.classes) >= len(self.model.names):
             raise UserError(f"--classes {max(settings.classes)}: the model has {len(self.model.names)} classes")
         self.settings = dataclasses.replace(settings, imgsz=self._input_limit(settings.imgsz))
@@ -94,6 +96,10 @@ class Detector:
     @property
     def names(self) -> tuple[str, ...]:
         return self.model.names
+
+    def predict(self, images: torch.Tensor) -> torch.Tensor:
+        """The model's decoded predictions (inference/model.py's contract), test-time augmented when asked."""
+        return (augment_model(self.model) if self.augment else self.model)(images)
 
     def _input_limit(self, imgsz: tuple[int, int]) -> tuple[int, int]:
         """imgsz rounded up to the stride (as yolov5 does, with a note), or a static export's own shape."""
