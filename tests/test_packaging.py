@@ -123,6 +123,8 @@ def test_wheel_runs_from_another_folder(tmp_path):  # about 8 s: offline build, 
          "-w", tmp_path / "dist", source])
     (wheel,) = (tmp_path / "dist").glob("*.whl")
     assert "detect/configs/models/yolov5s.yaml" in zipfile.ZipFile(wheel).namelist()
+    assert {"detect/inference/samples/astronaut.jpg", "detect/inference/samples/README.md"} <= set(
+        zipfile.ZipFile(wheel).namelist())
 
     # A fresh venv that sees this environment's packages through a .pth file: torch is reused, not reinstalled.
     venv = tmp_path / "venv"
