@@ -95,13 +95,14 @@ def test_level_rows_refuses_a_layout_that_does_not_fit():
         level_rows((64, 64), [8, 16, 32], 100)
 
 
-def test_a_detection_model_runs_augmented_and_its_full_pass_is_the_plain_one():
-    model = build_model("yolov5n.yaml", num_classes=3).eval()
+@pytest.mark.parametrize("config, stride", [("yolov5n.yaml", 32), ("yolov5n6.yaml", 64)])  # P3-P5, P3-P6
+def test_a_detection_model_runs_augmented_and_its_full_pass_is_the_plain_one(config, stride):
+    model = build_model(config, num_classes=3).eval()
     inference = TorchInference(model, backends.select("cpu"))
-    images = torch.rand(2, 3, 96, 128, generator=torch.Generator().manual_seed(0))
+    images = torch.rand(2, 3, 128, 192, generator=torch.Generator().manual_seed(0))
     plain = inference(images)
     rows = augment_model(inference)(images)
-    coarsest = 3 * (96 // 32) * (128 // 32)
+    coarsest = 3 * (128 // stride) * (192 // stride)
     # The first part is the unaugmented pass without its coarsest level; scores stay probabilities.
     torch.testing.assert_close(rows[:, :plain.shape[1] - coarsest], plain[:, :-coarsest])
     assert rows.shape[1] > plain.shape[1] and rows.shape[2] == plain.shape[2]
