@@ -33,7 +33,7 @@ class ExportSettings:
 def traced_module(model: DetectionModel, settings: ExportSettings,
                   device: torch.device) -> tuple[PredictModule, torch.Tensor]:
     """The module an export traces (predict: decode inside, NMS outside) on `device`, and its example input."""
-    stride = int(model.stride.max())
+    stride = model.max_stride
     if any(side % stride for side in settings.imgsz):
         raise UserError(f"--imgsz {settings.imgsz[0]} {settings.imgsz[1]}: both sides must be multiples of the "
                         f"model's stride {stride}")
@@ -47,7 +47,7 @@ def traced_module(model: DetectionModel, settings: ExportSettings,
 
 def export_metadata(model: DetectionModel, settings: ExportSettings) -> dict:
     """Names, stride and input shape, stored in every export (ONNX metadata_props, a TorchScript extra file)."""
-    return {"producer": "detect", "names": list(model.names), "stride": int(model.stride.max()),
+    return {"producer": "detect", "names": list(model.names), "stride": model.max_stride,
             "imgsz": list(settings.imgsz), "batch": settings.batch_size, "dynamic": settings.dynamic,
             "half": settings.half}
 

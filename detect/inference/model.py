@@ -49,7 +49,7 @@ class TorchInference:
                 module.inplace = True
         self.model = model.to(backend.device, self.dtype).to(memory_format=self.memory_format)
         self.names = tuple(model.names)
-        self.stride = int(model.stride.max())
+        self.stride = model.max_stride
 
     @torch.no_grad()
     def __call__(self, images: torch.Tensor) -> torch.Tensor:

@@ -130,8 +130,9 @@ class DetectionModel(nn.Module):
 
     @property
     def max_stride(self) -> int:
-        """The largest level stride: image sides must be multiples of it."""
-        return max(self.detect.level_strides)
+        """What image sides must be multiples of: the largest level stride, at least 32 (yolov5's rule: a head on
+        P3-P4 only, as yolov5-p34's, still sits on a stride-32 backbone)."""
+        return max(*self.detect.level_strides, 32)
 
     def forward(self, images: torch.Tensor) -> list[torch.Tensor]:
         """Raw head outputs, one (B, na, ny, nx, 5+nc) tensor per level, in train and eval mode alike (the loss's input).
@@ -180,6 +181,12 @@ class PredictModule(nn.Module):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """(B, 3, H, W) float [0, 1] -> (B, N, 5+nc) decoded, as DetectionModel.predict."""
         return self.model.predict(images)
+
+
+def model_max_stride(spec: ModelSpec) -> int:
+    """The largest level stride of the model `spec` describes, measured on the meta device (nothing allocated)."""
+    with torch.device("meta"):
+        return DetectionModel(spec).max_stride
 
 
 def build_model(cfg: str | Path | ModelSpec, num_classes: int | None = None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from typing import Any
 
 import numpy as np
@@ -29,9 +30,9 @@ from detect.data.plots import plot_label_stats
 from detect.errors import UserError
 from detect.evaluation.evaluator import CocoEvaluator
 from detect.evaluation.loop import build_evaluator
-from detect.models import DetectionModel, ModelSpec, build_model, load_model_spec
+from detect.models import DetectionModel, ModelSpec, build_model, load_model_spec, model_max_stride
 from detect.models.weights import load_model, model_from_state
-from detect.ops.anchors import check_anchors
+from detect.ops.anchors import check_anchors, evolve_anchors, label_sizes
 from detect.training.checkpoints import (
     Progress,
     ResumePoint,
@@ -103,6 +104,12 @@ class ModelSource:
     weights: DetectionModel | None
     weights_name: str | None
     anchors_from_weights: bool  # no --cfg: the weights' anchors too (as yolov5)
+    max_stride: int  # image sides are multiples of it
+
+    @property
+    def anchors_to_compute(self) -> bool:
+        """--cfg says `anchors: N` (a number of anchors per level): AutoAnchor computes them from the labels."""
+        return isinstance(self.spec.anchors, int) and not self.anchors_from_weights
 
     @classmethod
     def read(cls, settings: TrainSettings) -> ModelSource:
@@ -115,7 +122,12 @@ class ModelSource:
         if len(freeze) == 1 and freeze[0] >= layers or len(freeze) > 1 and max(freeze) >= layers:
             raise UserError(f"--freeze {' '.join(map(str, freeze))}: the model has {layers} layers (0-{layers - 1}); "
                             f"freeze fewer, so that its Detect head (layer {layers - 1}) still trains")
-        return cls(spec, weights, settings.weights, settings.cfg is None)
+        source = cls(spec, weights, settings.weights, settings.cfg is None, model_max_stride(spec))
+        if source.anchors_to_compute and settings.noautoanchor:
+            raise UserError(f"--noautoanchor: {settings.cfg} gives `anchors: {spec.anchors}` (how many per level, not "
+                            "their sizes), which AutoAnchor computes from the labels; drop --noautoanchor or write "
+                            "the anchors into the yaml")
+        return source
 
     def build(self, names: list[str]) -> DetectionModel:
         """A model for len(names) classes with every weights tensor whose name and shape fit."""
@@ -146,20 +158,37 @@ def freeze_layers(model: DetectionModel, freeze: tuple[int, ...]) -> int:
 
 
 def autoanchor(model: DetectionModel, records: list[ImageRecord], imgsz: int, anchor_threshold: float,
-               seed: int) -> bool:
-    """Replace the model's anchors in place when AutoAnchor finds better ones for these labels; True if it did."""
+               seed: int, compute: bool = False) -> bool:
+    """Replace the model's anchors in place when AutoAnchor finds better ones for these labels (always when
+    `compute`: the model holds placeholders, ModelSource.anchors_to_compute); True if it did."""
     detect = model.detect
     strides = detect.stride.view(-1, 1, 1)
-    anchors_px = (detect.anchors * strides).view(-1, 2).cpu().numpy()
     image_wh = np.array([[record.width, record.height] for record in records], np.float64)
     boxes_wh = [record.train_boxes[1][:, 2:4] for record in records]
-    new = check_anchors(anchors_px, image_wh, boxes_wh, imgsz, anchor_threshold, np.random.default_rng(seed))
+    rng = np.random.default_rng(seed)
+    if compute:  # as yolov5, whose placeholders never pass the recall check: k-means + evolution straight away
+        new = evolve_anchors(label_sizes(image_wh, boxes_wh, imgsz), detect.nl * detect.na, imgsz,
+                             1 / anchor_threshold, rng)
+        LOGGER.info("AutoAnchor: the model yaml asks for %d anchors per level: computed from the labels by k-means "
+                    "and evolution", detect.na)
+    else:
+        anchors_px = (detect.anchors * strides).view(-1, 2).cpu().numpy()
+        new = check_anchors(anchors_px, image_wh, boxes_wh, imgsz, anchor_threshold, rng)
     if new is None:
         return False
     new_anchors = torch.as_tensor(np.asarray(new), dtype=detect.anchors.dtype, device=detect.anchors.device)
     with torch.no_grad():
         detect.anchors.copy_(new_anchors.view_as(detect.anchors) / strides)
     return True
+
+
+def fit_imgsz(settings: TrainSettings, max_stride: int) -> TrainSettings:
+    """yolov5's rule for training: --imgsz rounded up to a multiple of the largest stride, at least twice it."""
+    imgsz = max(math.ceil(settings.imgsz / max_stride) * max_stride, 2 * max_stride)
+    if imgsz != settings.imgsz:
+        LOGGER.warning("--imgsz %d: the model needs a multiple of its largest stride %d, at least %d: training at %d",
+                       settings.imgsz, max_stride, 2 * max_stride, imgsz)
+    return dataclasses.replace(settings, imgsz=imgsz)
 
 
 def check_batch_size(settings: TrainSettings, context: DistContext) -> None:
@@ -220,7 +249,7 @@ def _model_and_ema(settings: TrainSettings, hyp: Hyp, loader: Loader, backend: b
     # The EMA is created before AutoAnchor and averages its way to the new anchors (YOLOV5-FACTS.md).
     ema = ModelEMA(model) if context.is_main else None
     if point is None and context.is_main and not settings.noautoanchor:
-        autoanchor(model, loader.records, settings.imgsz, hyp.anchor_t, settings.seed)
+        autoanchor(model, loader.records, settings.imgsz, hyp.anchor_t, settings.seed, source.anchors_to_compute)
     if settings.sync_bn and not context.distributed:
         LOGGER.warning("--sync-bn does nothing in a single process (launch with torchrun)")
     return model, ema
@@ -244,7 +273,7 @@ def _validation(settings: TrainSettings, data: DataConfig, model: DetectionModel
                 context: DistContext, folder: RunFolder, first_epoch: int) -> Validation:
     """Rank 0's val loader (twice the rank's batch, as yolov5), evaluator and results log."""
     loader = build_val_loader(data, "val", settings.imgsz, 2 * (settings.batch_size // context.world_size),
-                              loader_workers(settings, context), stride=int(model.stride.max()),
+                              loader_workers(settings, context), stride=model.max_stride,
                               pin_memory=backend.device.type != "cpu", single_class=settings.single_cls)
     return Validation(loader, build_evaluator(loader.split), ResultsLog(folder.save_dir, first_epoch=first_epoch))
 
@@ -257,6 +286,7 @@ def build_run(settings: TrainSettings, context: DistContext, resume: bool | str 
     point = find_resume_point(settings, context, resume, overrides) if resume else None
     check_batch_size(point.settings if point else settings, context)  # a bad flag must not leave ranks waiting
     source = None if resume else ModelSource.read(settings)
+    settings = settings if source is None else fit_imgsz(settings, source.max_stride)
     backend = select_backend(point.settings if point else settings, context)
     if settings.sync_bn and backend.device.type == "cpu":
         raise UserError("--sync-bn needs GPUs or NPUs: torch's SyncBatchNorm does not run on the CPU")
@@ -290,7 +320,7 @@ def build_run(settings: TrainSettings, context: DistContext, resume: bool | str 
     scheduler = build_scheduler(step.optimizer, optim_settings, settings.epochs)
     if point:
         _restore(point, model, step, scheduler)
-    sizes = multi_scale_sizes(settings.imgsz, int(model.stride.max())) if settings.multi_scale else None
+    sizes = multi_scale_sizes(settings.imgsz, model.max_stride) if settings.multi_scale else None
     schedule = Schedule(optim_settings, settings.batch_size, warmup_iterations(optim_settings, len(train_loader)),
                         lr_lambda(optim_settings, settings.epochs), sizes, settings.seed)
     validation = None
