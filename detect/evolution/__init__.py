@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from detect.errors import UserError
 from detect.evolution.outputs import TrialRecord, best_record, plot_evolution, write_best_hyp, write_csv
@@ -26,7 +27,7 @@ from detect.evolution.study import (
     open_study,
     study_identity,
 )
-from detect.evolution.trials import run_trials, trial_records
+from detect.evolution.trials import drop_weights, run_trials, trial_dir, trial_records
 from detect.training.settings import TrainSettings
 
 EVOLVE_PROJECT = "runs/evolve"  # yolov5's folder for evolution; --project replaces it
@@ -58,8 +59,12 @@ def evolve(settings: TrainSettings, trials: int, sampler: str = "tpe", storage: 
     start = check_settings(settings)
     folder = Path(settings.project) / settings.name
     folder.mkdir(parents=True, exist_ok=True)
+
+    def drop_stale(trial: Any) -> None:  # a killed process's trial ends when another fails it: its weights go then
+        drop_weights(trial_dir(folder, trial.number))
+
     with _optuna_quiet(optuna):
-        study = open_study(optuna, open_storage(optuna, storage or default_storage(folder)), settings.name,
+        study = open_study(optuna, open_storage(optuna, storage or default_storage(folder), drop_stale), settings.name,
                            build_sampler(optuna, sampler), study_identity(settings, start), start_params(start))
         run_trials(optuna, study, settings, start, folder, trials, on_trial=lambda: write_files(optuna, study, folder))
     best = write_files(optuna, study, folder)

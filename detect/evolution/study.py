@@ -6,6 +6,7 @@ import dataclasses
 import json
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -41,20 +42,28 @@ def default_storage(folder: Path) -> str:
     return f"sqlite:///{(folder / 'study.db').resolve()}"
 
 
-def open_storage(optuna: ModuleType, url: str) -> Any:
-    """An Optuna RDB storage for `url` with heartbeats on, so a killed process's trial is retried."""
+def open_storage(optuna: ModuleType, url: str, on_stale: Callable[[Any], None]) -> Any:
+    """An Optuna RDB storage for `url` with heartbeats on, so a killed process's trial is retried; `on_stale` is
+    called with each such trial first."""
     from sqlalchemy.exc import IntegrityError, OperationalError  # Optuna's RDB layer
 
     # SQLite serialises writers; two processes wait for each other's short writes instead of failing at once.
     engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else None
+    with warnings.catch_warnings():  # heartbeats are marked experimental since Optuna 2.9, and still work
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        retry = optuna.storages.RetryHeartbeatStaleTrialCallback()
+
+    def stale(study: Any, trial: Any) -> None:
+        on_stale(trial)
+        retry(study, trial)
+
     for _ in range(OPEN_ATTEMPTS):
         try:
-            with warnings.catch_warnings():  # heartbeats are marked experimental since Optuna 2.9, and still work
+            with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 return optuna.storages.RDBStorage(
                     url, engine_kwargs=engine_kwargs, heartbeat_interval=HEARTBEAT_SECONDS,
-                    grace_period=GRACE_SECONDS,
-                    heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback())
+                    grace_period=GRACE_SECONDS, heartbeat_stale_trial_callback=stale)
         except Exception as caught:  # noqa: BLE001 (a bad URL, a missing database driver, a server that is down)
             error = caught
             # Processes opening a new database together race to create its tables and version row: the loser

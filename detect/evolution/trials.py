@@ -74,7 +74,7 @@ class Objective:
     def __call__(self, trial: Any) -> float:
         self._claim(trial)
         hyp = suggest_hyp(trial, self.start)
-        run_dir = self.folder / f"trial{trial.number}"
+        run_dir = trial_dir(self.folder, trial.number)
         run_dir.mkdir(parents=True, exist_ok=True)
         hyp_path = run_dir / "hyp.yaml"
         hyp_path.write_text(yaml.safe_dump(dataclasses.asdict(hyp), sort_keys=False))
@@ -132,6 +132,11 @@ class Objective:
         values = (metrics.precision, metrics.recall, metrics.map50, metrics.map50_95)
         trial.set_user_attr("metrics", dict(zip(METRIC_COLUMNS, map(float, values))))
         return float(metrics.fitness)
+
+
+def trial_dir(folder: Path, number: int) -> Path:
+    """The folder of trial `number` of the study in `folder`: its hyp.yaml and its run."""
+    return folder / f"trial{number}"
 
 
 def drop_weights(run_dir: Path) -> None:

@@ -198,6 +198,7 @@ def test_the_trial_of_a_killed_process_runs_again(data, tmp_path, monkeypatch):
     assert load_hyp("scratch-low.yaml").lr0 in [float(row["lr0"]) for row in table]
     states = [trial.state for trial in optuna.load_study(study_name="study", storage=database).trials]
     assert states[0] == optuna.trial.TrialState.FAIL
+    assert not list(result.folder.rglob("*.pt"))  # nor the killed trial's, once it is failed
 
 
 def test_a_missing_val_folder_fails_before_the_first_trial(data, tmp_path, monkeypatch):
