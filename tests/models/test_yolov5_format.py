@@ -14,7 +14,9 @@ from detect.config import Hyp
 from detect.errors import ConfigError
 from detect.models import build_model, load_model_spec, parse_model_spec
 from detect.models.layers import GhostBottleneck
+from detect.models.weights import load_model
 from detect.training.loss import DetectionLoss, LossSettings
+from tests.models.yolov5_standins import standin_checkpoint
 from tests.models.yolov5_yamls import PARAMETERS, all_yamls, p5, p7, yolov3_tiny
 from tests.training.reference_loss import ReferenceLoss, flat_targets
 
@@ -144,3 +146,16 @@ def test_a_wrong_yolov5_yaml_names_the_layer_key_and_expected_type(tmp_path, map
     with pytest.raises(ConfigError) as error:
         load_model_spec(path)
     assert str(error.value).startswith(f"{path}: ") and message in str(error.value)
+
+
+@pytest.mark.parametrize("version", ["v6.0", "v7.0"])
+def test_yolov5_p6_checkpoints_import_with_their_four_levels(tmp_path, version):
+    # yolov5n6.pt as train.py writes it (the P6 family exists from v6.0 on), through weights.py's yolov5 path.
+    path = tmp_path / "yolov5n6.pt"
+    reference = standin_checkpoint(path, version, p6=True, stripped=True)
+    model = load_model(path)
+    assert model.detect.level_strides == (8, 16, 32, 64) and model.max_stride == 64
+    torch.testing.assert_close(model.detect.anchors[3, 2] * 64, torch.tensor([925.0, 792.0]))
+    images = torch.rand(1, 3, 128, 192)
+    with torch.no_grad():
+        torch.testing.assert_close(model.predict(images), reference.predict(images), rtol=0, atol=0)

@@ -24,6 +24,7 @@ from torch import nn
 
 from detect.models import DetectionModel, build_model
 from detect.models.spec import spec_from_yolov5_yaml
+from tests.models.yolov5_yamls import p6 as p6_yaml
 
 # yolov5s.yaml rows of v5.0 and of v6.0 on, at depth and width 1 (facts, not code: [from, number, module, args]).
 _HEAD = [
@@ -47,8 +48,11 @@ ANCHORS = [[10, 13, 16, 30, 33, 23], [30, 61, 62, 45, 59, 119], [116, 90, 156, 1
 SIZES = {"n": (0.33, 0.25), "s": (0.33, 0.50), "m": (0.67, 0.75), "l": (1.0, 1.0), "x": (1.33, 1.25)}
 
 
-def yolov5_yaml(version: str, size: str = "n", nc: int = 80, csp: bool = False) -> dict:
-    """The model yaml a yolov5 `version` stores in its checkpoints (csp: C3 -> BottleneckCSP, as its hub models)."""
+def yolov5_yaml(version: str, size: str = "n", nc: int = 80, csp: bool = False, p6: bool = False) -> dict:
+    """The model yaml a yolov5 `version` stores in its checkpoints (csp: C3 -> BottleneckCSP, as its hub models;
+    p6: yolov5n6..x6, v6.0 on)."""
+    if p6:
+        return {**p6_yaml(size), "nc": nc, "ch": 3}
     depth, width = SIZES[size]
     rows = copy.deepcopy((V5_BACKBONE if version == "v5.0" else V6_BACKBONE) + _HEAD)
     if csp:
@@ -184,13 +188,13 @@ def _opt(version: str) -> dict:
 
 
 def standin_checkpoint(path: Path, version: str, *, names: tuple[str, ...] = ("cat", "dog", "bird"), size: str = "n",
-                       csp: bool = False, stripped: bool = False, half: bool = True, ema: bool = True,
-                       extra_fields: dict | None = None) -> DetectionModel:
+                       csp: bool = False, p6: bool = False, stripped: bool = False, half: bool = True,
+                       ema: bool = True, extra_fields: dict | None = None) -> DetectionModel:
     """Write `path` as yolov5 `version`'s train.py would (stripped: after strip_optimizer, always fp16; else a
     mid-run last.pt or epoch<N>.pt, fp16 as train.py saves it or fp32), plus `extra_fields` (a fork's own);
     return our fp32 model holding the same weights, the reference the import must equal."""
     spec = VERSIONS[version]
-    yaml = yolov5_yaml(version, size, len(names), csp)
+    yaml = yolov5_yaml(version, size, len(names), csp, p6)
     model = seeded_model(yaml, list(names), spec.csp_activation)
     registry: dict[str, types.ModuleType] = {}
     optimizer = _optimizer_state(copy.deepcopy(model).train())
