@@ -30,6 +30,15 @@ def write_variant(tmp_path, edit):
      "backbone[2] (BottleneckCSP): key 'activation' must be silu or leaky_relu, got 'relu'"),
     (lambda d: d["backbone"].__setitem__(9, {"module": "SPP", "channels": 1024, "kernels": [5, "9"]}),
      "backbone[9] (SPP): key 'kernels' must be"),
+    (lambda d: d["backbone"].__setitem__(1, {"module": "ZeroPad2d", "padding": [0, 1]}),
+     "backbone[1] (ZeroPad2d): key 'padding' must be 4 ints (left, right, top, bottom), got [0, 1]"),
+    (lambda d: d["backbone"].__setitem__(1, {"module": "GhostConv", "channels": 128, "groups": 2}),
+     "backbone[1] (GhostConv): unknown key 'groups'"),
+    (lambda d: d["backbone"].__setitem__(1, {"module": "MaxPool2d", "stride": 2}),
+     "backbone[1] (MaxPool2d): missing key 'kernel'"),
+    (lambda d: d.update(activation="swish"), "key 'activation' must be one of silu, leaky_relu, relu"),
+    (lambda d: d.update(anchors=[[10, 13], [30, 61]]), "key 'anchors' needs one list of (w, h) pairs per Detect input (3)"),
+    (lambda d: d.update(anchors="three"), "key 'anchors' must be list[list[float]] | int, got str 'three'"),
 ])
 def test_bad_yaml_names_file_and_key(tmp_path, edit, message):
     path = write_variant(tmp_path, edit)
@@ -52,3 +61,14 @@ def test_cli_prints_the_summary(capsys):
     assert "1,872,157 parameters" in capsys.readouterr().out
     assert main(["--cfg", "missing.yaml"]) == 2
     assert "missing.yaml" in capsys.readouterr().err
+
+
+def test_our_schema_takes_the_hub_blocks_activation_and_a_number_of_anchors(tmp_path):
+    def edit(data):
+        data.update(anchors=3, activation="leaky_relu")
+        data["backbone"][1] = {"module": "GhostConv", "channels": 128, "kernel": 3, "stride": 2}
+        data["backbone"][2] = {"module": "C3Ghost", "channels": 128, "repeat": 3}
+        data["backbone"][8] = {"module": "C3TR", "channels": 1024, "repeat": 3}
+    model = build_model(write_variant(tmp_path, edit))
+    assert type(model.model[1]).__name__ == "GhostConv" and type(model.model[8].m).__name__ == "TransformerBlock"
+    assert type(model.model[0].act).__name__ == "LeakyReLU" and model.detect.anchors.shape == (3, 3, 2)
