@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 
 from detect.errors import UserError
-from detect.hub import HubModel, HubResults
+from detect.hub import HubModel, HubResults, device_spec
 from detect.inference.sample_images import sample_images
 from detect.models import DetectionModel, build_model
 from detect.models.checkpoint import save_checkpoint
@@ -154,6 +154,11 @@ def test_named_entries_find_weights_and_check_their_keywords(weights, tmp_path, 
     assert len(untrained.names) == 5 and untrained.stride == 64
     with pytest.raises(UserError, match="channels=1: detect's models take 3-channel"):
         hub_load("yolov5s", channels=1)
+
+
+def test_yolov5_device_arguments_become_backend_specs():
+    assert [device_spec(device) for device in (None, "", 0, "0,1", torch.device("cpu"), "cpu")] == [
+        "auto", "auto", "0", "0,1", "cpu", "cpu"]
 
 
 def test_unreadable_inputs_are_one_line(model, tmp_path):
