@@ -1,10 +1,12 @@
-"""`python -m detect.predict`: detections on images, folders, globs, lists and videos, drawn into runs/predict/<name>."""
+"""`python -m detect.predict`: detections on images, videos, folders, globs, lists, URLs, live streams and webcams,
+drawn into runs/predict/<name>."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +14,10 @@ from detect import backend as backends
 from detect import cli
 from detect.config import NON_NEGATIVE, POSITIVE, UNIT, check_options, option, options_from_dict
 from detect.errors import UserError
-from detect.inference.detector import Detections, Detector, PredictSettings
-from detect.inference.media import Frame, frames, list_sources
-from detect.inference.outputs import OutputSettings, PredictOutputs
+from detect.inference.detector import Detector, PredictSettings
+from detect.inference.outputs import OutputSettings, PredictOutputs, describe
+from detect.inference.sample_images import SAMPLES_DIR
+from detect.inference.sources import Source, open_source
 from detect.run_dir import make_run_dir
 
 LOGGER = logging.getLogger("detect.predict")
@@ -26,7 +29,8 @@ class PredictRunSettings:
     (the NMS defaults are the Detector's, PredictSettings)."""
 
     weights: str = option(description="ours (.pt), an ultralytics/yolov5 .pt, or an exported .onnx (onnxruntime)")
-    source: str = option(description="an image, a video, a folder, a glob ('data/*.jpg') or a .txt list of paths")
+    source: str = option("", "an image, video, folder, glob ('data/*.jpg'), .txt list, .streams list, URL, "
+                             "rtsp/rtmp/http stream or webcam index (0); default: the package's sample images")
     imgsz: tuple[int, ...] = option(PredictSettings.imgsz[:1], "inference size: one side, or height width",
                                     bound=POSITIVE)
     conf_thres: float = option(PredictSettings.conf_threshold, "confidence threshold", bound=UNIT)
@@ -40,6 +44,9 @@ class PredictRunSettings:
     save_txt: bool = option(False, "write labels/<name>.txt (class cx cy w h, normalised)")
     save_conf: bool = option(False, "with --save-txt: append the score")
     save_json: bool = option(False, "write predictions.json (COCO-style rows with file names)")
+    save_crop: bool = option(False, "write each detection's crop to crops/<class name>/<image name>.jpg")
+    view_img: bool = option(False, "show the frames with their boxes in a window (where a display can be used)")
+    vid_stride: int = option(1, "predict on every Nth frame of videos and streams", bound=POSITIVE)
     nosave: bool = option(False, "do not write annotated images and videos")
     line_thickness: int = option(3, "box line width in pixels", bound=POSITIVE)
     hide_labels: bool = option(False, "draw boxes without class names")
@@ -53,6 +60,13 @@ class PredictRunSettings:
         if len(self.imgsz) > 2:
             raise UserError(f"--imgsz {' '.join(map(str, self.imgsz))}: one side or height width")
 
+    def output_settings(self) -> OutputSettings:
+        """What the run folder gets, and whether frames are shown."""
+        return OutputSettings(save_images=not self.nosave, save_txt=self.save_txt, save_conf=self.save_conf,
+                              save_json=self.save_json, line_thickness=self.line_thickness,
+                              hide_labels=self.hide_labels, hide_conf=self.hide_conf, save_crop=self.save_crop,
+                              view_img=self.view_img)
+
     def detector_settings(self) -> PredictSettings:
         """What the Detector needs of these options."""
         return PredictSettings(imgsz=(self.imgsz[0], self.imgsz[-1]), conf_threshold=self.conf_thres,
@@ -65,15 +79,6 @@ def parse_args(argv: list[str] | None) -> PredictRunSettings:
     return cli.settings_from_args(PredictRunSettings, parser.parse_args(argv))
 
 
-def describe(frame: Frame, position: int, total: int, found: Detections, milliseconds: float) -> str:
-    """yolov5's line: 'image 1/3 path: 480x640 2 persons, 1 bus, 35.2ms' (frames: 'video 1/1 (frame 3/30) path')."""
-    where = f"video {position}/{total} (frame {frame.index + 1}/{frame.count})" if frame.video else \
-        f"image {position}/{total}"
-    counts = ", ".join(f"{count} {name}{'s' if count > 1 else ''}" for name, count in found.counts().items())
-    height, width = found.input_size
-    return f"{where} {frame.path}: {height}x{width} {counts or '(no detections)'}, {milliseconds:.1f}ms"
-
-
 def run(**options: Any) -> Path:
     """Predict from Python with the CLI's flags as keyword arguments; returns the run folder."""
     return predict(options_from_dict(PredictRunSettings, options, "detect.predict.run"))
@@ -83,35 +88,41 @@ def predict(settings: PredictRunSettings) -> Path:
     """Predict on every frame of --source; returns the run folder. The CLI's body."""
     detector = Detector(settings.weights, settings.device, settings.detector_settings(), settings.half,
                         settings.augment)
-    files = list_sources(settings.source)
-    save_dir = make_run_dir(settings.project, settings.name, settings.exist_ok)
-    outputs = PredictOutputs(save_dir, detector.names, OutputSettings(
-        save_images=not settings.nosave, save_txt=settings.save_txt, save_conf=settings.save_conf, save_json=settings.save_json,
-        line_thickness=settings.line_thickness, hide_labels=settings.hide_labels, hide_conf=settings.hide_conf))
-    problems, times = [], []
-    for position, path in enumerate(files, 1):
-        for frame in frames(path):
-            if frame.image is None:
-                LOGGER.warning("%d/%d skipped: %s", position, len(files), frame.problem)
-                problems.append(frame.problem)
-                continue
-            start = time.perf_counter()
-            found = detector(frame.image)[0]
-            times.append(1000 * (time.perf_counter() - start))
-            LOGGER.info("%s", describe(frame, position, len(files), found, times[-1]))
-            outputs.add(frame, found)
-    json_path = outputs.finish()
+    if not settings.source:
+        LOGGER.info("no --source: predicting on the sample images in %s", SAMPLES_DIR)
+    with closing(open_source(settings.source or str(SAMPLES_DIR), settings.vid_stride)) as source:
+        save_dir = make_run_dir(settings.project, settings.name, settings.exist_ok)
+        outputs = PredictOutputs(save_dir, detector.names, settings.output_settings())
+        times, problems = predict_frames(source, detector, outputs)
     if times:
         LOGGER.info("Speed: %.1f ms per image (pre-process, inference and NMS) over %d images", sum(times) / len(times),
                     len(times))
     if problems:
         LOGGER.warning("%d unreadable file(s) skipped:\n  %s", len(problems), "\n  ".join(problems))
-    if settings.save_txt:
-        LOGGER.info("labels saved to %s", outputs.labels_dir)
-    if json_path is not None:
-        LOGGER.info("detections saved to %s", json_path)
-    LOGGER.info("results saved to %s", save_dir)
+    outputs.finish()
     return save_dir
+
+
+def predict_frames(source: Source, detector: Detector, outputs: PredictOutputs) -> tuple[list[float], list[str]]:
+    """Each frame's detections to the outputs; returns the ms per frame and the unreadable files. Ctrl-C ends a live
+    source as its end would (its videos are then closed whole)."""
+    times, problems = [], []
+    try:
+        for frame in source:
+            if frame.image is None:
+                LOGGER.warning("%d/%d skipped: %s", frame.position, frame.total, frame.problem)
+                problems.append(frame.problem)
+                continue
+            start = time.perf_counter()
+            found = detector(frame.image)[0]
+            times.append(1000 * (time.perf_counter() - start))
+            LOGGER.info("%s", describe(frame, found, times[-1]))
+            outputs.add(frame, found)
+    except KeyboardInterrupt:
+        if not source.live:
+            raise
+        LOGGER.info("stopped (Ctrl-C)")
+    return times, problems
 
 
 main = cli.main_for(parse_args, predict)

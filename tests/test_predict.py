@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from pathlib import Path
 
 import cv2
@@ -16,9 +17,13 @@ from detect import export, predict
 from detect.data.plots import class_colour
 from detect.inference.annotate import annotate
 from detect.inference.detector import Detections, Detector, PredictSettings
+from detect.inference.outputs import crop_box, display_problem
+from detect.inference.sample_images import SAMPLES_DIR, sample_images
+from detect.inference.streams import stream_name
 from detect.models import build_model
 from detect.models.checkpoint import save_checkpoint
 from detect.models.weights import model_state
+from tests.inference.stream_server import StreamServer
 
 NAMES = ["cat", "dog", "bird"]
 # An untrained model scores every box near its prior (about 0.002 to 0.03): a low threshold gives detections.
@@ -155,6 +160,8 @@ def test_annotate_draws_the_box_and_label_in_the_class_colour():
 @pytest.mark.parametrize("options, message", [
     (["--source", "nowhere/*.jpg"], "no images or videos"),
     (["--source", "missing.jpg"], "no such file or folder"),
+    (["--source", "99"], "--source 99: no camera at index 99"),
+    (["--vid-stride", "0"], "--vid-stride: must be a positive integer"),
     (["--classes", "7"], "--classes 7: the model has 3 classes"),
     (["--half"], "--half needs an accelerator"),
     (["--imgsz", "1", "2", "3"], "one side or height width"),
@@ -171,3 +178,99 @@ def test_user_errors_are_one_line_and_exit_2(weights, tmp_path, monkeypatch, cap
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists()
+
+
+def test_without_a_source_it_predicts_on_the_sample_images(weights, tmp_path, caplog):
+    with caplog.at_level(logging.INFO):
+        save_dir = predict.run(weights=str(weights), device="cpu", imgsz=64, project=str(tmp_path), nosave=True,
+                               save_txt=True, conf_thres=0.001, max_det=2)
+    assert f"no --source: predicting on the sample images in {SAMPLES_DIR}" in caplog.text
+    assert sorted(p.stem for p in (save_dir / "labels").iterdir()) == [p.stem for p in sample_images()]
+
+
+def test_vid_stride_predicts_on_every_nth_frame(weights, tmp_path):
+    clip = tmp_path / "clip.avi"
+    writer = cv2.VideoWriter(str(clip), cv2.VideoWriter_fourcc(*"MJPG"), 10.0, (64, 64))
+    for index in range(7):
+        writer.write(picture(64, 64, index))
+    writer.release()
+    save_dir = run_predict(weights, clip, tmp_path / "runs", "--save-txt", "--vid-stride", "3")
+    assert sorted(p.name for p in (save_dir / "labels").iterdir()) == ["clip_2.txt", "clip_5.txt"]
+    capture = cv2.VideoCapture(str(save_dir / "clip.mp4"))
+    assert int(capture.get(cv2.CAP_PROP_FRAME_COUNT)) == 2 and capture.get(cv2.CAP_PROP_FPS) == pytest.approx(10 / 3, abs=0.01)
+    capture.release()
+
+
+def test_save_crop_writes_each_detection_under_its_class_name(weights, tmp_path):
+    image = picture(60, 80, 4)
+    cv2.imwrite(str(tmp_path / "a.jpg"), image)
+    save_dir = run_predict(weights, tmp_path / "a.jpg", tmp_path / "runs", "--save-crop", "--save-txt", "--nosave")
+    rows = np.loadtxt(save_dir / "labels" / "a.txt", ndmin=2)
+    crops = sorted((save_dir / "crops").rglob("*.jpg"))
+    assert len(crops) == len(rows) == 5 and {p.parent.name for p in crops} <= set(NAMES)
+    for cls in set(rows[:, 0].astype(int)):  # a.jpg, a2.jpg, a3.jpg, ... per class, as yolov5 numbers them
+        count = int((rows[:, 0] == cls).sum())
+        expected = ["a.jpg"] + [f"a{n}.jpg" for n in range(2, count + 1)]
+        assert sorted(p.name for p in (save_dir / "crops" / NAMES[cls]).iterdir()) == sorted(expected)
+    assert all(cv2.imread(str(p)).shape[0] <= 60 and cv2.imread(str(p)).shape[1] <= 80 for p in crops)
+
+
+def test_crop_box_grows_the_box_as_yolov5_and_clips_it():
+    # yolov5's save_one_box: sides x1.02 + 10 px about the centre, clipped, then whole pixels
+    assert crop_box([10.0, 20.0, 50.0, 60.0], 100, 100) == (4, 14, 55, 65)
+    assert crop_box([0.0, 90.0, 30.0, 100.0], 100, 100) == (0, 84, 35, 100)
+
+
+def test_view_img_without_a_display_is_one_line_and_the_run_goes_on(weights, tmp_path, caplog, monkeypatch):
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    cv2.imwrite(str(tmp_path / "a.jpg"), picture(64, 64, 2))
+    with caplog.at_level(logging.INFO):
+        save_dir = run_predict(weights, tmp_path / "a.jpg", tmp_path / "runs", "--view-img")
+    lines = [r.getMessage() for r in caplog.records if "--view-img" in r.getMessage()]
+    assert lines == ["--view-img: no display (DISPLAY is not set); frames are not shown"] or \
+        lines == ["--view-img: this OpenCV has no GUI (opencv-python-headless); frames are not shown"]
+    assert (save_dir / "a.jpg").is_file()
+
+
+def test_display_problem_names_a_headless_opencv_first(monkeypatch):
+    monkeypatch.setenv("DISPLAY", ":0")
+    monkeypatch.setattr(cv2, "getBuildInformation", lambda: "  GUI:                           NONE\n")
+    assert display_problem() == "this OpenCV has no GUI (opencv-python-headless)"
+    monkeypatch.setattr(cv2, "getBuildInformation", lambda: "  GUI:                           GTK3\n")
+    assert display_problem() is None
+    monkeypatch.delenv("DISPLAY")
+    assert display_problem() == "no display (DISPLAY is not set)" or not sys.platform.startswith("linux")
+
+
+def test_a_live_stream_gives_a_video_and_its_end_one_line(weights, tmp_path, caplog):
+    server = StreamServer(interval=0.02)
+    server.streams["/cam"] = [15]
+    server.start()
+    try:
+        with caplog.at_level(logging.INFO):
+            save_dir = run_predict(weights, server.url("/cam"), tmp_path / "runs", "--save-txt")
+    finally:
+        server.stop()
+    name = stream_name(server.url("/cam"))
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("stream 1/1 (frame ")]
+    labels = sorted((save_dir / "labels").iterdir())
+    assert lines and len(labels) == len(lines) and all(p.name.startswith(f"{name}_") for p in labels)
+    assert f"stream 1/1 (frame 15) {server.url('/cam')}: " in lines[-1]  # the last frame is never skipped
+    capture = cv2.VideoCapture(str(save_dir / f"{name}.mp4"))
+    assert int(capture.get(cv2.CAP_PROP_FRAME_COUNT)) == len(lines)
+    capture.release()
+    assert caplog.text.count("ended after 15 frames") == 1
+
+
+def test_an_image_url(weights, tmp_path, caplog):
+    server = StreamServer()
+    server.files["/img/bus.jpg"] = cv2.imencode(".jpg", picture(64, 64, 8))[1].tobytes()
+    server.start()
+    try:
+        with caplog.at_level(logging.INFO):
+            save_dir = run_predict(weights, server.url("/img/bus.jpg"), tmp_path / "runs")
+    finally:
+        server.stop()
+    assert f"image 1/1 {server.url('/img/bus.jpg')}: 96x96 " in caplog.text
+    assert sorted(p.name for p in save_dir.iterdir()) == ["bus.jpg"]

@@ -1,4 +1,4 @@
-"""What `--source` names (an image, a video, a folder, a glob, a .txt list) as a stream of frames to predict on."""
+"""Files to predict on (an image, a video, a folder, a glob, a .txt list) as frames; sources.py picks the kind."""
 
 from __future__ import annotations
 
@@ -24,18 +24,27 @@ def is_video(path: Path) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class Frame:
-    """One image, or one frame of a video (index of count, at fps); image is None when the file cannot be read."""
+    """One image, or one frame of a video or live stream; image is None when the file cannot be read."""
 
-    path: Path
+    path: Path  # the file, or a live stream's name as a file name (streams.py)
     image: np.ndarray | None  # (h, w, 3) uint8 BGR
-    index: int = 0
-    count: int = 1
-    fps: float = 0.0
+    index: int = 0  # of the frame in its video or stream
+    count: int = 1  # frames in the video; 0 for a live stream, whose end is unknown
+    fps: float = 0.0  # of the frames yielded (a video's rate divided by --vid-stride)
     problem: str = ""  # "<path>: <reason>" when image is None
+    position: int = 1  # which of the source's `total` files or streams this frame is from
+    total: int = 1
+    stream: bool = False
+    origin: str = ""  # what the user named, when not `path` (a URL downloaded to path)
 
     @property
     def video(self) -> bool:
-        return is_video(self.path)
+        return self.stream or is_video(self.path)
+
+    @property
+    def name(self) -> str:
+        """The frame's source as the user named it."""
+        return self.origin or str(self.path)
 
 
 def _media(paths: list[Path]) -> list[Path]:
@@ -43,52 +52,72 @@ def _media(paths: list[Path]) -> list[Path]:
 
 
 def list_sources(source: str) -> list[Path]:
-    """The files `source` names: a file; a folder's images and videos (not recursive); a glob's matches; or the lines
-    of a .txt list (relative paths from the list's folder). Files named one by one are kept whatever their suffix."""
+    """The files `source` names: a file; a folder's images and videos (not recursive); a glob's matches; or each
+    line of a .txt list, itself a file, folder or glob (relative to the list's folder). Files named one by one are
+    kept whatever their suffix; a listed file that is missing is reported when it is read."""
     path = Path(source)
-    if path.is_dir():
-        files = _media([entry for entry in path.iterdir() if entry.is_file()])
-    elif path.suffix == ".txt" and path.is_file():
+    if path.suffix == ".txt" and path.is_file():
         lines = [line.strip() for line in path.read_text().splitlines() if line.strip()]
-        files = [entry if entry.is_absolute() else path.parent / entry for entry in map(Path, lines)]
-    elif path.exists():
-        files = [path]
-    elif glob.has_magic(source):
-        files = _media([Path(match) for match in glob.glob(source, recursive=True) if Path(match).is_file()])
+        files = [file for line in lines for file in _expand(line, path.parent)]
     else:
-        raise UserError(f"--source {source}: no such file or folder, and no glob pattern")
+        files = _expand(source, None)
     if not files:
         raise UserError(f"--source {source}: no images or videos in it ({', '.join(IMAGE_SUFFIXES + VIDEO_SUFFIXES)})")
     return files
 
 
-def _video_frames(path: Path) -> Iterator[Frame]:
+def _expand(entry: str, folder: Path | None) -> list[Path]:
+    """A file, a folder's media or a glob's media; `folder` is the .txt list's folder, None for --source itself."""
+    path = folder / entry if folder is not None and not Path(entry).is_absolute() else Path(entry)
+    if path.is_dir():
+        return _media([item for item in path.iterdir() if item.is_file()])
+    if glob.has_magic(entry) and not path.exists():
+        return _media([Path(match) for match in glob.glob(str(path), recursive=True) if Path(match).is_file()])
+    if path.exists() or folder is not None:
+        return [path]
+    raise UserError(f"--source {entry}: no such file or folder, and no glob pattern")
+
+
+def _video_frames(path: Path, vid_stride: int) -> Iterator[Frame]:
+    """Every vid_stride-th frame (the vid_stride-th, the 2 vid_stride-th, ... as yolov5's LoadImages); the frames
+    skipped are grabbed, not decoded."""
     capture = cv2.VideoCapture(str(path))
     try:
         if not capture.isOpened():
             yield Frame(path, None, count=0, problem=f"{path}: cannot open the video")
             return
         count, fps = int(capture.get(cv2.CAP_PROP_FRAME_COUNT)), float(capture.get(cv2.CAP_PROP_FPS))
-        index = 0
-        while True:
-            ok, image = capture.read()
+        index = -1
+        while capture.grab():
+            index += 1
+            if (index + 1) % vid_stride:
+                continue
+            ok, image = capture.retrieve()
             if not ok:
                 return
-            yield Frame(path, image, index, max(count, index + 1), fps)
-            index += 1
+            yield Frame(path, image, index, max(count, index + 1), fps / vid_stride)
     finally:
         capture.release()
 
 
-def frames(path: Path) -> Iterator[Frame]:
-    """The image at `path`, or every frame of the video; an unreadable file is one Frame with its problem."""
+def frames(path: Path, vid_stride: int = 1) -> Iterator[Frame]:
+    """The image at `path`, or every vid_stride-th frame of the video; an unreadable file is one Frame with its
+    problem."""
     if is_video(path):
-        yield from _video_frames(path)
+        yield from _video_frames(path, vid_stride)
         return
     try:
         yield Frame(path, load_image(path))
     except Exception as error:  # noqa: BLE001 (a decoder may raise anything; one file must not end a run)
         yield Frame(path, None, problem=read_failure(path, error))
+
+
+def file_frames(files: list[Path], vid_stride: int = 1, origins: dict[Path, str] | None = None) -> Iterator[Frame]:
+    """The frames of each file in turn, numbered by file; `origins` names a downloaded file as the user did."""
+    for position, path in enumerate(files, 1):
+        origin = (origins or {}).get(path, "")
+        for frame in frames(path, vid_stride):
+            yield dataclasses.replace(frame, position=position, total=len(files), origin=origin)
 
 
 def load_image(path: Path) -> np.ndarray:

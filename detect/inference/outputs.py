@@ -1,12 +1,18 @@
-"""What `python -m detect.predict` writes to its run folder: annotated images and videos, YOLO txt labels, a json."""
+"""What `python -m detect.predict` writes and shows: annotated images and videos, YOLO txt labels, a json, crops of
+each detection, a window per source (--view-img), and its line per frame."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
+import os
+import re
+import sys
 from pathlib import Path
 
 import cv2
+import numpy as np
 import torch
 
 from detect.data.categories import yolo_category_ids
@@ -15,6 +21,10 @@ from detect.inference.annotate import annotate
 from detect.inference.detector import Detections
 from detect.inference.media import Frame
 from detect.ops.boxes import xyxy_to_ltwh, xyxy_to_xywhn
+
+LOGGER = logging.getLogger(__name__)
+# yolov5's --save-crop (save_one_box): each side of the box times 1.02 plus 10 pixels, clipped to the image.
+CROP_GAIN, CROP_PAD = 1.02, 10
 
 
 def yolo_txt(detections: torch.Tensor, height: int, width: int, save_conf: bool) -> str:
@@ -39,6 +49,8 @@ class OutputSettings:
     line_thickness: int = 3
     hide_labels: bool = False
     hide_conf: bool = False
+    save_crop: bool = False  # crops/<class name>/<stem>.jpg, then <stem>2.jpg, ... (yolov5's layout)
+    view_img: bool = False  # a window per source, where a display can be used
 
 
 class PredictOutputs:
@@ -52,60 +64,148 @@ class PredictOutputs:
         self.category_ids = yolo_category_ids(names)  # COCO's ids for COCO's names, else k + 1 (data/categories.py)
         self.json_rows: list[dict] = []
         self.saved: list[Path] = []  # annotated images and videos, in order
-        self._video: tuple[Path, cv2.VideoWriter] | None = None  # (source video, writer of its annotated copy)
+        self._videos: dict[Path, cv2.VideoWriter] = {}  # source video or stream -> writer of its annotated copy
+        self._crop_numbers: dict[Path, int] = {}  # folder/stem -> the number its next crop takes
+        self.viewer = Viewer() if settings.view_img else None
 
     def add(self, frame: Frame, detections: Detections) -> None:
         """Write (or queue) everything for one image or video frame."""
         stem = frame.path.stem + (f"_{frame.index}" if frame.video else "")
-        if self.settings.save_images:
-            settings = self.settings
+        settings = self.settings
+        if settings.save_images or self.viewer is not None:
             annotated = annotate(frame.image, detections, settings.line_thickness, settings.hide_labels,
                                  settings.hide_conf)
-            if frame.video:
-                self._video_writer(frame).write(annotated)
-            else:
-                path = self.save_dir / frame.path.name
-                if not cv2.imwrite(str(path), annotated):
-                    raise UserError(f"{path}: cannot write the annotated image")
-                self.saved.append(path)
-        if self.settings.save_txt:
-            text = yolo_txt(detections.rows, *frame.image.shape[:2], self.settings.save_conf)
+            if self.viewer is not None:
+                self.viewer.show(frame.name, annotated)
+            if settings.save_images:
+                self._save_annotated(frame, annotated)
+        if settings.save_crop:
+            self._save_crops(frame.image, detections, stem)
+        if settings.save_txt:
+            text = yolo_txt(detections.rows, *frame.image.shape[:2], settings.save_conf)
             (self.labels_dir / f"{stem}.txt").write_text(text)
-        if self.settings.save_json:
+        if settings.save_json:
             self._add_json(frame, detections)
+
+    def _save_annotated(self, frame: Frame, annotated: np.ndarray) -> None:
+        if frame.video:
+            self._video_writer(frame).write(annotated)
+            return
+        path = self.save_dir / frame.path.name
+        if not cv2.imwrite(str(path), annotated):
+            raise UserError(f"{path}: cannot write the annotated image")
+        self.saved.append(path)
+
+    def _save_crops(self, image: np.ndarray, detections: Detections, stem: str) -> None:
+        """Each detection's crop of the unannotated image under crops/<class name>/."""
+        for box, cls in zip(detections.boxes.tolist(), detections.classes.tolist()):
+            left, top, right, bottom = crop_box(box, *image.shape[:2])
+            if right <= left or bottom <= top:
+                continue  # a box wholly outside the image
+            folder = self.save_dir / "crops" / detections.names[cls]
+            folder.mkdir(parents=True, exist_ok=True)
+            cv2.imwrite(str(self._crop_path(folder, stem)), image[top:bottom, left:right])
+
+    def _crop_path(self, folder: Path, stem: str) -> Path:
+        """folder/<stem>.jpg, or <stem>2.jpg, <stem>3.jpg, ... when taken (yolov5's numbering; under --exist-ok, by
+        an earlier run too)."""
+        number = self._crop_numbers.get(folder / stem, 1)
+        while (path := folder / f"{stem}{number if number > 1 else ''}.jpg").exists():
+            number += 1
+        self._crop_numbers[folder / stem] = number + 1
+        return path
 
     def _add_json(self, frame: Frame, detections: Detections) -> None:
         image_id = int(frame.path.stem) if frame.path.stem.isnumeric() else frame.path.stem
         for box, score, cls in zip(xyxy_to_ltwh(detections.rows[:, :4]).tolist(), detections.scores.tolist(),
                                    detections.classes.tolist()):
-            row = {"image_id": image_id, "file": str(frame.path), "category_id": self.category_ids[cls],
+            row = {"image_id": image_id, "file": frame.name, "category_id": self.category_ids[cls],
                    "bbox": [round(value, 3) for value in box], "score": round(score, 5)}
             self.json_rows.append({**row, "frame": frame.index} if frame.video else row)
 
     def _video_writer(self, frame: Frame) -> cv2.VideoWriter:
-        """The open writer for this frame's video; a new video closes the previous one."""
-        if self._video is not None and self._video[0] == frame.path:
-            return self._video[1]
-        self.close_video()
+        """The open writer for this frame's video or stream; a new video file closes the previous one."""
+        writer = self._videos.get(frame.path)
+        if writer is not None:
+            return writer
+        if not frame.stream:
+            self.close_videos()
         path = self.save_dir / f"{frame.path.stem}.mp4"
         height, width = frame.image.shape[:2]
         writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), frame.fps or 30.0, (width, height))
         if not writer.isOpened():
             raise UserError(f"{path}: OpenCV cannot write an mp4v video here")
-        self._video = (frame.path, writer)
+        self._videos[frame.path] = writer
         self.saved.append(path)
         return writer
 
-    def close_video(self) -> None:
-        if self._video is not None:
-            self._video[1].release()
-            self._video = None
+    def close_videos(self) -> None:
+        for writer in self._videos.values():
+            writer.release()
+        self._videos.clear()
 
-    def finish(self) -> Path | None:
-        """Close the last video; write predictions.json when asked (returns its path)."""
-        self.close_video()
-        if not self.settings.save_json:
-            return None
-        path = self.save_dir / "predictions.json"
-        path.write_text(json.dumps(self.json_rows))
-        return path
+    def finish(self) -> None:
+        """Close the videos, write predictions.json when asked, and say where everything went."""
+        self.close_videos()
+        if self.settings.save_json:
+            json_path = self.save_dir / "predictions.json"
+            json_path.write_text(json.dumps(self.json_rows))
+            LOGGER.info("detections saved to %s", json_path)
+        if self.settings.save_txt:
+            LOGGER.info("labels saved to %s", self.labels_dir)
+        if self.settings.save_crop:
+            LOGGER.info("crops saved to %s", self.save_dir / "crops")
+        LOGGER.info("results saved to %s", self.save_dir)
+
+
+def crop_box(box: list[float], height: int, width: int) -> tuple[int, int, int, int]:
+    """An [x1, y1, x2, y2] pixel box grown as yolov5's crops are (CROP_GAIN, CROP_PAD) and clipped to a (height,
+    width) image, as whole pixels (left, top, right, bottom)."""
+    x1, y1, x2, y2 = box
+    half_w, half_h = ((x2 - x1) * CROP_GAIN + CROP_PAD) / 2, ((y2 - y1) * CROP_GAIN + CROP_PAD) / 2
+    centre_x, centre_y = (x1 + x2) / 2, (y1 + y2) / 2
+    return (int(min(max(centre_x - half_w, 0), width)), int(min(max(centre_y - half_h, 0), height)),
+            int(min(max(centre_x + half_w, 0), width)), int(min(max(centre_y + half_h, 0), height)))
+
+
+def display_problem() -> str | None:
+    """Why cv2.imshow cannot show a window here, or None."""
+    if re.search(r"^\s*GUI:\s*NONE\s*$", cv2.getBuildInformation(), re.MULTILINE):
+        return "this OpenCV has no GUI (opencv-python-headless)"
+    if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        return "no display (DISPLAY is not set)"
+    return None
+
+
+class Viewer:
+    """A window per source showing its annotated frames (yolov5's --view-img); where none can be shown, one line says
+    so and the run goes on without."""
+
+    def __init__(self) -> None:
+        self.problem = display_problem()
+        if self.problem:
+            LOGGER.warning("--view-img: %s; frames are not shown", self.problem)
+
+    def show(self, title: str, image: np.ndarray) -> None:
+        if self.problem:
+            return
+        try:
+            cv2.imshow(title, image)
+            cv2.waitKey(1)  # lets the window draw
+        except cv2.error as error:
+            self.problem = str(error).strip().splitlines()[-1]
+            LOGGER.warning("--view-img: cv2.imshow failed (%s); frames are not shown", self.problem)
+
+
+def describe(frame: Frame, found: Detections, milliseconds: float) -> str:
+    """yolov5's line: 'image 1/3 path: 480x640 2 persons, 1 bus, 35.2ms' (a video: 'video 1/1 (frame 3/30) path',
+    a stream: 'stream 1/2 (frame 3) url')."""
+    if frame.stream:
+        where = f"stream {frame.position}/{frame.total} (frame {frame.index + 1})"
+    elif frame.video:
+        where = f"video {frame.position}/{frame.total} (frame {frame.index + 1}/{frame.count})"
+    else:
+        where = f"image {frame.position}/{frame.total}"
+    counts = ", ".join(f"{count} {name}{'s' if count > 1 else ''}" for name, count in found.counts().items())
+    height, width = found.input_size
+    return f"{where} {frame.name}: {height}x{width} {counts or '(no detections)'}, {milliseconds:.1f}ms"
