@@ -288,8 +288,8 @@ def main(argv: list[str] | None = None, hub_dir: Path | None = None) -> int:
     args = parser.parse_args(argv)
 
     def body() -> None:
-        entry = named_entry(args.model, hub_dir)() if args.model in MODEL_NAMES else custom_entry(hub_dir)(args.model)
-        results = entry(sample_inputs(), size=320)
+        model = named_entry(args.model, hub_dir)() if args.model in MODEL_NAMES else custom_entry(hub_dir)(args.model)
+        results = model(sample_inputs(), size=320)
         results.print()
         results.save()
 

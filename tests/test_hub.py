@@ -98,6 +98,12 @@ def test_nms_attributes_are_read_at_each_call(model, photo):
     assert len(model(photo, size=SIZE).xyxy[0]) == 0
 
 
+def test_augment_runs_test_time_augmentation_at_that_call(model, photo):
+    plain = model(photo, size=SIZE).xyxy[0]
+    assert not torch.equal(model(photo, size=SIZE, augment=True).xyxy[0], plain)
+    torch.testing.assert_close(model(photo, size=SIZE).xyxy[0], plain)
+
+
 def test_print_and_save(model, photo, tmp_path, capsys):
     results = model([photo, np.zeros((40, 30), np.uint8)], size=SIZE)
     results.print()
