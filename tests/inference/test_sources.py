@@ -103,10 +103,10 @@ def test_a_slow_reader_gets_the_latest_frame(server):
     try:
         while (newest := stream.latest()) is not None:
             seen.append(newest[0])
-            stream._thread.join(0.05)  # a slow model: the stream runs on meanwhile
+            stream._thread.join(0.1)  # a slow model (0.1 s a frame, the server 0.01 s): the stream runs on meanwhile
     finally:
         stream.close()
-    assert len(seen) < 20 and seen == sorted(set(seen)) and seen[-1] == 29 and stream.read_count == 30
+    assert len(seen) <= 15 and seen == sorted(set(seen)) and seen[-1] == 29 and stream.read_count == 30
 
 
 def test_a_lost_stream_reconnects_once(server, caplog):
