@@ -24,42 +24,27 @@ from torch import nn
 
 from detect.models import DetectionModel, build_model
 from detect.models.spec import spec_from_yolov5_yaml
+from tests.models.yolov5_yamls import p5 as p5_yaml
 from tests.models.yolov5_yamls import p6 as p6_yaml
 
-# yolov5s.yaml rows of v5.0 and of v6.0 on, at depth and width 1 (facts, not code: [from, number, module, args]).
-_HEAD = [
-    [-1, 1, "Conv", [512, 1, 1]], [-1, 1, "nn.Upsample", [None, 2, "nearest"]], [[-1, 6], 1, "Concat", [1]],
-    [-1, 3, "C3", [512, False]], [-1, 1, "Conv", [256, 1, 1]], [-1, 1, "nn.Upsample", [None, 2, "nearest"]],
-    [[-1, 4], 1, "Concat", [1]], [-1, 3, "C3", [256, False]], [-1, 1, "Conv", [256, 3, 2]],
-    [[-1, 14], 1, "Concat", [1]], [-1, 3, "C3", [512, False]], [-1, 1, "Conv", [512, 3, 2]],
-    [[-1, 10], 1, "Concat", [1]], [-1, 3, "C3", [1024, False]], [[17, 20, 23], 1, "Detect", ["nc", "anchors"]],
-]
+# yolov5s.yaml's v5.0 backbone, at depth and width 1 (facts, not code: [from, number, module, args]); v6.0 on and
+# the head of both: tests/models/yolov5_yamls.py.
 V5_BACKBONE = [
     [-1, 1, "Focus", [64, 3]], [-1, 1, "Conv", [128, 3, 2]], [-1, 3, "C3", [128]], [-1, 1, "Conv", [256, 3, 2]],
     [-1, 9, "C3", [256]], [-1, 1, "Conv", [512, 3, 2]], [-1, 9, "C3", [512]], [-1, 1, "Conv", [1024, 3, 2]],
     [-1, 1, "SPP", [1024, [5, 9, 13]]], [-1, 3, "C3", [1024, False]],
 ]
-V6_BACKBONE = [
-    [-1, 1, "Conv", [64, 6, 2, 2]], [-1, 1, "Conv", [128, 3, 2]], [-1, 3, "C3", [128]], [-1, 1, "Conv", [256, 3, 2]],
-    [-1, 6, "C3", [256]], [-1, 1, "Conv", [512, 3, 2]], [-1, 9, "C3", [512]], [-1, 1, "Conv", [1024, 3, 2]],
-    [-1, 3, "C3", [1024]], [-1, 1, "SPPF", [1024, 5]],
-]
-ANCHORS = [[10, 13, 16, 30, 33, 23], [30, 61, 62, 45, 59, 119], [116, 90, 156, 198, 373, 326]]
-SIZES = {"n": (0.33, 0.25), "s": (0.33, 0.50), "m": (0.67, 0.75), "l": (1.0, 1.0), "x": (1.33, 1.25)}
-
 
 def yolov5_yaml(version: str, size: str = "n", nc: int = 80, csp: bool = False, p6: bool = False) -> dict:
     """The model yaml a yolov5 `version` stores in its checkpoints (csp: C3 -> BottleneckCSP, as its hub models;
     p6: yolov5n6..x6, v6.0 on)."""
-    if p6:
-        return {**p6_yaml(size), "nc": nc, "ch": 3}
-    depth, width = SIZES[size]
-    rows = copy.deepcopy((V5_BACKBONE if version == "v5.0" else V6_BACKBONE) + _HEAD)
+    yaml = {**(p6_yaml(size) if p6 else p5_yaml(size)), "nc": nc, "ch": 3}
+    if version == "v5.0":
+        yaml["backbone"] = copy.deepcopy(V5_BACKBONE)
     if csp:
-        rows = [[f, n, "BottleneckCSP" if module == "C3" else module, args] for f, n, module, args in rows]
-    backbone = len(V5_BACKBONE)
-    return {"nc": nc, "depth_multiple": depth, "width_multiple": width, "anchors": copy.deepcopy(ANCHORS),
-            "backbone": rows[:backbone], "head": rows[backbone:], "ch": 3}
+        for key in ("backbone", "head"):
+            yaml[key] = [[f, n, "BottleneckCSP" if module == "C3" else module, args] for f, n, module, args in yaml[key]]
+    return yaml
 
 
 @dataclasses.dataclass(frozen=True)
