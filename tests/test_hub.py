@@ -3,6 +3,7 @@ attributes, the entry keywords, tracing, `python hubconf.py`, and one-line error
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -13,8 +14,9 @@ import pytest
 import torch
 from PIL import Image
 
+from detect.config import CONFIGS_DIR
 from detect.errors import UserError
-from detect.hub import HubModel, HubResults, device_spec
+from detect.hub import MODEL_NAMES, HubModel, HubResults, device_spec
 from detect.inference.sample_images import sample_images
 from detect.models import DetectionModel, build_model
 from detect.models.checkpoint import save_checkpoint
@@ -160,6 +162,15 @@ def test_named_entries_find_weights_and_check_their_keywords(weights, tmp_path, 
     assert len(untrained.names) == 5 and untrained.stride == 64
     with pytest.raises(UserError, match="channels=1: detect's models take 3-channel"):
         hub_load("yolov5s", channels=1)
+
+
+def test_hubconf_has_yolov5s_entries_each_with_a_bundled_yaml():
+    spec = importlib.util.spec_from_file_location("hubconf", REPO / "hubconf.py")
+    hubconf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hubconf)
+    entries = {name for name in dir(hubconf) if callable(getattr(hubconf, name)) and not name.startswith("_")}
+    assert entries == {"custom", *MODEL_NAMES}  # what torch.hub.list shows
+    assert len(MODEL_NAMES) == 10 and all((CONFIGS_DIR / "models" / f"{name}.yaml").is_file() for name in MODEL_NAMES)
 
 
 def test_yolov5_device_arguments_become_backend_specs():
