@@ -152,10 +152,21 @@ def test_a_wrong_yolov5_yaml_names_the_layer_key_and_expected_type(tmp_path, map
 def test_yolov5_p6_checkpoints_import_with_their_four_levels(tmp_path, version):
     # yolov5n6.pt as train.py writes it (the P6 family exists from v6.0 on), through weights.py's yolov5 path.
     path = tmp_path / "yolov5n6.pt"
-    reference = standin_checkpoint(path, version, p6=True, stripped=True)
+    reference = standin_checkpoint(path, version, hub="yolov5n6", stripped=True)
     model = load_model(path)
     assert model.detect.level_strides == (8, 16, 32, 64) and model.max_stride == 64
     torch.testing.assert_close(model.detect.anchors[3, 2] * 64, torch.tensor([925.0, 792.0]))
     images = torch.rand(1, 3, 128, 192)
+    with torch.no_grad():
+        torch.testing.assert_close(model.predict(images), reference.predict(images), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("hub", ["yolov5s-ghost", "yolov5s-transformer", "yolov5s-LeakyReLU", "yolov3-tiny"])
+def test_checkpoints_of_yolov5s_hub_yamls_import(tmp_path, hub):
+    path = tmp_path / f"{hub}.pt"
+    reference = standin_checkpoint(path, "v7.0", hub=hub)
+    model = load_model(path)
+    assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in reference.parameters())
+    images = torch.rand(1, 3, 64, 96)
     with torch.no_grad():
         torch.testing.assert_close(model.predict(images), reference.predict(images), rtol=0, atol=0)

@@ -24,8 +24,8 @@ from torch import nn
 
 from detect.models import DetectionModel, build_model
 from detect.models.spec import spec_from_yolov5_yaml
+from tests.models.yolov5_yamls import all_yamls
 from tests.models.yolov5_yamls import p5 as p5_yaml
-from tests.models.yolov5_yamls import p6 as p6_yaml
 
 # yolov5s.yaml's v5.0 backbone, at depth and width 1 (facts, not code: [from, number, module, args]); v6.0 on and
 # the head of both: tests/models/yolov5_yamls.py.
@@ -35,10 +35,10 @@ V5_BACKBONE = [
     [-1, 1, "SPP", [1024, [5, 9, 13]]], [-1, 3, "C3", [1024, False]],
 ]
 
-def yolov5_yaml(version: str, size: str = "n", nc: int = 80, csp: bool = False, p6: bool = False) -> dict:
-    """The model yaml a yolov5 `version` stores in its checkpoints (csp: C3 -> BottleneckCSP, as its hub models;
-    p6: yolov5n6..x6, v6.0 on)."""
-    yaml = {**(p6_yaml(size) if p6 else p5_yaml(size)), "nc": nc, "ch": 3}
+def yolov5_yaml(version: str, size: str = "n", nc: int = 80, csp: bool = False, hub: str | None = None) -> dict:
+    """The model yaml a yolov5 `version` stores in its checkpoints: yolov5<size>, or `hub`, another of its model
+    yamls by file stem (yolov5n6, yolov5s-ghost, ..., v6.0 on); csp: C3 -> BottleneckCSP, as its hub models."""
+    yaml = {**(all_yamls()[hub] if hub else p5_yaml(size)), "nc": nc, "ch": 3}
     if version == "v5.0":
         yaml["backbone"] = copy.deepcopy(V5_BACKBONE)
     if csp:
@@ -73,7 +73,9 @@ VERSIONS = {
 # Our classes -> yolov5's module path; torch.nn classes are pickled as themselves.
 YOLOV5_MODULES = {"Detect": "models.yolo", "Conv": "models.common", "Bottleneck": "models.common",
                   "C3": "models.common", "SPPF": "models.common", "SPP": "models.common", "Focus": "models.common",
-                  "BottleneckCSP": "models.common", "Concat": "models.common"}
+                  "BottleneckCSP": "models.common", "Concat": "models.common", "GhostConv": "models.common",
+                  "GhostBottleneck": "models.common", "C3Ghost": "models.common", "C3TR": "models.common",
+                  "TransformerBlock": "models.common", "TransformerLayer": "models.common"}
 
 
 def _standin_class(module: str, name: str, registry: dict[str, types.ModuleType]) -> type:
@@ -173,13 +175,13 @@ def _opt(version: str) -> dict:
 
 
 def standin_checkpoint(path: Path, version: str, *, names: tuple[str, ...] = ("cat", "dog", "bird"), size: str = "n",
-                       csp: bool = False, p6: bool = False, stripped: bool = False, half: bool = True,
+                       csp: bool = False, hub: str | None = None, stripped: bool = False, half: bool = True,
                        ema: bool = True, extra_fields: dict | None = None) -> DetectionModel:
     """Write `path` as yolov5 `version`'s train.py would (stripped: after strip_optimizer, always fp16; else a
     mid-run last.pt or epoch<N>.pt, fp16 as train.py saves it or fp32), plus `extra_fields` (a fork's own);
     return our fp32 model holding the same weights, the reference the import must equal."""
     spec = VERSIONS[version]
-    yaml = yolov5_yaml(version, size, len(names), csp, p6)
+    yaml = yolov5_yaml(version, size, len(names), csp, hub)
     model = seeded_model(yaml, list(names), spec.csp_activation)
     registry: dict[str, types.ModuleType] = {}
     optimizer = _optimizer_state(copy.deepcopy(model).train())
