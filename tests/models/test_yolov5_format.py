@@ -170,3 +170,14 @@ def test_checkpoints_of_yolov5s_hub_yamls_import(tmp_path, hub):
     images = torch.rand(1, 3, 64, 96)
     with torch.no_grad():
         torch.testing.assert_close(model.predict(images), reference.predict(images), rtol=0, atol=0)
+
+
+def test_the_models_cli_summarises_yolov5s_own_yaml(tmp_path, capsys):
+    # Issue 27's failing command: python -m detect.models --cfg yolov5/models/yolov5s.yaml
+    from detect.models.__main__ import main
+
+    path = tmp_path / "yolov5" / "models" / "yolov5s.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(yaml.safe_dump(YAMLS["yolov5s"]))
+    assert main(["--cfg", str(path)]) == 0
+    assert "7,235,389 parameters" in capsys.readouterr().out
