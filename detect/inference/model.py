@@ -59,9 +59,14 @@ class TorchInference:
 
 
 def square_input_size(model: InferenceModel, imgsz: int) -> int:
-    """The square side validation letterboxes to: imgsz, or a static export's own side (it takes nothing else)."""
+    """The square side validation letterboxes to: imgsz rounded up to the model's stride (as yolov5's val.py, with a
+    warning: a P7 model's is 128), or a static export's own side (it takes nothing else)."""
     if model.fixed_shape is None:
-        return imgsz
+        side = -(-imgsz // model.stride) * model.stride
+        if side != imgsz:
+            LOGGER.warning("--imgsz %d is not a multiple of the model's stride %d: evaluating at %d", imgsz,
+                           model.stride, side)
+        return side
     height, width = model.fixed_shape
     if height != width:
         raise UserError(f"this export takes {height}x{width} inputs; validation letterboxes to squares: "

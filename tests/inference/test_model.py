@@ -143,3 +143,11 @@ def test_yolov5_style_names_are_read_safely_and_missing_metadata_is_named(static
         OnnxInference(code, cpu)
     with pytest.raises(UserError, match="--half does not apply"):
         load_inference_model(path, cpu, half=True)
+
+
+def test_validation_size_is_rounded_up_to_the_models_stride(caplog):
+    # As yolov5's val.py: a P6 model (stride 64) asked for 100 px evaluates at 128, with a warning.
+    inference = TorchInference(build_model("yolov5n6.yaml", num_classes=3, names=NAMES), backends.select("cpu"))
+    assert inference.stride == 64 and square_input_size(inference, 128) == 128 and not caplog.records
+    assert square_input_size(inference, 100) == 128
+    assert "--imgsz 100 is not a multiple of the model's stride 64: evaluating at 128" in caplog.text
