@@ -40,7 +40,7 @@ def _layer(row: Any, where: str, csp_activation: str) -> dict:
         raise ConfigError(f"{where}: a yolov5 layer must be a list [from, number, module, args], got {row!r}")
     inputs, number, module, args = row
     module = module.removeprefix("nn.") if isinstance(module, str) else module
-    if module not in POSITIONAL:
+    if not isinstance(module, str) or module not in POSITIONAL:
         raise ConfigError(f"{where}: module {module!r} is not one detect builds ({', '.join(POSITIONAL)})")
     where = f"{where} ({module})"
     if not isinstance(args, list) or len(args) > len(POSITIONAL[module]):

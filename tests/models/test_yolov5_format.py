@@ -125,6 +125,7 @@ def rows(**edits) -> dict:
 @pytest.mark.parametrize("mapping, message", [
     (rows(at1=[-1, 1, "Conv"]), "backbone[1]: a yolov5 layer must be a list [from, number, module, args], got"),
     (rows(at1=[-1, 1, "C2f", [128]]), "backbone[1]: module 'C2f' is not one detect builds (Conv, Focus"),
+    (rows(at1=[-1, 1, ["Conv"], [128]]), "backbone[1]: module ['Conv'] is not one detect builds (Conv, Focus"),
     (rows(at1=[-1, 1, "Conv", [128, "3", 2]]), "backbone[1] (Conv): key 'kernel' must be int, got str '3'"),
     (rows(at1=[-1, 1, "Conv", [128, 3, 2, None, 1, 1]]),
      "backbone[1] (Conv): args must be a list of at most 4 [channels, kernel, stride, padding], got [128, 3, 2"),
