@@ -95,6 +95,8 @@ def _download(url: str, vid_stride: int) -> Source:
             shutil.copyfileobj(response, file)
     except (OSError, ValueError) as error:  # URLError and HTTPError are OSErrors; ValueError: a malformed URL
         folder.cleanup()
+        if isinstance(error, urllib.error.HTTPError):
+            error.close()  # it holds the response's connection
         raise UserError(f"--source {url}: cannot download it ({_why(error)})") from None
     return Source(file_frames([path], vid_stride, {path: url}), cleanup=folder.cleanup)
 
