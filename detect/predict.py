@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -15,9 +14,9 @@ from detect import cli
 from detect.config import NON_NEGATIVE, POSITIVE, UNIT, check_options, option, options_from_dict
 from detect.errors import UserError
 from detect.inference.detector import Detector, PredictSettings
-from detect.inference.outputs import OutputSettings, PredictOutputs, describe
+from detect.inference.outputs import OutputSettings, PredictOutputs, predict_frames
 from detect.inference.sample_images import SAMPLES_DIR
-from detect.inference.sources import Source, open_source
+from detect.inference.sources import open_source
 from detect.run_dir import make_run_dir
 
 LOGGER = logging.getLogger("detect.predict")
@@ -101,28 +100,6 @@ def predict(settings: PredictRunSettings) -> Path:
         LOGGER.warning("%d unreadable file(s) skipped:\n  %s", len(problems), "\n  ".join(problems))
     outputs.finish()
     return save_dir
-
-
-def predict_frames(source: Source, detector: Detector, outputs: PredictOutputs) -> tuple[list[float], list[str]]:
-    """Each frame's detections to the outputs; returns the ms per frame and the unreadable files. Ctrl-C ends a live
-    source as its end would (its videos are then closed whole)."""
-    times, problems = [], []
-    try:
-        for frame in source:
-            if frame.image is None:
-                LOGGER.warning("%d/%d skipped: %s", frame.position, frame.total, frame.problem)
-                problems.append(frame.problem)
-                continue
-            start = time.perf_counter()
-            found = detector(frame.image)[0]
-            times.append(1000 * (time.perf_counter() - start))
-            LOGGER.info("%s", describe(frame, found, times[-1]))
-            outputs.add(frame, found)
-    except KeyboardInterrupt:
-        if not source.live:
-            raise
-        LOGGER.info("stopped (Ctrl-C)")
-    return times, problems
 
 
 main = cli.main_for(parse_args, predict)

@@ -1,5 +1,5 @@
 """What `python -m detect.predict` writes and shows: annotated images and videos, YOLO txt labels, a json, crops of
-each detection, a window per source (--view-img), and its line per frame."""
+each detection, a window per source (--view-img), and its line per frame; predict_frames feeds them."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import logging
 import os
 import re
 import sys
+import time
 from pathlib import Path
 
 import cv2
@@ -18,8 +19,9 @@ import torch
 from detect.data.categories import yolo_category_ids
 from detect.errors import UserError
 from detect.inference.annotate import annotate
-from detect.inference.detector import Detections
+from detect.inference.detector import Detections, Detector
 from detect.inference.media import Frame
+from detect.inference.sources import Source
 from detect.ops.boxes import xyxy_to_ltwh, xyxy_to_xywhn
 
 LOGGER = logging.getLogger(__name__)
@@ -209,3 +211,25 @@ def describe(frame: Frame, found: Detections, milliseconds: float) -> str:
     counts = ", ".join(f"{count} {name}{'s' if count > 1 else ''}" for name, count in found.counts().items())
     height, width = found.input_size
     return f"{where} {frame.name}: {height}x{width} {counts or '(no detections)'}, {milliseconds:.1f}ms"
+
+
+def predict_frames(source: Source, detector: Detector, outputs: PredictOutputs) -> tuple[list[float], list[str]]:
+    """Each frame's detections to the outputs; returns the ms per frame and the unreadable files. Ctrl-C ends a live
+    source as its end would (its videos are then closed whole)."""
+    times, problems = [], []
+    try:
+        for frame in source:
+            if frame.image is None:
+                LOGGER.warning("%d/%d skipped: %s", frame.position, frame.total, frame.problem)
+                problems.append(frame.problem)
+                continue
+            start = time.perf_counter()
+            found = detector(frame.image)[0]
+            times.append(1000 * (time.perf_counter() - start))
+            LOGGER.info("%s", describe(frame, found, times[-1]))
+            outputs.add(frame, found)
+    except KeyboardInterrupt:
+        if not source.live:
+            raise
+        LOGGER.info("stopped (Ctrl-C)")
+    return times, problems
