@@ -162,11 +162,14 @@ def test_yolov5_p6_checkpoints_import_with_their_four_levels(tmp_path, version):
         torch.testing.assert_close(model.predict(images), reference.predict(images), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("hub", ["yolov5s-ghost", "yolov5s-transformer", "yolov5s-LeakyReLU", "yolov3-tiny"])
+@pytest.mark.parametrize("hub", ["yolov5s-ghost", "yolov5s-transformer", "yolov5s-LeakyReLU", "yolov3-tiny",
+                                 "yolov5-p34"])
 def test_checkpoints_of_yolov5s_hub_yamls_import(tmp_path, hub):
+    # yolov5-p34's stored yaml says `anchors: 3`: the anchors come from the checkpoint's Detect buffer.
     path = tmp_path / f"{hub}.pt"
     reference = standin_checkpoint(path, "v7.0", hub=hub)
     model = load_model(path)
+    torch.testing.assert_close(model.detect.anchors, reference.detect.anchors, rtol=0, atol=0)
     assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in reference.parameters())
     images = torch.rand(1, 3, 64, 96)
     with torch.no_grad():

@@ -138,6 +138,8 @@ def seeded_model(yaml: dict, names: list[str], csp_activation: str, seed: int = 
     spec = spec_from_yolov5_yaml(yaml, yaml["anchors"], "stand-in", csp_activation)
     model = build_model(spec, num_classes=len(names), names=list(names))
     with torch.no_grad():
+        if isinstance(yaml["anchors"], int):  # `anchors: 3`: the ones AutoAnchor would have computed before saving
+            model.detect.anchors.uniform_(0.5, 4.0)
         for module in model.modules():
             if isinstance(module, nn.BatchNorm2d):
                 module.running_mean.uniform_(-0.2, 0.2)
