@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import cv2
@@ -17,8 +18,10 @@ from detect import export, predict
 from detect.data.plots import class_colour
 from detect.inference.annotate import annotate
 from detect.inference.detector import Detections, Detector, PredictSettings
-from detect.inference.outputs import crop_box, display_problem
+from detect.inference.media import Frame
+from detect.inference.outputs import OutputSettings, PredictOutputs, crop_box, display_problem, predict_frames
 from detect.inference.sample_images import SAMPLES_DIR, sample_images
+from detect.inference.sources import Source
 from detect.inference.streams import stream_name
 from detect.models import build_model
 from detect.models.checkpoint import save_checkpoint
@@ -197,7 +200,8 @@ def test_vid_stride_predicts_on_every_nth_frame(weights, tmp_path):
     save_dir = run_predict(weights, clip, tmp_path / "runs", "--save-txt", "--vid-stride", "3")
     assert sorted(p.name for p in (save_dir / "labels").iterdir()) == ["clip_2.txt", "clip_5.txt"]
     capture = cv2.VideoCapture(str(save_dir / "clip.mp4"))
-    assert int(capture.get(cv2.CAP_PROP_FRAME_COUNT)) == 2 and capture.get(cv2.CAP_PROP_FPS) == pytest.approx(10 / 3, abs=0.01)
+    assert int(capture.get(cv2.CAP_PROP_FRAME_COUNT)) == 2
+    assert capture.get(cv2.CAP_PROP_FPS) == pytest.approx(10 / 3, abs=0.01)  # the clip keeps its length
     capture.release()
 
 
@@ -274,3 +278,23 @@ def test_an_image_url(weights, tmp_path, caplog):
         server.stop()
     assert f"image 1/1 {server.url('/img/bus.jpg')}: 96x96 " in caplog.text
     assert sorted(p.name for p in save_dir.iterdir()) == ["bus.jpg"]
+
+
+def interrupted(frames: list[Frame]):
+    yield from frames
+    raise KeyboardInterrupt
+
+
+def test_ctrl_c_ends_a_live_source_with_its_video_whole_but_stops_a_file_source(weights, tmp_path, caplog):
+    detector = Detector(weights, "cpu", PredictSettings(imgsz=(64, 64)))
+    outputs = PredictOutputs(tmp_path, detector.names, OutputSettings())
+    first = Frame(Path("cam"), picture(48, 64, 1), count=0, fps=10.0, stream=True)
+    with caplog.at_level(logging.INFO):
+        times, _ = predict_frames(Source(interrupted([first, replace(first, index=1)]), live=True), detector, outputs)
+    outputs.finish()
+    assert len(times) == 2 and "stopped (Ctrl-C)" in caplog.text
+    capture = cv2.VideoCapture(str(tmp_path / "cam.mp4"))
+    assert int(capture.get(cv2.CAP_PROP_FRAME_COUNT)) == 2
+    capture.release()
+    with pytest.raises(KeyboardInterrupt):
+        predict_frames(Source(interrupted([])), detector, outputs)
