@@ -39,6 +39,7 @@ def write_variant(tmp_path, edit):
     (lambda d: d.update(activation="swish"), "key 'activation' must be one of silu, leaky_relu, relu"),
     (lambda d: d.update(anchors=[[10, 13], [30, 61]]), "key 'anchors' needs one list of (w, h) pairs per Detect input (3)"),
     (lambda d: d.update(anchors="three"), "key 'anchors' must be list[list[float]] | int, got str 'three'"),
+    (lambda d: d["head"][-1].update({"from": [17, 20, 23, 17, 20, 23]}), "Detect reads 6 levels; at most 5 (P3-P7)"),
 ])
 def test_bad_yaml_names_file_and_key(tmp_path, edit, message):
     path = write_variant(tmp_path, edit)
