@@ -17,6 +17,7 @@ Use it with pytest's monkeypatch fixture, which undoes the sys.modules change af
 from __future__ import annotations
 
 import enum
+import importlib.machinery
 import json
 import os
 import socket
@@ -171,6 +172,7 @@ def make_torch_npu(device_count: int = 1) -> ModuleType:
     calls: list[tuple[Any, ...]] = []
     module = ModuleType("torch_npu")
     module.__doc__ = "CPU stand-in for torch_npu (tests/npu_standin.py)"
+    module.__spec__ = importlib.machinery.ModuleSpec("torch_npu", None)  # importlib.util.find_spec reads it
 
     def record(name: str, result: Any = None) -> Any:
         def function(*args: Any, **kwargs: Any) -> Any:

@@ -15,6 +15,7 @@ import datetime
 import json
 import logging
 import os
+import signal
 import socket
 import sys
 import time
@@ -192,10 +193,15 @@ def _free_port() -> int:
 
 
 def _failure_line(error: Exception) -> str:
-    """One line naming each failed rank and its exit code (torch's ChildFailedError holds them per global rank)."""
-    failures = getattr(error, "failures", None) or {}
-    parts = [f"rank {rank} exited with code {failure.exitcode}" for rank, failure in sorted(failures.items())]
-    return "; ".join(parts) or str(error).strip().splitlines()[0]
+    """One line naming each rank that failed and its exit code, then the ranks the launcher stopped because of it
+    (SIGTERM: torch's ChildFailedError lists them among the failures)."""
+    failures = sorted((getattr(error, "failures", None) or {}).items())
+    if not failures:
+        return str(error).strip().splitlines()[0]
+    failed = [(rank, failure) for rank, failure in failures if failure.exitcode != -signal.SIGTERM] or failures
+    stopped = [rank for rank, failure in failures if (rank, failure) not in failed]
+    line = "; ".join(f"rank {rank} exited with code {failure.exitcode}" for rank, failure in failed)
+    return line + (f"; the launcher stopped rank {', '.join(map(str, stopped))}" if stopped else "")
 
 
 def launch_ranks(argv: list[str], devices: DeviceRequest) -> None:
