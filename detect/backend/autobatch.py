@@ -42,7 +42,7 @@ def _step_peak(model: nn.Module, backend: Backend, batch: int, imgsz: int) -> in
 def fit_batch_size(model: nn.Module, backend: Backend, imgsz: int, fraction: float = TARGET_FRACTION) -> int:
     """The batch size whose step uses `fraction` of the free memory of backend's device (model on it, train mode);
     on the CPU one line and DEFAULT_BATCH, as yolov5 does."""
-    if backend.device.type == "cpu":
+    if backend.name == "cpu":
         LOGGER.info("AutoBatch: --batch-size -1 measures accelerator memory; on the CPU the default batch size %d",
                     DEFAULT_BATCH)
         return DEFAULT_BATCH
