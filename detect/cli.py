@@ -30,6 +30,20 @@ T = TypeVar("T")
 # yolov5's other spellings of our flags, added to every CLI whose settings have the field (yolov5 users type them).
 YOLOV5_SPELLINGS = {"imgsz": ("--img", "--img-size"), "batch_size": ("--batch",), "conf_thres": ("--conf",),
                     "iou_thres": ("--iou",)}
+# yolov5 flags for services detect does not talk to and runtimes it does not use: accepted, so that a yolov5 command
+# line runs as written, and each named in one line; nothing a run computes depends on them. flag -> (argparse nargs
+# or 0 for a switch, what it is in yolov5).
+YOLOV5_NO_OPS: dict[str, tuple[Any, str]] = {
+    "--entity": (None, "a Weights & Biases option"), "--upload_dataset": ("?", "a Weights & Biases option"),
+    "--bbox_interval": (None, "a Weights & Biases option"), "--artifact_alias": (None, "a Weights & Biases option"),
+    "--bucket": (None, "a Google Cloud Storage bucket"), "--ndjson-console": (0, "NDJSON logging"),
+    "--ndjson-file": (0, "NDJSON logging"), "--dnn": (0, "OpenCV DNN for ONNX (detect runs ONNX in onnxruntime)"),
+    "--update": (0, "stripping optimizers from the weights (detect's exports and best.pt need no stripping)"),
+    "--data": (None, "predict's class names (detect takes them from the weights)"),
+    "--inplace": (0, "in-place Detect ops (detect's export graph is the same either way)"),
+    "--workspace": (None, "TensorRT's workspace"), "--verbose": (0, "TensorRT's log level"),
+}
+_NO_OP = "yolov5_no_op:"  # the argparse dest prefix of YOLOV5_NO_OPS flags
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -97,17 +111,33 @@ def add_settings_flags(parser: argparse.ArgumentParser, settings_class: type) ->
         parser.add_argument(*flags, **_flag_options(field, hints[field.name]))
 
 
-def settings_parser(settings_class: type, prog: str, description: str | None) -> ArgumentParser:
-    """A CLI's parser with the flags of `settings_class` (add the CLI's own extra flags to it)."""
+def settings_parser(settings_class: type, prog: str, description: str | None,
+                    no_ops: tuple[str, ...] = ()) -> ArgumentParser:
+    """A CLI's parser with the flags of `settings_class` and the YOLOV5_NO_OPS flags named in `no_ops` (add the
+    CLI's own extra flags to it)."""
     parser = ArgumentParser(prog=prog, description=description)
     add_settings_flags(parser, settings_class)
+    for flag in no_ops:
+        nargs, what = YOLOV5_NO_OPS[flag]
+        switch = {"action": "store_true"} if nargs == 0 else {"nargs": nargs}
+        parser.add_argument(flag, dest=_NO_OP + flag, default=argparse.SUPPRESS, help=f"yolov5's {what}: accepted, "
+                            "does nothing here", **switch)
     return parser
+
+
+def drop_no_ops(options: dict[str, Any]) -> dict[str, Any]:
+    """`options` without the YOLOV5_NO_OPS flags that were given, each named in one info line."""
+    for key in [key for key in options if key.startswith(_NO_OP)]:
+        flag = key.removeprefix(_NO_OP)
+        options.pop(key)
+        logging.getLogger("detect").info("%s is %s: detect does not use it", flag, YOLOV5_NO_OPS[flag][1])
+    return options
 
 
 def settings_from_args(settings_class: type[T], args: argparse.Namespace | dict[str, Any]) -> T:
     """The settings the given flags describe (defaults for the rest); a bad value raises UserError naming its flag."""
-    return options_from_dict(settings_class, dict(vars(args) if isinstance(args, argparse.Namespace) else args),
-                             "the command line")
+    options = drop_no_ops(dict(vars(args) if isinstance(args, argparse.Namespace) else args))
+    return options_from_dict(settings_class, options, "the command line")
 
 
 def main_for(parse_args: Callable[[list[str] | None], T],

@@ -20,7 +20,7 @@ from detect.exporters.torchscript import (
     export_torchscript,
     traced_module,
 )
-from detect.models.weights import load_model, resolve_weights
+from detect.models.weights import YOLOV5_DEFAULT_WEIGHTS, load_model, resolve_weights
 
 LOGGER = logging.getLogger("detect.export")
 FORMATS = ("torchscript", "onnx", "om")
@@ -31,7 +31,8 @@ class ExportRunSettings:
     """The options of `python -m detect.export` and `detect.export.run`, with yolov5's export.py names and defaults
     (the export's own defaults are ExportSettings')."""
 
-    weights: str = option(description="checkpoint: ours (.pt) or an ultralytics/yolov5 .pt")
+    weights: str = option(YOLOV5_DEFAULT_WEIGHTS, "checkpoint: ours (.pt) or an ultralytics/yolov5 .pt (a bare name: "
+                                                  "the working folder, then ./weights/; never downloaded)")
     include: tuple[str, ...] = option(("torchscript",), "formats to write (om converts the ONNX with CANN's atc)",
                                       choices=FORMATS)
     imgsz: tuple[int, ...] = option(ExportSettings.imgsz, "input size: one side, or height width (multiples of the "
@@ -63,7 +64,8 @@ class ExportRunSettings:
 
 
 def parse_args(argv: list[str] | None) -> ExportRunSettings:
-    parser = cli.settings_parser(ExportRunSettings, "python -m detect.export", __doc__)
+    parser = cli.settings_parser(ExportRunSettings, "python -m detect.export", __doc__,
+                                 no_ops=("--inplace", "--workspace", "--verbose"))
     return cli.settings_from_args(ExportRunSettings, parser.parse_args(argv))
 
 

@@ -17,6 +17,7 @@ from detect.inference.detector import Detector, PredictSettings
 from detect.inference.outputs import OutputSettings, PredictOutputs, predict_frames
 from detect.inference.sample_images import SAMPLES_DIR
 from detect.inference.sources import open_source
+from detect.models.weights import YOLOV5_DEFAULT_WEIGHTS
 from detect.run_dir import make_run_dir
 
 LOGGER = logging.getLogger("detect.predict")
@@ -27,7 +28,9 @@ class PredictRunSettings:
     """The options of `python -m detect.predict` and `detect.predict.run`, with yolov5's detect.py names and defaults
     (the NMS defaults are the Detector's, PredictSettings)."""
 
-    weights: str = option(description="ours (.pt), an ultralytics/yolov5 .pt, or an exported .onnx (onnxruntime)")
+    weights: str = option(YOLOV5_DEFAULT_WEIGHTS, "ours (.pt), an ultralytics/yolov5 .pt, or an exported .onnx "
+                                                  "(onnxruntime); a bare name: the working folder, then ./weights/ "
+                                                  "(never downloaded)")
     source: str = option("", "an image, video, folder, glob ('data/*.jpg'), .txt list, .streams list, URL, "
                              "rtsp/rtmp/http stream or webcam index (0); default: the package's sample images")
     imgsz: tuple[int, ...] = option(PredictSettings.imgsz[:1], "inference size: one side, or height width",
@@ -74,7 +77,8 @@ class PredictRunSettings:
 
 
 def parse_args(argv: list[str] | None) -> PredictRunSettings:
-    parser = cli.settings_parser(PredictRunSettings, "python -m detect.predict", __doc__)
+    parser = cli.settings_parser(PredictRunSettings, "python -m detect.predict", __doc__,
+                                 no_ops=("--dnn", "--update", "--data"))
     return cli.settings_from_args(PredictRunSettings, parser.parse_args(argv))
 
 

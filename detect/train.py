@@ -29,7 +29,9 @@ YOLOV5_EVOLVE_TRIALS = 300  # a bare --evolve (yolov5's default generations)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = cli.settings_parser(TrainSettings, "python -m detect.train", __doc__.split("\n\n")[0])
+    parser = cli.settings_parser(TrainSettings, "python -m detect.train", __doc__.split("\n\n")[0], no_ops=(
+        "--entity", "--upload_dataset", "--bbox_interval", "--artifact_alias", "--bucket", "--ndjson-console",
+        "--ndjson-file"))
     again = ", ".join(flag_name(field) for field in dataclasses.fields(TrainSettings) if field.name in resume_fields())
     parser.add_argument("--resume", nargs="?", const=True, default=False,
                         help="continue the latest run of --project, or the given run folder or last.pt, exactly where "
@@ -76,7 +78,7 @@ def _agree_on_local_rank(flag: int | None) -> None:
 
 
 def _run_args(args: argparse.Namespace) -> FitResult | EvolveResult:
-    options = vars(args)
+    options = cli.drop_no_ops(vars(args))
     resume, profile = options.pop("resume"), options.pop("profile")
     trials, sampler, storage = options.pop("evolve"), options.pop("evolve_sampler"), options.pop("evolve_storage")
     _agree_on_local_rank(options.pop("local_rank"))

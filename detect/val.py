@@ -29,6 +29,7 @@ from detect.evaluation.report import coco_stats, metrics_table, problems_list
 from detect.evaluation.study import STUDY_SIZES, run_study
 from detect.inference.model import load_inference_model, square_input_size
 from detect.inference.tta import augment_model
+from detect.models.weights import YOLOV5_DEFAULT_WEIGHTS
 from detect.run_dir import make_run_dir
 
 LOGGER = logging.getLogger("detect.val")
@@ -39,8 +40,9 @@ SPLITS = ("train", "val", "test")
 class ValSettings:
     """The options of `python -m detect.val` and `detect.val.run`, with yolov5's names and defaults."""
 
-    weights: tuple[str, ...] = option(description="checkpoints, each scored in turn: ours (.pt), ultralytics/yolov5 "
-                                                  ".pt files, exported .onnx files (onnxruntime)")
+    weights: tuple[str, ...] = option((YOLOV5_DEFAULT_WEIGHTS,), "checkpoints, each scored in turn: ours (.pt), "
+                                      "ultralytics/yolov5 .pt files, exported .onnx files (onnxruntime); a bare "
+                                      "name: the working folder, then ./weights/ (never downloaded)")
     data: str = option("shapes.yaml", "data yaml: a bare name in configs/data/ or a path")
     task: str = option("val", "a split to score (train, val, test); speed: ms per image of each stage on the val split "
                               "at conf 0.25 and IoU 0.45, no mAP; study: mAP and speed at --study-sizes on the val "
@@ -73,7 +75,7 @@ class ValSettings:
 
 
 def parse_args(argv: list[str] | None) -> ValSettings:
-    parser = cli.settings_parser(ValSettings, "python -m detect.val", __doc__)
+    parser = cli.settings_parser(ValSettings, "python -m detect.val", __doc__, no_ops=("--dnn",))
     return cli.settings_from_args(ValSettings, parser.parse_args(argv))
 
 

@@ -53,3 +53,29 @@ def test_empty_weights_train_from_scratch(tmp_path, caplog):
 def test_yolov5_spellings_on_every_cli(parse, argv, field, value):
     parsed = parse(argv)
     assert vars(parsed)[field] == value
+
+
+def test_noplots_writes_no_pictures(tmp_path):
+    data = tiny_dataset(tmp_path / "data")
+    result = train.run(data=str(data), project=str(tmp_path / "runs"), noplots=True,
+                       **{**TINY, "noval": False})
+    assert result.best.is_file()
+    pictures = [path.name for path in result.save_dir.rglob("*") if path.suffix in (".png", ".jpg")]
+    assert pictures == []
+
+
+@pytest.mark.parametrize("main, argv", [
+    (val.main, ["--weights", "missing.pt", "--dnn"]),
+    (predict.main, ["--weights", "missing.pt", "--dnn", "--update", "--data", "coco128.yaml"]),
+    (export.main, ["--weights", "missing.pt", "--inplace", "--workspace", "4", "--verbose"]),
+    (train.main, ["--weights", "missing.pt", "--entity", "me", "--bbox_interval", "2", "--upload_dataset",
+                  "--bucket", "b", "--ndjson-console"]),
+])
+def test_yolov5_flags_for_services_are_accepted_and_named(main, argv, tmp_path, monkeypatch, caplog, capsys):
+    monkeypatch.chdir(tmp_path)
+    with caplog.at_level(logging.INFO):
+        assert main(argv) == 2  # the missing weights, after the flags were taken
+    assert "weights not found: missing.pt" in capsys.readouterr().err
+    for flag in argv[2:]:
+        if flag.startswith("--"):
+            assert f"{flag} is " in caplog.text and "detect does not use it" in caplog.text

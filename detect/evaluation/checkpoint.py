@@ -19,13 +19,13 @@ LOGGER = logging.getLogger(__name__)
 
 
 def evaluate_checkpoint(weights: Path, loader: Loader, evaluator: CocoEvaluator, backend: Backend, save_dir: Path,
-                        progress: bool = True) -> Metrics:
+                        progress: bool = True, plots: bool = True) -> Metrics:
     """`weights` fused, in fp32, NMS IoU 0.65 on COCO (the published numbers) else 0.6; the PR curve, confusion
-    matrix and predictions grid into save_dir, the per-class table logged."""
+    matrix and predictions grid into save_dir (unless not `plots`), the per-class table logged."""
     model = TorchInference(load_model(weights), backend)
     split = loader.split
     settings = EvalSettings(iou_threshold=0.65 if is_coco(split.names) else 0.6)
-    outputs = ValOutputs(save_dir, split, save_txt=False, save_conf=False, plots=True)
+    outputs = ValOutputs(save_dir, split, save_txt=False, save_conf=False, plots=plots)
     evaluator.reset()
     result = evaluate(model, loader, backend, evaluator, settings, progress=progress, on_image=outputs.add)
     outputs.finish(result.metrics)

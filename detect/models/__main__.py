@@ -13,7 +13,8 @@ from detect.models import build_model, summarize
 class ModelsSettings:
     """The options of `python -m detect.models` (yolov5's models/yolo.py takes --cfg too)."""
 
-    cfg: str = option("yolov5s.yaml", "model yaml: a bare name in configs/models/, or a path to ours or to a yolov5 one")
+    cfg: str = option("yolov5s.yaml", "model yaml: a bare name in configs/models/, or a path (ours or yolov5's "
+                                      "format)")
     nc: int | None = option(None, "number of classes (default: the yaml's nc)", bound=POSITIVE)
     imgsz: int = option(640, "image size for the GFLOPs count", bound=POSITIVE)
     fuse: bool = option(False, "fold BatchNorm into the convolutions first")

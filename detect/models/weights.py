@@ -15,6 +15,7 @@ from detect.models.yolov5_pickle import read_yolov5_checkpoint
 
 LOGGER = logging.getLogger(__name__)
 WEIGHTS_DIR = Path("weights")  # a bare --weights name: the working directory, then ./weights/ (weights/README.md)
+YOLOV5_DEFAULT_WEIGHTS = "yolov5s.pt"  # val, predict and export without --weights, as yolov5 (looked up, not fetched)
 
 
 def model_state(model: DetectionModel) -> dict:

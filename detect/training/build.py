@@ -328,7 +328,7 @@ def build_run(settings: TrainSettings, context: DistContext, resume: bool | str 
         with phases.time("label check"):
             validation = _validation(settings, data, model, backend, context, folder, progress.epoch)
         folder.write_config(settings, hyp, data, context)
-        if point is None:
+        if point is None and not settings.noplots:
             with phases.time("plots"):
                 plot_label_stats(train_loader.records, train_loader.names, folder.save_dir / "labels.png")
     return Run(settings, hyp, context, backend, folder, train_loader, model, step, schedule, scheduler, progress,

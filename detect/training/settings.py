@@ -40,6 +40,7 @@ class TrainSettings:
     seed: int = option(0, "seed of the data order, augmentation and init", bound=NON_NEGATIVE)
     noval: bool = option(False, "validate only after the final epoch")
     nosave: bool = option(False, "save only the final checkpoint")
+    noplots: bool = option(False, "no plots (labels, training batches, results, PR curves, confusion matrix)")
     noautoanchor: bool = option(False, "keep the model's anchors (no AutoAnchor check)")
     patience: int = option(100, "stop after this many epochs without improvement (0: never)", bound=NON_NEGATIVE)
     freeze: tuple[int, ...] = option((0,), "freeze the first N layers, or the listed layers", bound=NON_NEGATIVE)

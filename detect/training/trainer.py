@@ -100,7 +100,7 @@ class Trainer:
             return
 
         def plot(index: int, batch: Batch) -> None:
-            if index < 3:
+            if index < 3 and not run.settings.noplots:
                 plot_batch(batch, run.train_loader.names, run.folder.save_dir / f"train_batch{index}.jpg")
 
         if self.profile is None:
@@ -195,8 +195,9 @@ class Trainer:
             LOGGER.info("all %d ranks hold identical parameters", context.world_size)
         if run.validation is None:
             return FitResult(folder.save_dir, None, None, None, epochs_run)
-        with run.phases.time("plots"):
-            run.validation.results.plot()
+        if not run.settings.noplots:
+            with run.phases.time("plots"):
+                run.validation.results.plot()
         run.validation.results.close()
         best = folder.best_path if folder.best_path.is_file() else None
         last = folder.last_path if folder.last_path.is_file() else None
@@ -205,7 +206,8 @@ class Trainer:
         if weights is not None:
             with run.phases.time("final evaluation"):
                 metrics = evaluate_checkpoint(weights, run.validation.loader, run.validation.evaluator, run.backend,
-                                              folder.save_dir, progress=run.settings.progress)
+                                              folder.save_dir, progress=run.settings.progress,
+                                              plots=not run.settings.noplots)
         folder.write_problems(self.problems, run.train_loader.split)
         LOGGER.info("%s", run.phases.line())
         LOGGER.info("results saved to %s", folder.save_dir)
