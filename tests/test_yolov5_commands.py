@@ -1,0 +1,57 @@
+"""yolov5 users' own command lines run unchanged against detect, each script swapped for our module: the "Test
+detection" step of yolov5's CI (scripts/yolov5_ci_commands.sh runs it) and the command lines of yolov5's README."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from detect import export, predict, train, val
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+YOLOV5N = SHARED / "weights" / "yolov5n.pt"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not YOLOV5N.is_file(), reason=f"the official yolov5n.pt and coco128 are absent: {SHARED}")
+def test_yolov5s_ci_test_detection_step_runs(tmp_path):
+    (tmp_path / "shared").symlink_to(SHARED)  # coco128.yaml finds ../shared/data/coco128 from the working folder
+    work = tmp_path / "work"
+    (work / "weights").mkdir(parents=True)
+    (work / "weights" / "yolov5n.pt").symlink_to(YOLOV5N)
+    finished = subprocess.run(["bash", str(REPO / "scripts" / "yolov5_ci_commands.sh"), str(work)],
+                              capture_output=True, text=True, timeout=900, check=False,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert finished.returncode == 0, finished.stdout[-3000:] + finished.stderr[-3000:]
+    assert "all of yolov5's Test detection commands ran" in finished.stdout
+    assert (work / "runs" / "train" / "exp" / "weights" / "best.pt").is_file()
+    assert (work / "weights" / "yolov5n.torchscript").is_file()
+
+
+# yolov5's README (master 5081342f0), detection command lines with the script swapped; the datasets and weights they
+# name need not exist: parsing them is what differs between a drop-in and a refusal.
+README_LINES = [
+    (train, "--data coco.yaml --epochs 300 --weights '' --cfg yolov5n.yaml --batch-size 128"),
+    (train, "--data coco128.yaml --weights yolov5s.pt --img 640 --device 0,1,2,3"),
+    (train, "--data coco.yaml --batch-size -1 --local_rank 0"),
+    (val, "--data coco.yaml --img 640 --conf 0.001 --iou 0.65"),
+    (val, "--data coco.yaml --img 640 --task speed --batch 1"),
+    (val, "--data coco.yaml --img 1536 --iou 0.7 --augment"),
+    (val, "--task study --data coco.yaml --iou 0.7 --weights yolov5n6.pt yolov5s6.pt yolov5m6.pt yolov5l6.pt yolov5x6.pt"),
+    *[(predict, f"--weights yolov5s.pt --source {source}") for source in (
+        "0", "img.jpg", "vid.mp4", "path/to/images/", "list.txt", "list.streams", "'path/to/*.jpg'",
+        "'https://youtu.be/LNwODJXcvt4'", "'rtsp://example.com/media.mp4'")],
+    (export, "--weights yolov5s.pt --include torchscript onnx --img 640"),
+]
+
+
+@pytest.mark.parametrize("cli, line", README_LINES)
+def test_yolov5s_readme_command_lines_parse(cli, line):
+    parsed = cli.parse_args(shlex.split(line))
+    assert parsed is not None
+
