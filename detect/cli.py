@@ -35,9 +35,10 @@ YOLOV5_SPELLINGS = {"imgsz": ("--img", "--img-size"), "batch_size": ("--batch",)
 # or 0 for a switch, what it is in yolov5).
 YOLOV5_NO_OPS: dict[str, tuple[Any, str]] = {
     "--entity": (None, "a Weights & Biases option"), "--upload_dataset": ("?", "a Weights & Biases option"),
-    "--bbox_interval": (None, "a Weights & Biases option"), "--artifact_alias": (None, "a Weights & Biases option"),
-    "--bucket": (None, "a Google Cloud Storage bucket"), "--ndjson-console": (0, "NDJSON logging"),
-    "--ndjson-file": (0, "NDJSON logging"), "--dnn": (0, "OpenCV DNN for ONNX (detect runs ONNX in onnxruntime)"),
+    "--bbox_interval": (None, "a Weights & Biases option"),
+    "--artifact_alias": (None, "a Weights & Biases option (yolov5 v6)"),
+    "--bucket": (None, "a Google Cloud Storage bucket"),
+    "--dnn": (0, "OpenCV DNN for ONNX (detect runs ONNX in onnxruntime)"),
     "--update": (0, "stripping optimizers from the weights (detect's exports and best.pt need no stripping)"),
     "--data": (None, "predict's class names (detect takes them from the weights)"),
     "--inplace": (0, "in-place Detect ops (detect's export graph is the same either way)"),
@@ -107,15 +108,20 @@ def add_settings_flags(parser: argparse.ArgumentParser, settings_class: type) ->
     hints = typing.get_type_hints(settings_class)
     for field in dataclasses.fields(settings_class):
         flags = field.metadata.get("flags") or (flag_name(field),)
+        options = _flag_options(field, hints[field.name])
+        if not flags[0].startswith("-"):  # a positional argument: argparse names it by its dest, always required
+            options = {key: value for key, value in options.items() if key not in ("dest", "required", "default")}
+            parser.add_argument(field.name, **options)
+            continue
         flags += tuple(alias for alias in YOLOV5_SPELLINGS.get(field.name, ()) if alias not in flags)
-        parser.add_argument(*flags, **_flag_options(field, hints[field.name]))
+        parser.add_argument(*flags, **options)
 
 
 def settings_parser(settings_class: type, prog: str, description: str | None,
                     no_ops: tuple[str, ...] = ()) -> ArgumentParser:
     """A CLI's parser with the flags of `settings_class` and the YOLOV5_NO_OPS flags named in `no_ops` (add the
     CLI's own extra flags to it)."""
-    parser = ArgumentParser(prog=prog, description=description)
+    parser = ArgumentParser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_settings_flags(parser, settings_class)
     for flag in no_ops:
         nargs, what = YOLOV5_NO_OPS[flag]
@@ -152,14 +158,6 @@ def main_for(parse_args: Callable[[list[str] | None], T],
         return run(body)
 
     return main
-
-
-def add_npu_flags(parser: argparse.ArgumentParser) -> None:
-    """The NPU switches backends.select takes; left out, torch_npu's defaults stay (NPU.md §1 #5, §2.1)."""
-    parser.add_argument("--npu-jit-compile", action=argparse.BooleanOptionalAction, default=None,
-                        help="NPU only: set_compile_mode(jit_compile=...) (910B default: off)")
-    parser.add_argument("--npu-allow-hf32", action=argparse.BooleanOptionalAction, default=None,
-                        help="NPU only: HF32 in fp32 convolutions and matmuls (910B default: conv on, matmul off)")
 
 
 def user_message(error: UserError) -> str:

@@ -30,12 +30,11 @@ YOLOV5_EVOLVE_TRIALS = 300  # a bare --evolve (yolov5's default generations)
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = cli.settings_parser(TrainSettings, "python -m detect.train", __doc__.split("\n\n")[0], no_ops=(
-        "--entity", "--upload_dataset", "--bbox_interval", "--artifact_alias", "--bucket", "--ndjson-console",
-        "--ndjson-file"))
+        "--entity", "--upload_dataset", "--bbox_interval", "--artifact_alias", "--bucket"))
     again = ", ".join(flag_name(field) for field in dataclasses.fields(TrainSettings) if field.name in resume_fields())
     parser.add_argument("--resume", nargs="?", const=True, default=False,
-                        help="continue the latest run of --project, or the given run folder or last.pt, exactly where "
-                             f"it stopped (only {again} may be given again)")
+                        help="continue the latest run of --project, or the given last.pt, exactly where it stopped "
+                             f"(only {again} may be given again)")
     parser.add_argument("--evolve", type=cli.positive_int, nargs="?", const=YOLOV5_EVOLVE_TRIALS, default=None,
                         metavar="N", help=f"evolve the hyp: N short runs with Optuna's proposals (bare: "
                                           f"{YOLOV5_EVOLVE_TRIALS}, as yolov5; {EVOLVE_PROJECT}/<name> unless "

@@ -69,7 +69,7 @@ def test_noplots_writes_no_pictures(tmp_path):
     (predict.main, ["--weights", "missing.pt", "--dnn", "--update", "--data", "coco128.yaml"]),
     (export.main, ["--weights", "missing.pt", "--inplace", "--workspace", "4", "--verbose"]),
     (train.main, ["--weights", "missing.pt", "--entity", "me", "--bbox_interval", "2", "--upload_dataset",
-                  "--bucket", "b", "--ndjson-console"]),
+                  "--bucket", "b", "--artifact_alias", "latest"]),
 ])
 def test_yolov5_flags_for_services_are_accepted_and_named(main, argv, tmp_path, monkeypatch, caplog, capsys):
     monkeypatch.chdir(tmp_path)

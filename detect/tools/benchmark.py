@@ -10,7 +10,7 @@ Rates are model-only (one fixed synthetic batch on the device; no data loading, 
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import datetime
 import json
 import platform
@@ -21,9 +21,10 @@ import torchvision
 
 import detect
 from detect import cli
+from detect.config import NON_NEGATIVE, POSITIVE, option
 from detect.errors import UserError
 from detect.tools.throughput import Measurement, measure_inference, measure_train
-from detect.tools.workload import add_model_flags, build_tool_model, select_backend, synthetic_batch
+from detect.tools.workload import WorkloadSettings, build_tool_model, select_backend, synthetic_batch
 
 SCHEMA = 1
 COCO_TRAIN_IMAGES, COCO_VAL_IMAGES = 118_287, 5_000  # COCO 2017 train and val
@@ -32,23 +33,31 @@ FIELDS = ("tool", "schema", "created", "device", "device_name", "versions", "mod
 ROW_FIELDS = ("config", "mode", "precision", "img_per_s", "memory_gb", "epoch_seconds")
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = cli.ArgumentParser(prog="python -m detect.tools.benchmark", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_model_flags(parser, imgsz=640, batch_size=16)
-    parser.add_argument("--device", default="auto", help="the device to measure")
-    parser.add_argument("--warmup", type=cli.non_negative_int, default=3, help="untimed steps per phase")
-    parser.add_argument("--steps", type=cli.positive_int, default=10, help="timed steps per phase")
-    parser.add_argument("--train-images", type=cli.positive_int, default=COCO_TRAIN_IMAGES,
-                        help="images per training epoch, for the time estimate (default: COCO train2017)")
-    parser.add_argument("--val-images", type=cli.positive_int, default=COCO_VAL_IMAGES,
-                        help="images per validation pass, for the time estimate (default: COCO val2017)")
-    parser.add_argument("--json", default=None, help="where to write the results (default: runs/benchmark/"
-                                                     "<device>_<model>_<imgsz>_<batch>.json)")
-    parser.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"), default=None,
-                        help="print B's ratios to A for two earlier results instead of measuring")
-    cli.add_npu_flags(parser)
-    return parser.parse_args(argv)
+@dataclasses.dataclass(frozen=True)
+class BenchmarkSettings(WorkloadSettings):
+    """The options of `python -m detect.tools.benchmark`."""
+
+    device: str = option("auto", "the device to measure")
+    warmup: int = option(3, "untimed steps per phase", bound=NON_NEGATIVE)
+    steps: int = option(10, "timed steps per phase", bound=POSITIVE)
+    train_images: int = option(COCO_TRAIN_IMAGES, "images per training epoch, for the time estimate (default: COCO "
+                                                  "train2017)", bound=POSITIVE)
+    val_images: int = option(COCO_VAL_IMAGES, "images per validation pass, for the time estimate (default: COCO "
+                                              "val2017)", bound=POSITIVE)
+    json: str | None = option(None, "where to write the results (default: runs/benchmark/"
+                                    "<device>_<model>_<imgsz>_<batch>.json)")
+    compare: tuple[str, ...] | None = option(None, "print B's ratios to A for two earlier results (A.json B.json) "
+                                                   "instead of measuring")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.compare is not None and len(self.compare) != 2:
+            raise UserError(f"--compare takes two result files (A.json B.json), got {len(self.compare)}")
+
+
+def parse_args(argv: list[str] | None) -> BenchmarkSettings:
+    parser = cli.settings_parser(BenchmarkSettings, "python -m detect.tools.benchmark", __doc__)
+    return cli.settings_from_args(BenchmarkSettings, parser.parse_args(argv))
 
 
 def row(measurement: Measurement, images: int) -> dict:
@@ -59,7 +68,7 @@ def row(measurement: Measurement, images: int) -> dict:
             "epoch_seconds": images / measurement.img_per_s}
 
 
-def measure(args: argparse.Namespace) -> dict:
+def measure(args: BenchmarkSettings) -> dict:
     """Every phase on this device; the result as the JSON document."""
     model = build_tool_model(args.cfg, args.weights, args.nc, args.seed)
     batch = synthetic_batch(args.batch_size, args.imgsz, model.nc, args.seed)
@@ -138,26 +147,25 @@ def ratios(first: dict, second: dict) -> str:
     return "\n".join(lines)
 
 
-def default_json(result: dict, args: argparse.Namespace) -> Path:
+def default_json(result: dict, args: BenchmarkSettings) -> Path:
     kind = result["device"].split(":")[0]
     return Path("runs/benchmark") / f"{kind}_{Path(args.weights or args.cfg).stem}_{args.imgsz}_{args.batch_size}.json"
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def benchmark(args: BenchmarkSettings) -> None:
+    """Measure and write the results (or, with --compare, print two earlier results' ratios)."""
+    if args.compare:
+        print(ratios(*(load_result(path) for path in args.compare)))
+        return
+    result = measure(args)
+    path = Path(args.json) if args.json else default_json(result, args)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(table(result))
+    print(f"written to {path}")
 
-    def body() -> None:
-        if args.compare:
-            print(ratios(*(load_result(path) for path in args.compare)))
-            return
-        result = measure(args)
-        path = Path(args.json) if args.json else default_json(result, args)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(result, indent=2) + "\n")
-        print(table(result))
-        print(f"written to {path}")
 
-    return cli.run(body)
+main = cli.main_for(parse_args, benchmark)
 
 
 if __name__ == "__main__":

@@ -10,14 +10,15 @@ the first layer past the tolerance flagged; then the losses and each layer's gra
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 
 from detect import cli
+from detect.config import POSITIVE, UNIT, option
 from detect.errors import UserError
 from detect.tools.capture import Difference, capture, differences
 from detect.tools.workload import (
     PRECISIONS,
-    add_model_flags,
+    WorkloadSettings,
     build_tool_model,
     precision_name,
     select_backend,
@@ -27,23 +28,26 @@ from detect.tools.workload import (
 HEADER = f"{'':<18} {'A min':>10} {'A max':>10} {'max|A-B|':>10} {'mean|A-B|':>10} {'rel max':>9} {'rel mean':>9}"
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = cli.ArgumentParser(prog="python -m detect.tools.compare", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_model_flags(parser, imgsz=320, batch_size=2)
-    parser.add_argument("--weights-b", default=None, help="B's checkpoint (default: the same model as A)")
-    parser.add_argument("--device", default="auto", help="A's device")
-    parser.add_argument("--device-b", default=None, help="B's device (default: A's)")
-    parser.add_argument("--precision", default="fp32", choices=PRECISIONS, help="A's precision")
-    parser.add_argument("--precision-b", default=None, choices=PRECISIONS,
-                        help="B's precision (default: A's when --device-b or --weights-b is given, else amp: "
-                             "the device's AMP dtype)")
-    parser.add_argument("--tolerance", type=cli.unit_float, default=0.05,
-                        help="a layer drifts when mean|A-B| / mean|A| is past this")
-    parser.add_argument("--mode", default="train", choices=("train", "eval"),
-                        help="BatchNorm on batch statistics (train, as in training) or running ones (eval)")
-    cli.add_npu_flags(parser)
-    return parser.parse_args(argv)
+@dataclasses.dataclass(frozen=True)
+class CompareSettings(WorkloadSettings):
+    """The options of `python -m detect.tools.compare` (a small batch at 320 by default)."""
+
+    imgsz: int = option(320, "image size, pixels", bound=POSITIVE)
+    batch_size: int = option(2, bound=POSITIVE)
+    weights_b: str | None = option(None, "B's checkpoint (default: the same model as A)")
+    device: str = option("auto", "A's device")
+    device_b: str | None = option(None, "B's device (default: A's)")
+    precision: str = option("fp32", "A's precision", choices=PRECISIONS)
+    precision_b: str | None = option(None, "B's precision (default: A's when --device-b or --weights-b is given, "
+                                           "else amp: the device's AMP dtype)", choices=PRECISIONS)
+    tolerance: float = option(0.05, "a layer drifts when mean|A-B| / mean|A| is past this", bound=UNIT)
+    mode: str = option("train", "BatchNorm on batch statistics (train, as in training) or running ones (eval)",
+                       choices=("train", "eval"))
+
+
+def parse_args(argv: list[str] | None) -> CompareSettings:
+    parser = cli.settings_parser(CompareSettings, "python -m detect.tools.compare", __doc__)
+    return cli.settings_from_args(CompareSettings, parser.parse_args(argv))
 
 
 def row(difference: Difference, flag: str = "") -> str:
@@ -73,7 +77,7 @@ def report(outputs: list[Difference], losses: list[Difference], gradients: list[
                         f"first past {tolerance}: outputs {where[0]}; gradients (from the head) {where[1]}"])
 
 
-def run(args: argparse.Namespace) -> str:
+def run(args: CompareSettings) -> str:
     # One thing changes unless told otherwise: the device, the checkpoint, or else the precision.
     precision_b = args.precision_b or (args.precision if args.device_b or args.weights_b else "amp")
     backend_a = select_backend(args.device, args.precision, args)
@@ -91,13 +95,7 @@ def run(args: argparse.Namespace) -> str:
     return header + "\n\n" + report(*differences(a, b), args.tolerance)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-
-    def body() -> None:
-        print(run(args))
-
-    return cli.run(body)
+main = cli.main_for(parse_args, lambda args: print(run(args)))
 
 
 if __name__ == "__main__":

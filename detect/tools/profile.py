@@ -8,20 +8,29 @@ trace_view.json), a folder holding one, or a run folder of `python -m detect.tra
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 from pathlib import Path
 
 from detect import cli
 from detect.backend.profiler import find_trace, format_summary, summarize
+from detect.config import POSITIVE, check_options, option
 from detect.errors import UserError
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = cli.ArgumentParser(prog="python -m detect.tools.profile", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("path", help="a trace file, a folder with one, or a run folder (its profile/)")
-    parser.add_argument("--top", type=cli.positive_int, default=10, help="operators and kernels to list")
-    return parser.parse_args(argv)
+@dataclasses.dataclass(frozen=True)
+class ProfileSettings:
+    """The options of `python -m detect.tools.profile`."""
+
+    path: str = option(description="a trace file, a folder with one, or a run folder (its profile/)", flags=("path",))
+    top: int = option(10, "operators and kernels to list", bound=POSITIVE)
+
+    def __post_init__(self) -> None:
+        check_options(self)
+
+
+def parse_args(argv: list[str] | None) -> ProfileSettings:
+    parser = cli.settings_parser(ProfileSettings, "python -m detect.tools.profile", __doc__)
+    return cli.settings_from_args(ProfileSettings, parser.parse_args(argv))
 
 
 def resolve_trace(path: Path) -> Path:
@@ -34,13 +43,12 @@ def resolve_trace(path: Path) -> Path:
     return find_trace(run_profile if run_profile.is_dir() else path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def report(args: ProfileSettings) -> None:
+    """Print the summary of the trace at args.path."""
+    print(format_summary(summarize(resolve_trace(Path(args.path))), top=args.top))
 
-    def body() -> None:
-        print(format_summary(summarize(resolve_trace(Path(args.path))), top=args.top))
 
-    return cli.run(body)
+main = cli.main_for(parse_args, report)
 
 
 if __name__ == "__main__":

@@ -3,14 +3,13 @@ backend of a device + precision choice."""
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 
 import numpy as np
 import torch
 
 from detect import backend as backends
-from detect import cli
-from detect.config import load_hyp
+from detect.config import NON_NEGATIVE, POSITIVE, check_options, load_hyp, option
 from detect.data.batch import Batch, Sample, collate
 from detect.models import DetectionModel, build_model
 from detect.models.weights import load_model
@@ -20,17 +19,26 @@ PRECISIONS = ("fp32", "amp", "fp16", "bf16")  # amp: the device's AMP dtype (fp1
 GREY = 114  # yolov5's letterbox fill
 
 
-def add_model_flags(parser: argparse.ArgumentParser, imgsz: int, batch_size: int) -> None:
-    """--cfg / --weights / --nc / --imgsz / --batch-size / --seed, shared by the tools."""
-    parser.add_argument("--cfg", default="yolov5n.yaml", help="model yaml (ignored when --weights is given)")
-    parser.add_argument("--weights", default=None, help="a checkpoint (ours or an ultralytics/yolov5 .pt)")
-    parser.add_argument("--nc", type=cli.positive_int, default=80, help="classes of a --cfg model")
-    parser.add_argument("--imgsz", type=cli.positive_int, default=imgsz, help="image size, pixels")
-    parser.add_argument("--batch-size", type=cli.positive_int, default=batch_size)
-    parser.add_argument("--seed", type=cli.non_negative_int, default=0, help="initial weights and the batch")
+@dataclasses.dataclass(frozen=True)
+class WorkloadSettings:
+    """The options the tools share: the model, the synthetic batch, the NPU switches (a tool's settings extend it)."""
+
+    cfg: str = option("yolov5n.yaml", "model yaml (ignored when --weights is given)")
+    weights: str | None = option(None, "a checkpoint (ours or an ultralytics/yolov5 .pt)")
+    nc: int = option(80, "classes of a --cfg model", bound=POSITIVE)
+    imgsz: int = option(640, "image size, pixels", bound=POSITIVE)
+    batch_size: int = option(16, bound=POSITIVE)
+    seed: int = option(0, "initial weights and the batch", bound=NON_NEGATIVE)
+    # None keeps torch_npu's default (NPU.md §1 #5, §2.1)
+    npu_jit_compile: bool | None = option(None, "NPU only: set_compile_mode(jit_compile=...) (910B default: off)")
+    npu_allow_hf32: bool | None = option(
+        None, "NPU only: HF32 in fp32 convolutions and matmuls (910B default: conv on, matmul off)")
+
+    def __post_init__(self) -> None:
+        check_options(self)
 
 
-def select_backend(device: str, precision: str, args: argparse.Namespace) -> backends.Backend:
+def select_backend(device: str, precision: str, args: WorkloadSettings) -> backends.Backend:
     """The backend for `device` computing in `precision` (one of PRECISIONS), with the NPU switches of `args`."""
     named = precision if precision in ("fp16", "bf16") else None
     backend = backends.select(device, amp=precision != "fp32", amp_dtype=named,
