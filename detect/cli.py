@@ -140,6 +140,16 @@ def drop_no_ops(options: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
+def settings_reader(settings_class: type[T], prog: str, description: str | None,
+                    no_ops: tuple[str, ...] = ()) -> Callable[[list[str] | None], T]:
+    """A CLI's `parse_args(argv) -> settings`, its flags made from `settings_class` (see settings_parser)."""
+    def parse_args(argv: list[str] | None) -> T:
+        return settings_from_args(settings_class, settings_parser(settings_class, prog, description, no_ops)
+                                  .parse_args(argv))
+
+    return parse_args
+
+
 def settings_from_args(settings_class: type[T], args: argparse.Namespace | dict[str, Any]) -> T:
     """The settings the given flags describe (defaults for the rest); a bad value raises UserError naming its flag."""
     options = drop_no_ops(dict(vars(args) if isinstance(args, argparse.Namespace) else args))

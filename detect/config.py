@@ -211,6 +211,14 @@ def check_options(settings: Any) -> None:
             raise UserError(f"{flag_name(field)} {value!r}: choose one of {', '.join(choices)}")
 
 
+class Settings:
+    """Base of the settings dataclasses made with `option`: their fields are checked when made (check_options);
+    a subclass with checks of its own calls super().__post_init__() first."""
+
+    def __post_init__(self) -> None:
+        check_options(self)
+
+
 def options_from_dict(cls: type[T], values: dict[str, Any], source: str) -> T:
     """Settings from keyword arguments or a stored dict: a tuple field also takes a list or one value; an unknown
     key or a wrong type names it and `source`."""

@@ -12,6 +12,7 @@ import os
 from detect import cli
 from detect.backend.environment import FAIL, WARN, Check
 from detect.backend.probe import Diagnosis, diagnose
+from detect.config import Settings
 
 
 def format_check(check: Check) -> str:
@@ -38,13 +39,11 @@ def verdict(diagnosis: Diagnosis) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class DoctorSettings:
+class DoctorSettings(Settings):
     """`python -m detect.doctor` takes no options: it only reads the machine."""
 
 
-def parse_args(argv: list[str] | None) -> DoctorSettings:
-    parser = cli.settings_parser(DoctorSettings, "python -m detect.doctor", __doc__)
-    return cli.settings_from_args(DoctorSettings, parser.parse_args(argv))
+parse_args = cli.settings_reader(DoctorSettings, "python -m detect.doctor", __doc__)
 
 
 def examine(_settings: DoctorSettings) -> int:

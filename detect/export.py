@@ -10,7 +10,7 @@ from typing import Any
 
 from detect import backend as backends
 from detect import cli
-from detect.config import POSITIVE, check_options, option, options_from_dict
+from detect.config import POSITIVE, Settings, option, options_from_dict
 from detect.errors import UserError
 from detect.exporters.om import convert_om
 from detect.exporters.onnx_export import export_onnx
@@ -27,7 +27,7 @@ FORMATS = ("torchscript", "onnx", "om")
 
 
 @dataclasses.dataclass(frozen=True)
-class ExportRunSettings:
+class ExportRunSettings(Settings):
     """The options of `python -m detect.export` and `detect.export.run`, with yolov5's export.py names and defaults
     (the export's own defaults are ExportSettings')."""
 
@@ -48,7 +48,7 @@ class ExportRunSettings:
     output_dir: str | None = option(None, "where to write (default: beside --weights)")
 
     def __post_init__(self) -> None:
-        check_options(self)
+        super().__post_init__()
         if len(self.imgsz) > 2:
             raise UserError(f"--imgsz {' '.join(map(str, self.imgsz))}: one side or height width")
         if "om" in self.include and not self.soc_version:
@@ -63,10 +63,8 @@ class ExportRunSettings:
                               simplify=self.simplify)
 
 
-def parse_args(argv: list[str] | None) -> ExportRunSettings:
-    parser = cli.settings_parser(ExportRunSettings, "python -m detect.export", __doc__,
+parse_args = cli.settings_reader(ExportRunSettings, "python -m detect.export", __doc__,
                                  no_ops=("--inplace", "--workspace", "--verbose"))
-    return cli.settings_from_args(ExportRunSettings, parser.parse_args(argv))
 
 
 def run(**options: Any) -> dict[str, Path]:

@@ -11,7 +11,7 @@ from typing import Any
 
 from detect import backend as backends
 from detect import cli
-from detect.config import NON_NEGATIVE, POSITIVE, UNIT, check_options, option, options_from_dict
+from detect.config import NON_NEGATIVE, POSITIVE, UNIT, Settings, option, options_from_dict
 from detect.errors import UserError
 from detect.inference.detector import Detector, PredictSettings
 from detect.inference.outputs import OutputSettings, PredictOutputs, predict_frames
@@ -24,7 +24,7 @@ LOGGER = logging.getLogger("detect.predict")
 
 
 @dataclasses.dataclass(frozen=True)
-class PredictRunSettings:
+class PredictRunSettings(Settings):
     """The options of `python -m detect.predict` and `detect.predict.run`, with yolov5's detect.py names and defaults
     (the NMS defaults are the Detector's, PredictSettings)."""
 
@@ -58,7 +58,7 @@ class PredictRunSettings:
     exist_ok: bool = option(False, "reuse project/name instead of a new one")
 
     def __post_init__(self) -> None:
-        check_options(self)
+        super().__post_init__()
         if len(self.imgsz) > 2:
             raise UserError(f"--imgsz {' '.join(map(str, self.imgsz))}: one side or height width")
 
@@ -76,10 +76,8 @@ class PredictRunSettings:
                                agnostic=self.agnostic_nms)
 
 
-def parse_args(argv: list[str] | None) -> PredictRunSettings:
-    parser = cli.settings_parser(PredictRunSettings, "python -m detect.predict", __doc__,
+parse_args = cli.settings_reader(PredictRunSettings, "python -m detect.predict", __doc__,
                                  no_ops=("--dnn", "--update", "--data"))
-    return cli.settings_from_args(PredictRunSettings, parser.parse_args(argv))
 
 
 def run(**options: Any) -> Path:

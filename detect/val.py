@@ -9,7 +9,7 @@ from typing import Any
 
 from detect import backend as backends
 from detect import cli
-from detect.config import NON_NEGATIVE, POSITIVE, UNIT, check_options, option, options_from_dict
+from detect.config import NON_NEGATIVE, POSITIVE, UNIT, Settings, option, options_from_dict
 from detect.data import load_data_config
 from detect.data.loader import Loader, build_val_loader
 from detect.errors import UserError
@@ -37,7 +37,7 @@ SPLITS = ("train", "val", "test")
 
 
 @dataclasses.dataclass(frozen=True)
-class ValSettings:
+class ValSettings(Settings):
     """The options of `python -m detect.val` and `detect.val.run`, with yolov5's names and defaults."""
 
     weights: tuple[str, ...] = option((YOLOV5_DEFAULT_WEIGHTS,), "checkpoints, each scored in turn: ours (.pt), "
@@ -70,13 +70,8 @@ class ValSettings:
     exist_ok: bool = option(False, "reuse project/name instead of a new one")
     progress: bool = option(True, "progress bar (--no-progress: none)", flags=("--no-progress",))
 
-    def __post_init__(self) -> None:
-        check_options(self)
 
-
-def parse_args(argv: list[str] | None) -> ValSettings:
-    parser = cli.settings_parser(ValSettings, "python -m detect.val", __doc__, no_ops=("--dnn",))
-    return cli.settings_from_args(ValSettings, parser.parse_args(argv))
+parse_args = cli.settings_reader(ValSettings, "python -m detect.val", __doc__, no_ops=("--dnn",))
 
 
 def run(**options: Any) -> Any:

@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from detect import cli
-from detect.config import POSITIVE, check_options, load_hyp, option
+from detect.config import POSITIVE, Settings, load_hyp, option
 from detect.data import (
     AugmentSettings,
     build_train_loader,
@@ -17,7 +17,7 @@ from detect.data.plots import plot_batch, plot_label_stats
 
 
 @dataclasses.dataclass(frozen=True)
-class DataSettings:
+class DataSettings(Settings):
     """The options of `python -m detect.data`."""
 
     data: str = option("shapes.yaml", "data yaml: a bare name in configs/data/ or a path")
@@ -26,13 +26,8 @@ class DataSettings:
     batch_size: int = option(16, "images in the batch plot", bound=POSITIVE)
     plots: str | None = option(None, "folder for labels.png and train_batch.png")
 
-    def __post_init__(self) -> None:
-        check_options(self)
 
-
-def parse_args(argv: list[str] | None) -> DataSettings:
-    parser = cli.settings_parser(DataSettings, "python -m detect.data", __doc__)
-    return cli.settings_from_args(DataSettings, parser.parse_args(argv))
+parse_args = cli.settings_reader(DataSettings, "python -m detect.data", __doc__)
 
 
 def check(settings: DataSettings) -> None:

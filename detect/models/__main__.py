@@ -5,12 +5,12 @@ from __future__ import annotations
 import dataclasses
 
 from detect import cli
-from detect.config import POSITIVE, check_options, option
+from detect.config import POSITIVE, Settings, option
 from detect.models import build_model, summarize
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelsSettings:
+class ModelsSettings(Settings):
     """The options of `python -m detect.models` (yolov5's models/yolo.py takes --cfg too)."""
 
     cfg: str = option("yolov5s.yaml", "model yaml: a bare name in configs/models/, or a path (ours or yolov5's "
@@ -19,13 +19,8 @@ class ModelsSettings:
     imgsz: int = option(640, "image size for the GFLOPs count", bound=POSITIVE)
     fuse: bool = option(False, "fold BatchNorm into the convolutions first")
 
-    def __post_init__(self) -> None:
-        check_options(self)
 
-
-def parse_args(argv: list[str] | None) -> ModelsSettings:
-    parser = cli.settings_parser(ModelsSettings, "python -m detect.models", __doc__)
-    return cli.settings_from_args(ModelsSettings, parser.parse_args(argv))
+parse_args = cli.settings_reader(ModelsSettings, "python -m detect.models", __doc__)
 
 
 def summary(settings: ModelsSettings) -> None:

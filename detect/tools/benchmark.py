@@ -55,9 +55,7 @@ class BenchmarkSettings(WorkloadSettings):
             raise UserError(f"--compare takes two result files (A.json B.json), got {len(self.compare)}")
 
 
-def parse_args(argv: list[str] | None) -> BenchmarkSettings:
-    parser = cli.settings_parser(BenchmarkSettings, "python -m detect.tools.benchmark", __doc__)
-    return cli.settings_from_args(BenchmarkSettings, parser.parse_args(argv))
+parse_args = cli.settings_reader(BenchmarkSettings, "python -m detect.tools.benchmark", __doc__)
 
 
 def row(measurement: Measurement, images: int) -> dict:

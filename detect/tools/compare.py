@@ -45,9 +45,7 @@ class CompareSettings(WorkloadSettings):
                        choices=("train", "eval"))
 
 
-def parse_args(argv: list[str] | None) -> CompareSettings:
-    parser = cli.settings_parser(CompareSettings, "python -m detect.tools.compare", __doc__)
-    return cli.settings_from_args(CompareSettings, parser.parse_args(argv))
+parse_args = cli.settings_reader(CompareSettings, "python -m detect.tools.compare", __doc__)
 
 
 def row(difference: Difference, flag: str = "") -> str:

@@ -13,24 +13,19 @@ from pathlib import Path
 
 from detect import cli
 from detect.backend.profiler import find_trace, format_summary, summarize
-from detect.config import POSITIVE, check_options, option
+from detect.config import POSITIVE, Settings, option
 from detect.errors import UserError
 
 
 @dataclasses.dataclass(frozen=True)
-class ProfileSettings:
+class ProfileSettings(Settings):
     """The options of `python -m detect.tools.profile`."""
 
     path: str = option(description="a trace file, a folder with one, or a run folder (its profile/)", flags=("path",))
     top: int = option(10, "operators and kernels to list", bound=POSITIVE)
 
-    def __post_init__(self) -> None:
-        check_options(self)
 
-
-def parse_args(argv: list[str] | None) -> ProfileSettings:
-    parser = cli.settings_parser(ProfileSettings, "python -m detect.tools.profile", __doc__)
-    return cli.settings_from_args(ProfileSettings, parser.parse_args(argv))
+parse_args = cli.settings_reader(ProfileSettings, "python -m detect.tools.profile", __doc__)
 
 
 def resolve_trace(path: Path) -> Path:

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from detect import backend as backends
-from detect.config import NON_NEGATIVE, POSITIVE, check_options, load_hyp, option
+from detect.config import NON_NEGATIVE, POSITIVE, Settings, load_hyp, option
 from detect.data.batch import Batch, Sample, collate
 from detect.models import DetectionModel, build_model
 from detect.models.weights import load_model
@@ -20,7 +20,7 @@ GREY = 114  # yolov5's letterbox fill
 
 
 @dataclasses.dataclass(frozen=True)
-class WorkloadSettings:
+class WorkloadSettings(Settings):
     """The options the tools share: the model, the synthetic batch, the NPU switches (a tool's settings extend it)."""
 
     cfg: str = option("yolov5n.yaml", "model yaml (ignored when --weights is given)")
@@ -33,9 +33,6 @@ class WorkloadSettings:
     npu_jit_compile: bool | None = option(None, "NPU only: set_compile_mode(jit_compile=...) (910B default: off)")
     npu_allow_hf32: bool | None = option(
         None, "NPU only: HF32 in fp32 convolutions and matmuls (910B default: conv on, matmul off)")
-
-    def __post_init__(self) -> None:
-        check_options(self)
 
 
 def select_backend(device: str, precision: str, args: WorkloadSettings) -> backends.Backend:

@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 from detect.backend import SPEC_HELP
-from detect.config import NON_NEGATIVE, POSITIVE, Bound, check_options, option, options_from_dict
+from detect.config import NON_NEGATIVE, POSITIVE, Bound, Settings, option, options_from_dict
 from detect.data.images.cache import CACHE_CHOICES
 from detect.errors import UserError
 
@@ -20,7 +20,7 @@ BATCH = Bound("a positive integer, or -1 (AutoBatch)", lambda value: value >= 1 
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainSettings:
+class TrainSettings(Settings):
     """The options of `python -m detect.train` and `detect.train.run`, with yolov5's names and defaults."""
 
     cfg: str | None = option(None, "model yaml: a bare name in configs/models/ or a path (from scratch)")
@@ -66,7 +66,7 @@ class TrainSettings:
                             again_on_resume=True)
 
     def __post_init__(self) -> None:
-        check_options(self)
+        super().__post_init__()
         if self.rect and self.multi_scale:
             raise UserError("--rect and --multi-scale do not go together: a rectangular batch has its own shape")
 
