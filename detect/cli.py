@@ -4,8 +4,8 @@
 A CLI's flags come from its settings dataclass (fields made with detect.config.option), which owns the names,
 defaults, ranges and help; the same class checks the Python API's keyword arguments:
 
-    parser = cli.settings_parser(ValSettings, prog="python -m detect.val", description=__doc__)
-    settings = cli.settings_from_args(ValSettings, parser.parse_args(argv))
+    parse_args = cli.settings_reader(ValSettings, "python -m detect.val", __doc__)   # argv -> ValSettings
+    main = cli.main_for(parse_args, validate)                                          # the CLI: parse, then run
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ YOLOV5_SPELLINGS = {"imgsz": ("--img", "--img-size"), "batch_size": ("--batch",)
 # line runs as written, and each named in one line; nothing a run computes depends on them. flag -> (argparse nargs
 # or 0 for a switch, what it is in yolov5).
 YOLOV5_NO_OPS: dict[str, tuple[Any, str]] = {
-    "--entity": (None, "a Weights & Biases option"), "--upload_dataset": ("?", "a Weights & Biases option"),
-    "--bbox_interval": (None, "a Weights & Biases option"),
-    "--artifact_alias": (None, "a Weights & Biases option (yolov5 v6)"),
+    "--entity": (None, "Weights & Biases logging"), "--upload_dataset": ("?", "Weights & Biases logging"),
+    "--bbox_interval": (None, "Weights & Biases logging"),
+    "--artifact_alias": (None, "Weights & Biases logging (yolov5 v6)"),
     "--bucket": (None, "a Google Cloud Storage bucket"),
-    "--dnn": (0, "OpenCV DNN for ONNX (detect runs ONNX in onnxruntime)"),
-    "--update": (0, "stripping optimizers from the weights (detect's exports and best.pt need no stripping)"),
+    "--dnn": (0, "OpenCV DNN inference of ONNX (detect runs ONNX in onnxruntime)"),
+    "--update": (0, "stripping optimizers from the weights (detect's best.pt holds none)"),
     "--data": (None, "predict's class names (detect takes them from the weights)"),
     "--inplace": (0, "in-place Detect ops (detect's export graph is the same either way)"),
     "--workspace": (None, "TensorRT's workspace"), "--verbose": (0, "TensorRT's log level"),
@@ -126,8 +126,8 @@ def settings_parser(settings_class: type, prog: str, description: str | None,
     for flag in no_ops:
         nargs, what = YOLOV5_NO_OPS[flag]
         switch = {"action": "store_true"} if nargs == 0 else {"nargs": nargs}
-        parser.add_argument(flag, dest=_NO_OP + flag, default=argparse.SUPPRESS, help=f"yolov5's {what}: accepted, "
-                            "does nothing here", **switch)
+        parser.add_argument(flag, dest=_NO_OP + flag, default=argparse.SUPPRESS, help=f"yolov5's option for {what}: "
+                            "accepted, does nothing here", **switch)
     return parser
 
 
@@ -136,7 +136,7 @@ def drop_no_ops(options: dict[str, Any]) -> dict[str, Any]:
     for key in [key for key in options if key.startswith(_NO_OP)]:
         flag = key.removeprefix(_NO_OP)
         options.pop(key)
-        logging.getLogger("detect").info("%s is %s: detect does not use it", flag, YOLOV5_NO_OPS[flag][1])
+        logging.getLogger("detect").info("%s is yolov5's option for %s: detect does not use it", flag, YOLOV5_NO_OPS[flag][1])
     return options
 
 
