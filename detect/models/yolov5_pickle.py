@@ -135,7 +135,7 @@ class YoloV5Checkpoint:
     yaml: dict  # the model yaml: depth_multiple, width_multiple, nc, anchors, backbone, head
     stride: list[float]
     nc: int
-    csp_activation: str = "silu"  # of its BottleneckCSP blocks: leaky_relu up to yolov5 v6.0 (layers.CSP_ACTIVATIONS)
+    csp_activation: str = "silu"  # of its BottleneckCSP blocks: leaky_relu up to yolov5 v6.0 (layers.ACTIVATIONS)
 
 
 # The fields yolov5's train.py and strip_optimizer write, v5.0 to master; only 'ema' or 'model' is read.
