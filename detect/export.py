@@ -20,6 +20,7 @@ from detect.exporters.torchscript import (
     export_torchscript,
     traced_module,
 )
+from detect.models import build_model
 from detect.models.weights import YOLOV5_DEFAULT_WEIGHTS, load_model, resolve_weights
 
 LOGGER = logging.getLogger("detect.export")
@@ -33,6 +34,9 @@ class ExportRunSettings(Settings):
 
     weights: str = option(YOLOV5_DEFAULT_WEIGHTS, "checkpoint: ours (.pt) or an ultralytics/yolov5 .pt (a bare name: "
                                                   "the working folder, then ./weights/; never downloaded)")
+    cfg: str | None = option(None, "instead of --weights: a model yaml (ours or yolov5's format), exported with its "
+                                   "initial weights, e.g. to check that a new architecture converts; --nc classes")
+    nc: int | None = option(None, "classes of a --cfg model (default: the yaml's nc)", bound=POSITIVE)
     include: tuple[str, ...] = option(("torchscript",), "formats to write (om converts the ONNX with CANN's atc)",
                                       choices=FORMATS)
     imgsz: tuple[int, ...] = option(ExportSettings.imgsz, "input size: one side, or height width (multiples of the "
@@ -45,7 +49,8 @@ class ExportRunSettings(Settings):
     simplify: bool = option(ExportSettings.simplify, "ONNX: fold constants (onnxruntime's basic passes)")
     fuse: bool | None = option(None, "fold BatchNorm into the convolutions (default: on)")
     soc_version: str | None = option(None, "om: the Ascend chip, e.g. Ascend910B3, Ascend310P3")
-    output_dir: str | None = option(None, "where to write (default: beside --weights)")
+    output_dir: str | None = option(None, "where to write (default: beside --weights; with --cfg the working "
+                                          "folder)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -75,14 +80,14 @@ def run(**options: Any) -> dict[str, Path]:
 def export(args: ExportRunSettings) -> dict[str, Path]:
     """Write each format asked for; returns format -> path (om is absent when atc is not installed). The CLI's body."""
     settings = args.export_settings()
-    weights = resolve_weights(args.weights)
-    output_dir = Path(args.output_dir) if args.output_dir else weights.parent
+    weights = Path(args.cfg) if args.cfg else resolve_weights(args.weights)
+    output_dir = Path(args.output_dir) if args.output_dir else Path() if args.cfg else weights.parent
     output_dir.mkdir(parents=True, exist_ok=True)
     if not os.access(output_dir, os.W_OK):
         raise UserError(f"cannot write to {output_dir}: choose another folder with --output-dir")
     backend = backends.select(args.device, amp=False)
     backend.set_device()
-    model = load_model(weights)
+    model = build_model(args.cfg, num_classes=args.nc).eval() if args.cfg else load_model(weights)
     metadata = export_metadata(model, settings)
     module, example = traced_module(model, settings, backend.device)
     stem = output_dir / weights.stem

@@ -226,3 +226,12 @@ def test_val_of_the_exported_yolov5n_onnx_gives_the_pt_map(tmp_path):
     assert results[".pt"].map50_95 == pytest.approx(0.370, abs=0.002)
     assert results[".onnx"].map50_95 == pytest.approx(results[".pt"].map50_95, abs=0.001)
     assert results[".onnx"].map50 == pytest.approx(results[".pt"].map50, abs=0.001)
+
+
+def test_a_model_yaml_exports_without_weights(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # --cfg writes into the working folder
+    written = export.main(["--cfg", "yolov5n.yaml", "--nc", "3", "--img", "64", "--include", "onnx"])
+    assert written == 0
+    session = onnxruntime.InferenceSession(str(tmp_path / "yolov5n.onnx"), providers=["CPUExecutionProvider"])
+    outputs = session.run(None, {session.get_inputs()[0].name: np.zeros((1, 3, 64, 64), np.float32)})
+    assert outputs[0].shape == (1, 3 * (8 * 8 + 4 * 4 + 2 * 2), 5 + 3)
