@@ -33,8 +33,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--entity", "--upload_dataset", "--bbox_interval", "--artifact_alias", "--bucket"))
     again = ", ".join(flag_name(field) for field in dataclasses.fields(TrainSettings) if field.name in resume_fields())
     parser.add_argument("--resume", nargs="?", const=True, default=False,
-                        help="continue the latest run of --project, or the given last.pt, exactly where it stopped "
-                             f"(only {again} may be given again)")
+                        help="continue the latest run of --project, or the given run folder or last.pt, exactly "
+                             f"where it stopped (only {again} may be given again)")
     parser.add_argument("--evolve", type=cli.positive_int, nargs="?", const=YOLOV5_EVOLVE_TRIALS, default=None,
                         metavar="N", help=f"evolve the hyp: N short runs with Optuna's proposals (bare: "
                                           f"{YOLOV5_EVOLVE_TRIALS}, as yolov5; {EVOLVE_PROJECT}/<name> unless "

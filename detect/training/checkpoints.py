@@ -133,6 +133,17 @@ def _latest_last(project: Path, missing_ok: bool = False) -> Path | None:
     return candidates[-1] if candidates else None
 
 
+def _given_checkpoint(path: Path, missing_ok: bool = False) -> Path | None:
+    """--resume PATH: a checkpoint file, or a run folder (its weights/last.pt, what a stopped run's line names);
+    None when neither is here and `missing_ok` (another node may hold it)."""
+    if path.is_dir():
+        path = path / WEIGHTS_DIR / LAST
+        if not path.is_file() and not missing_ok:
+            raise UserError(f"--resume {path.parent.parent}: a folder without {WEIGHTS_DIR}/{LAST}; give a run folder "
+                            "or a last.pt")
+    return path if path.is_file() or not missing_ok else None
+
+
 def _elastic_last(project: Path, context: DistContext) -> Path | None:
     """After torchrun restarted the job (--max-restarts), the last.pt of this job's run folder, if any."""
     if context.restart_count == 0:
@@ -161,7 +172,7 @@ def find_resume_point(settings: TrainSettings, context: DistContext, resume: boo
     if resume is True:
         path = _latest_last(project, missing_ok=context.distributed)
     elif resume:
-        path = Path(resume) if Path(resume).is_file() or not context.distributed else None
+        path = _given_checkpoint(Path(resume), missing_ok=context.distributed)
     else:
         path = _elastic_last(project, context)
     return None if path is None else _resumable(path, overrides)

@@ -3,6 +3,7 @@ saves inside the epoch; a run resumed from such a checkpoint ends bit-identical 
 
 from __future__ import annotations
 
+import shlex
 import signal
 import subprocess
 import sys
@@ -54,7 +55,9 @@ def test_resume_inside_an_epoch_is_bit_identical(data, tmp_path, monkeypatch, ca
     assert progress["epoch"] == 1 and 0 < progress["batch"] <= BATCHES
     assert line == (f"stopped at epoch 2, batch {progress['batch']}/{BATCHES}; resume with: python -m detect.train "
                     f"--resume {stopped / 'exp'}")
-    assert train.main(["--resume", str(stopped / "exp" / "weights" / "last.pt"), "--no-progress"]) == 0
+    printed = shlex.split(line.split("resume with: ", 1)[1])
+    assert printed[:3] == ["python", "-m", "detect.train"]
+    assert train.main([*printed[3:], "--no-progress"]) == 0  # the printed command itself: --resume <run folder>
     for expected, resumed in zip(_weights(straight / "exp"), _weights(stopped / "exp")):
         for name, tensor in expected.items():
             if isinstance(tensor, dict):  # optimizer state: momentum buffers
@@ -118,3 +121,9 @@ def test_a_second_ctrl_c_ends_at_once_and_leaves_last_pt_whole(data, tmp_path):
     assert process.returncode == 130, err
     assert "Traceback" not in err, err
     assert load_checkpoint(last)["progress"]["epoch"] >= 1
+
+
+def test_resume_from_a_folder_without_a_checkpoint_is_one_line(tmp_path, capsys):
+    assert train.main(["--resume", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (f"error: --resume {tmp_path}: a folder without weights/last.pt; give a run "
+                                       "folder or a last.pt\n")
