@@ -20,7 +20,7 @@ from detect.backend.profiler import ProfileSchedule
 from detect.config import flag_name
 from detect.errors import UserError
 from detect.evolution import EVOLVE_PROJECT, SAMPLERS, EvolveResult, evolve
-from detect.training.distributed import DistContext, launch_ranks
+from detect.training.distributed import DistContext, launch_ranks, one_voice
 from detect.training.settings import TrainSettings, resume_fields
 from detect.training.trainer import FitResult, Trainer
 
@@ -57,8 +57,7 @@ def run(*, resume: bool | str = False, profile: ProfileSchedule | None = None, *
     UserError with the CLI's one-line message. Returns where the run left its files and its final metrics."""
     settings = TrainSettings.from_dict(options, "detect.train.run")
     context = DistContext.from_env()
-    if not context.is_main:  # one voice per job: the other ranks report warnings and errors only
-        logging.getLogger().setLevel(logging.WARNING)
+    one_voice(context)  # until the job knows its main rank (build_run sets it again)
     # A resumed run keeps its stored settings except the machine-specific ones given here.
     overrides = {name: options[name] for name in resume_fields() if name in options}
     return Trainer(settings, context, resume=resume, resume_overrides=overrides, profile=profile).fit()

@@ -41,7 +41,7 @@ from detect.training.checkpoints import (
     restore_rng_state,
     share_resume_point,
 )
-from detect.training.distributed import DistContext, barrier, init_process_group
+from detect.training.distributed import DistContext, barrier, init_process_group, one_voice
 from detect.training.ema import ModelEMA
 from detect.training.loop import Schedule, Step, build_step
 from detect.training.optim import OptimSettings, build_scheduler, lr_lambda, warmup_iterations
@@ -295,6 +295,7 @@ def build_run(settings: TrainSettings, context: DistContext, resume: bool | str 
     if not resume:  # after an elastic restart this job's last.pt; the ranks know the job's restart count only now
         point = find_resume_point(settings, context, resume, overrides)
     point, context = share_resume_point(point, context, resume, overrides)
+    one_voice(context)  # the rank that writes the run speaks, whatever its number
     if point is not None:
         settings = point.settings
         check_batch_size(settings, context)

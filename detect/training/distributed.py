@@ -165,6 +165,14 @@ def any_rank(context: DistContext, flags: torch.Tensor) -> torch.Tensor:
     return value.bool()
 
 
+def one_voice(context: DistContext) -> None:
+    """Info lines from the main rank only, the others' warnings and errors: set again once the main rank is known,
+    which after an elastic restart on storage that is not shared may be another than RANK 0 (share_resume_point).
+    A single process keeps the logging it has."""
+    if context.distributed:
+        logging.getLogger().setLevel(logging.INFO if context.is_main else logging.WARNING)
+
+
 def barrier(context: DistContext) -> None:
     """Wait for every rank."""
     if context.distributed:
