@@ -1,0 +1,130 @@
+"""The README stays a front door that cannot drift: every `python -m detect.<cli>` line in its bash blocks parses with
+that CLI's own parser, it stays short, its links (and those between the docs/ pages) reach a file and a heading, and
+docs/architecture.md's floors table says what tests/test_layering.py enforces."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from detect.errors import UserError
+from tests.test_layering import FLOORS
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+DOCS = REPO / "docs"
+MAX_README_LINES = 260  # issue 28 item 6: "at most about 250 lines"
+# The README's bash blocks hold 31 detect command lines today; a parser that found none must not pass.
+MIN_CHECKED = 28
+BASH_BLOCK = re.compile(r"^ *```bash\n(.*?)^ *```", re.MULTILINE | re.DOTALL)
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def command_lines(markdown: str) -> list[str]:
+    """The shell lines of `markdown`'s bash blocks, `\\` continuations joined."""
+    lines = []
+    for block in BASH_BLOCK.findall(markdown):
+        lines += block.replace("\\\n", " ").splitlines()
+    return [line.strip() for line in lines if line.strip()]
+
+
+def detect_command(words: list[str]) -> tuple[str, list[str]] | None:
+    """(module, arguments) of a `python -m detect.X ...` or `torchrun ... -m detect.X ...` command, else None."""
+    while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):  # leading VAR=value assignments
+        words = words[1:]
+    if not words or words[0] not in ("python", "torchrun") or "-m" not in words:
+        return None
+    at = words.index("-m")
+    if words[0] == "python" and at != 1 or at + 1 == len(words) or not words[at + 1].startswith("detect."):
+        return None
+    return words[at + 1], words[at + 2:]
+
+
+def readme_commands() -> tuple[list[tuple[str, str, list[str]]], list[str]]:
+    """The README's detect commands as (line, module, arguments), and the other commands (pip, scripts, pytest)."""
+    checked, skipped = [], []
+    for line in command_lines(README.read_text()):
+        words = shlex.split(line, comments=True)
+        commands = [[]]
+        for word in words:  # `a && b`: each side is a command
+            commands.append([]) if word == "&&" else commands[-1].append(word)
+        for words in filter(None, commands):
+            found = detect_command(words)
+            if found:
+                checked.append((line, *found))
+            else:
+                skipped.append(shlex.join(words))
+    return checked, skipped
+
+
+def parser_of(module: str):
+    """The `parse_args` of the CLI `python -m module` runs (a package's `__main__`)."""
+    imported = importlib.import_module(module)
+    if hasattr(imported, "__path__"):
+        imported = importlib.import_module(f"{module}.__main__")
+    return imported.parse_args
+
+
+CHECKED, SKIPPED = readme_commands()
+
+
+@pytest.mark.parametrize("line, module, arguments", CHECKED, ids=[line for line, _, _ in CHECKED])
+def test_readme_command_parses(line, module, arguments):
+    try:
+        parser_of(module)(arguments)
+    except (SystemExit, UserError) as error:
+        pytest.fail(f"README.md: `{line}` does not parse with {module}'s parser: {error}")
+
+
+def test_readme_commands_are_found():
+    # pip and scripts/ lines are skipped (nothing to parse them with), but the detect ones must be there
+    assert len(CHECKED) >= MIN_CHECKED, (len(CHECKED), SKIPPED)
+    assert {module for _, module, _ in CHECKED} >= {"detect.train", "detect.val", "detect.predict", "detect.export",
+                                                    "detect.models", "detect.data"}
+    assert any(line.startswith("torchrun") for line, _, _ in CHECKED)
+    assert "pip install -e '.[dev]'" in SKIPPED
+
+
+def test_a_misspelled_flag_fails():
+    # The check itself must be able to fail.
+    module, arguments = detect_command(shlex.split("python -m detect.val --weights a.pt --imgszz 640"))
+    with pytest.raises(SystemExit):
+        parser_of(module)(arguments)
+
+
+def test_readme_is_short():
+    assert len(README.read_text().splitlines()) <= MAX_README_LINES
+
+
+def anchors(path: Path) -> set[str]:
+    """GitHub's anchors of a markdown file's headings (lower case, punctuation dropped, spaces to hyphens)."""
+    text = re.sub(r"^ *```.*?^ *```", "", path.read_text(), flags=re.MULTILINE | re.DOTALL)
+    headings = re.findall(r"^#+ (.+)$", text, re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
+
+
+@pytest.mark.parametrize("page", [README, *sorted(DOCS.glob("*.md"))], ids=lambda page: page.name)
+def test_links_reach_a_file_and_heading(page):
+    for target in LINK.findall(page.read_text()):
+        if re.match(r"[a-z]+://", target):
+            continue
+        file, _, anchor = target.partition("#")
+        path = (page.parent / file).resolve() if file else page
+        assert path.is_file(), f"{page.name} links to {target}: no such file"
+        if anchor and path.suffix == ".md":
+            assert anchor in anchors(path), f"{page.name} links to {target}: no such heading"
+
+
+def test_readme_links_the_docs():
+    linked = {target.partition("#")[0] for target in LINK.findall(README.read_text())}
+    assert {f"docs/{page.name}" for page in DOCS.glob("*.md")} <= linked
+
+
+def test_architecture_floors_are_the_layering_tests():
+    rows = re.findall(r"^\| (\d) \| (.+?) \|", (DOCS / "architecture.md").read_text(), re.MULTILINE)
+    documented = {name: int(floor) for floor, names in rows for name in re.findall(r"`(\w+)`", names)}
+    assert documented == FLOORS
