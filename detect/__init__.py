@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 # CLIs need no line of their own. setdefault keeps a value the user exported (tests/test_entry.py).
 # OMP_WAIT_POLICY=PASSIVE, read when torch loads OpenMP: torch's CPU threads sleep instead of spinning while they
 # wait for each other, so they leave the cores to the DataLoader workers and other jobs (on the 2-core CPU: training
-# end to end 0.84 of the model-only rate instead of 0.76, val on a busy machine 3x faster; README, Training speed).
+# end to end 0.84 of the model-only rate instead of 0.76, val on a busy machine 3x faster: docs/benchmarks.md).
 if getattr(sys, "argv", [])[:1] == ["-m"]:
     os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

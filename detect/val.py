@@ -58,7 +58,7 @@ class ValSettings(Settings):
     workers: int | None = option(None, "data loader workers (default: by CPU count)", bound=NON_NEGATIVE)
     half: bool = option(False, "fp16 inference (accelerators only)")
     save_json: bool = option(False, "write predictions.json (COCO results) to the run folder, and ground_truth.json "
-                                     "when the labels are YOLO txt files (README, Evaluation)")
+                                     "when the labels are YOLO txt files (docs/usage.md, Evaluation)")
     save_txt: bool = option(False, "write one YOLO txt of detections per image")
     save_conf: bool = option(False, "with --save-txt: append the score")
     verbose: bool = option(False, "per-class table and the 12 COCO stats")

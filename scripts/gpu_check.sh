@@ -2,7 +2,7 @@
 # The GPU check (DEVELOPERS.md): CUDA training throughput of yolov5s at 640 with AMP, a short real training run,
 # then COCO mAP of the imported yolov5n.pt on coco128. Run from the repository root with ../shared beside it:
 #     scripts/gpu_check.sh [OUT_DIR]        (default runs/gpu_check; about 5 minutes on one H200)
-# Record the printed img/s, memory and mAP in the README with the date.
+# Record the printed img/s, memory and mAP in docs/benchmarks.md with the date and this command.
 set -euo pipefail
 out=${1:-runs/gpu_check}
 mkdir -p "$out"

@@ -43,6 +43,6 @@ import statistics, sys
 ours, theirs = (statistics.median(map(float, argument.split())) for argument in sys.argv[1:])
 print(f"val wall, median of rounds: ours {ours:.1f} s, yolov5 {theirs:.1f} s, ratio {ours / theirs:.2f}")
 EOF
-# NMS: both sides in one environment; OpenMP threads sleep while they wait, as in our CLIs (README, Inference)
+# NMS: both sides in one environment; OpenMP threads sleep while they wait, as in our CLIs (docs/benchmarks.md, Inference)
 OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE} python scripts/bench_nms.py --yolov5 "$checkout" \
   --yolov5-python "$yolov5_python" --rounds "$rounds" "${@:4}"

@@ -97,8 +97,9 @@ def test_checker_allows_prose_and_option_names(code):
     assert device_literals(code) == []
 
 
-# The one layering rule (DESIGN.md, README "Layout"): a module imports only from its own package or from lower
-# floors; packages of one floor never import each other; nothing imports floor 8 (the CLIs and tools).
+# The one layering rule (DESIGN.md; docs/architecture.md "Floors", which tests/test_readme.py holds to FLOORS): a
+# module imports only from its own package or from lower floors; packages of one floor never import each other;
+# nothing imports floor 8 (the CLIs and tools).
 FLOORS = {
     "errors": 1, "ops": 1, "run_dir": 1,
     "config": 2,

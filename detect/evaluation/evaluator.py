@@ -2,7 +2,7 @@
 
 "auto" (the default) is faster-coco-eval when it is installed, else pycocotools: faster-coco-eval 1.8 gives the same
 12 stats (to 1e-9 on the cocoapi reference; identical on 5,000 images x 300 detections, in 28 s against 94 s:
-python scripts/bench_scale.py --phases eval, README Scale).
+python scripts/bench_scale.py --phases eval, docs/scale.md).
 """
 
 from __future__ import annotations

@@ -1,2 +1,2 @@
-"""Migration aids, each a CLI: python -m detect.tools.profile, .compare and .benchmark (README, "Moving a CUDA
+"""Migration aids, each a CLI: python -m detect.tools.profile, .compare and .benchmark (docs/ascend.md, "Moving a CUDA
 yolov5 workflow to Ascend")."""

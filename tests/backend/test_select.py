@@ -123,7 +123,7 @@ def test_import_does_no_device_work():
 
 
 def test_a_cli_starts_without_torchvisions_package_or_matplotlib():
-    # Both take seconds to import (README, Inference); the NMS kernel comes from torchvision's library alone.
+    # Both take seconds to import (docs/benchmarks.md); the NMS kernel comes from torchvision's library alone.
     code = ("import sys, torch, detect.val, detect.train, detect.predict; from detect.backend import select; "
             "boxes = torch.tensor([[0., 0., 10., 10.], [1., 1., 10., 10.], [20., 20., 30., 30.]]); "
             "kept = select('cpu').nms(boxes, torch.tensor([0.9, 0.8, 0.7]), 0.5); "
