@@ -8,7 +8,7 @@
 # Everything after the launcher options (or after --) goes to `python -m detect.train`; --batch-size is the global
 # batch (Huawei's yolov5s runs used 64 per card, 512 on 8 cards). MAX_RESTARTS=N lets torchrun restart a failed job
 # up to N times; each restart resumes from the run's weights/last.pt by itself. The HCCL and CANN settings below are
-# the ones docs/NPU.md (§2.3, §2.5, §2.7) gives; override any of them by exporting it first.
+# the ones ../shared/docs/NPU.md (§2.3, §2.5, §2.7) gives; override any of them by exporting it first.
 set -euo pipefail
 
 nnodes=1 node_rank=0 master_addr=127.0.0.1 master_port=${MASTER_PORT:-29500} nproc=${NPROC_PER_NODE:-8}
