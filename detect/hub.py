@@ -26,6 +26,7 @@ from torch import nn
 
 from detect import backend as backends
 from detect import cli
+from detect.config import Settings, option
 from detect.data.images.load import read_failure, read_image
 from detect.errors import UserError
 from detect.inference.annotate import annotate
@@ -281,16 +282,23 @@ def sample_inputs() -> list[Any]:
             np.zeros((320, 640, 3))]
 
 
-def main(argv: list[str] | None = None, hub_dir: Path | None = None) -> int:
+@dataclasses.dataclass(frozen=True)
+class HubSettings(Settings):
     """`python hubconf.py --model yolov5n`, as yolov5's CI runs it: predict on the sample images, print, save."""
-    parser = cli.ArgumentParser(prog="python hubconf.py", description=main.__doc__)
-    parser.add_argument("--model", default="yolov5s", help="yolov5n ... yolov5x6 (from <name>.pt), or a weights path")
-    args = parser.parse_args(argv)
 
-    def body() -> None:
-        model = named_entry(args.model, hub_dir)() if args.model in MODEL_NAMES else custom_entry(hub_dir)(args.model)
+    model: str = option("yolov5s", "yolov5n ... yolov5x6 (from <name>.pt), or a weights path")
+
+
+parse_args = cli.settings_reader(HubSettings, "python hubconf.py", HubSettings.__doc__)
+
+
+def main(argv: list[str] | None = None, hub_dir: Path | None = None) -> int:
+    """The script body of hubconf.py; `hub_dir` is the repository whose weights/ is searched too."""
+    def demo(settings: HubSettings) -> None:
+        name = settings.model
+        model = named_entry(name, hub_dir)() if name in MODEL_NAMES else custom_entry(hub_dir)(name)
         results = model(sample_inputs(), size=320)
         results.print()
         results.save()
 
-    return cli.run(body)
+    return cli.main_for(parse_args, demo)(argv)

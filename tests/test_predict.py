@@ -44,6 +44,15 @@ def picture(height: int, width: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 255, (height, width, 3), dtype=np.uint8)
 
 
+def write_clip(path: Path, height: int, width: int, frames: int = 7) -> Path:
+    """A 10 fps MJPG video of `frames` different pictures."""
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 10.0, (width, height))
+    for index in range(frames):
+        writer.write(picture(height, width, index))
+    writer.release()
+    return path
+
+
 def run_predict(weights: Path, source: Path, project: Path, *options: str) -> Path:
     return predict.predict(predict.parse_args(["--weights", str(weights), "--source", str(source), "--device", "cpu",
                                            "--imgsz", "96", "--project", str(project), *LOW, *options]))
@@ -69,11 +78,7 @@ def test_a_folder_with_a_corrupt_image_writes_the_others_and_names_it(weights, t
 
 
 def test_a_video_gives_a_video_with_the_same_frame_count(weights, tmp_path):
-    clip = tmp_path / "clip.avi"
-    writer = cv2.VideoWriter(str(clip), cv2.VideoWriter_fourcc(*"MJPG"), 10.0, (96, 64))
-    for index in range(7):
-        writer.write(picture(64, 96, index))
-    writer.release()
+    clip = write_clip(tmp_path / "clip.avi", 64, 96)
     save_dir = run_predict(weights, clip, tmp_path / "runs", "--save-txt", "--save-json")
     capture = cv2.VideoCapture(str(save_dir / "clip.mp4"))
     count = 0
@@ -192,11 +197,7 @@ def test_without_a_source_it_predicts_on_the_sample_images(weights, tmp_path, ca
 
 
 def test_vid_stride_predicts_on_every_nth_frame(weights, tmp_path):
-    clip = tmp_path / "clip.avi"
-    writer = cv2.VideoWriter(str(clip), cv2.VideoWriter_fourcc(*"MJPG"), 10.0, (64, 64))
-    for index in range(7):
-        writer.write(picture(64, 64, index))
-    writer.release()
+    clip = write_clip(tmp_path / "clip.avi", 64, 64)
     save_dir = run_predict(weights, clip, tmp_path / "runs", "--save-txt", "--vid-stride", "3")
     assert sorted(p.name for p in (save_dir / "labels").iterdir()) == ["clip_2.txt", "clip_5.txt"]
     capture = cv2.VideoCapture(str(save_dir / "clip.mp4"))

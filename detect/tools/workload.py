@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from detect import backend as backends
+from detect.backend import NPU_ALLOW_HF32_HELP, NPU_JIT_COMPILE_HELP
 from detect.config import NON_NEGATIVE, POSITIVE, Settings, load_hyp, option
 from detect.data.batch import Batch, Sample, collate
 from detect.models import DetectionModel, build_model
@@ -29,10 +30,8 @@ class WorkloadSettings(Settings):
     imgsz: int = option(640, "image size, pixels", bound=POSITIVE)
     batch_size: int = option(16, bound=POSITIVE)
     seed: int = option(0, "initial weights and the batch", bound=NON_NEGATIVE)
-    # None keeps torch_npu's default (NPU.md §1 #5, §2.1)
-    npu_jit_compile: bool | None = option(None, "NPU only: set_compile_mode(jit_compile=...) (910B default: off)")
-    npu_allow_hf32: bool | None = option(
-        None, "NPU only: HF32 in fp32 convolutions and matmuls (910B default: conv on, matmul off)")
+    npu_jit_compile: bool | None = option(None, NPU_JIT_COMPILE_HELP)
+    npu_allow_hf32: bool | None = option(None, NPU_ALLOW_HF32_HELP)
 
 
 def select_backend(device: str, precision: str, args: WorkloadSettings) -> backends.Backend:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from detect.backend import SPEC_HELP
+from detect.backend import NPU_ALLOW_HF32_HELP, NPU_JIT_COMPILE_HELP, SPEC_HELP
 from detect.config import NON_NEGATIVE, POSITIVE, Bound, Settings, option, options_from_dict
 from detect.data.images.cache import CACHE_CHOICES
 from detect.errors import UserError
@@ -57,10 +57,8 @@ class TrainSettings(Settings):
     single_cls: bool = option(False, "train every class as one class, 'item'")
     rect: bool = option(False, "rectangular batches in aspect-ratio order (no mosaic; many shapes)")
     amp: bool | None = option(None, "mixed precision (default: on for accelerators, off on the CPU)")
-    # None keeps torch_npu's default (NPU.md §1 #5, §2.1)
-    npu_jit_compile: bool | None = option(None, "NPU only: set_compile_mode(jit_compile=...) (910B default: off)")
-    npu_allow_hf32: bool | None = option(
-        None, "NPU only: HF32 in fp32 convolutions and matmuls (910B default: conv on, matmul off)")
+    npu_jit_compile: bool | None = option(None, NPU_JIT_COMPILE_HELP)
+    npu_allow_hf32: bool | None = option(None, NPU_ALLOW_HF32_HELP)
     dist_timeout: float = option(1800.0, "seconds any collective may wait (torchrun jobs)", bound=POSITIVE_SECONDS)
     progress: bool = option(True, "progress bars (--no-progress: one line per epoch only)", flags=("--no-progress",),
                             again_on_resume=True)
