@@ -33,8 +33,8 @@ from detect.inference.annotate import annotate
 from detect.inference.detector import Detections, Detector, PredictSettings
 from detect.inference.sample_images import sample_images
 from detect.models import DetectionModel, build_model
-from detect.models.checkpoint import save_checkpoint
-from detect.models.weights import WEIGHTS_DIR, load_model, model_state, resolve_weights
+from detect.models.safe_io import save_checkpoint
+from detect.models.weights import LOOKUP_DIR, load_model, resolve_weights, weights_payload
 from detect.ops.boxes import xyxy_to_xywh
 from detect.run_dir import make_run_dir
 
@@ -56,7 +56,7 @@ def find_weights(weights: str | Path, hub_dir: Path | None = None) -> Path:
     except UserError:
         if hub_dir is not None and len(path.parts) == 1 and (hub_dir / "weights" / path).is_file():
             return hub_dir / "weights" / path
-    places = [str(WEIGHTS_DIR.resolve())] + ([str(hub_dir / "weights")] if hub_dir is not None else [])
+    places = [str(LOOKUP_DIR.resolve())] + ([str(hub_dir / "weights")] if hub_dir is not None else [])
     raise UserError(f"weights not found: {path} (nothing is downloaded: give a path, or put the file in "
                     f"{' or '.join(dict.fromkeys(places))})")
 
@@ -218,7 +218,7 @@ class HubModel(nn.Module):
 def _detector_of(model: DetectionModel, device: str) -> Detector:
     """A Detector on a model in memory (the Detector loads models from files, so through a temporary one)."""
     with tempfile.TemporaryDirectory(prefix="detect-hub-") as folder:
-        return Detector(save_checkpoint(Path(folder) / "model.pt", {"model": model_state(model)}), device)
+        return Detector(save_checkpoint(Path(folder) / "model.pt", weights_payload(model)), device)
 
 
 def load(weights: str | Path, *, name: str | None = None, pretrained: bool = True, channels: int = 3,

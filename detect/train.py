@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from detect import backend as backends
@@ -21,6 +22,7 @@ from detect.config import flag_name
 from detect.errors import UserError
 from detect.evolution import EVOLVE_PROJECT, SAMPLERS, EvolveResult, evolve
 from detect.training.distributed import DistContext, launch_ranks, one_voice
+from detect.training.hooks import Hook
 from detect.training.settings import TrainSettings, resume_fields
 from detect.training.trainer import FitResult, Trainer
 
@@ -52,15 +54,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def run(*, resume: bool | str = False, profile: ProfileSchedule | None = None, **options: Any) -> FitResult:
+def run(*, resume: bool | str = False, profile: ProfileSchedule | None = None, callbacks: Sequence[Hook] = (),
+        **options: Any) -> FitResult:
     """Train with the CLI's options as keyword arguments (same names and defaults as TrainSettings); a bad one raises
-    UserError with the CLI's one-line message. Returns where the run left its files and its final metrics."""
+    UserError with the CLI's one-line message. `callbacks`: your hooks (detect.training.hooks.Hook), called at every
+    hook point after the trainer's own. Returns where the run left its files and its final metrics."""
     settings = TrainSettings.from_dict(options, "detect.train.run")
     context = DistContext.from_env()
     one_voice(context)  # until the job knows its main rank (build_run sets it again)
     # A resumed run keeps its stored settings except the machine-specific ones given here.
     overrides = {name: options[name] for name in resume_fields() if name in options}
-    return Trainer(settings, context, resume=resume, resume_overrides=overrides, profile=profile).fit()
+    return Trainer(settings, context, resume=resume, resume_overrides=overrides, profile=profile,
+                   callbacks=callbacks).fit()
 
 
 def _agree_on_local_rank(flag: int | None) -> None:

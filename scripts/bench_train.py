@@ -32,10 +32,10 @@ from detect.config import load_hyp
 from detect.data import AugmentSettings, build_train_loader, load_data_config
 from detect.data.device_batch import to_device_batch
 from detect.models import build_model
-from detect.training.checkpoints import Progress
-from detect.training.ema import ModelEMA
-from detect.training.loop import Schedule, Step, build_step, optimizer_step, train_one_epoch
-from detect.training.optim import OptimSettings, accumulate_steps, lr_lambda
+from detect.training.distributed import DistContext
+from detect.training.loop import Control, IterationPlan, TrainingParts, build_parts, optimizer_step, train_one_epoch
+from detect.training.optim import ModelEMA, OptimSettings, accumulate_steps, lr_lambda
+from detect.training.resume import Counters
 
 
 class StreamWindow:
@@ -91,32 +91,34 @@ def wait_for_idle_workers(loader, interval: float = 0.2) -> None:
         last = now
 
 
-def model_only(step: Step, batch, steps: int, accumulate: int) -> tuple[float, float]:
+def model_only(parts: TrainingParts, backend: backends.Backend, batch, steps: int, accumulate: int) -> tuple[float, float]:
     """Images per second of forward + loss + backward (+ optimizer every `accumulate`) on one device batch, and the
     process's page faults per step (glibc re-faulting freed activations shows here: Backend.prepare_steps)."""
-    device_batch = to_device_batch(batch, step.backend)
+    device_batch = to_device_batch(batch, backend)
     images = device_batch.images
-    step.backend.synchronize()
+    backend.synchronize()
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     started = time.perf_counter()
     for index in range(steps):
-        with step.backend.autocast():
-            loss, _ = step.criterion(step.model(images), device_batch.padded_targets)
-        step.scaler.scale(loss).backward()
+        with backend.autocast():
+            loss, _ = parts.criterion(parts.train_model(images), device_batch.padded_targets)
+        parts.scaler.scale(loss).backward()
         if (index + 1) % accumulate == 0:
-            optimizer_step(step)
-    step.backend.synchronize()
+            optimizer_step(parts.train_model, parts.optimizer, parts.scaler, parts.ema)
+    backend.synchronize()
     seconds = time.perf_counter() - started
     return steps * len(batch) / seconds, (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / steps
 
 
-def end_to_end(step: Step, schedule: Schedule, cursor: StreamCursor, batches: int) -> float:
+def end_to_end(parts: TrainingParts, backend: backends.Backend, plan: IterationPlan, cursor: StreamCursor,
+               batches: int) -> float:
     """Images per second of the trainer's epoch loop over the next `batches` batches of the real loader."""
     images = seconds = 0.0
     for window in cursor.windows(batches):
-        after_warmup = Progress(iteration=10**6, last_optimizer_step=10**6 - 1, batch=window.batch)
-        stats = train_one_epoch(step, schedule, window, window.epoch, window.epoch + 1, after_warmup,
-                                show_progress=False)
+        after_warmup = Counters(iteration=10**6, last_optimizer_step=10**6 - 1, batch=window.batch)
+        stats = train_one_epoch(parts.train_model, parts.criterion, parts.optimizer, parts.scaler, parts.ema, window,
+                                backend, context=DistContext(), plan=plan, epoch=window.epoch,
+                                epochs=window.epoch + 1, control=Control(after_warmup), show_progress=False)
         images, seconds = images + stats.images, seconds + stats.seconds
     return images / seconds
 
@@ -148,20 +150,20 @@ def main() -> None:
     if backend.channels_last:
         model = model.to(memory_format=torch.channels_last)
     settings = OptimSettings.from_hyp(hyp)
-    step = build_step(model, backend, hyp, settings, args.batch_size, args.imgsz, ema=ModelEMA(model))
-    schedule = Schedule(settings, args.batch_size, warmup_iterations=0, lr_factor=lr_lambda(settings, 100))
+    parts = build_parts(model, backend, hyp, settings, args.batch_size, args.imgsz, ema=ModelEMA(model))
+    plan = IterationPlan(settings, args.batch_size, warmup_iterations=0, lr_factor=lr_lambda(settings, 100))
     cursor = StreamCursor(loader)
     fixed = next(iter(loader))
     accumulate = accumulate_steps(args.batch_size)
-    model_only(step, fixed, 2, accumulate)  # warm-up: allocator, kernels, worker start
-    end_to_end(step, schedule, cursor, len(loader))
+    model_only(parts, backend, fixed, 2, accumulate)  # warm-up: allocator, kernels, worker start
+    end_to_end(parts, backend, plan, cursor, len(loader))
     rates, faults = {"model only": [], "end to end": []}, []
     for _ in range(args.rounds):
         wait_for_idle_workers(loader)
-        rate, faults_per_step = model_only(step, fixed, args.batches, accumulate)
+        rate, faults_per_step = model_only(parts, backend, fixed, args.batches, accumulate)
         rates["model only"].append(rate)
         faults.append(faults_per_step)
-        rates["end to end"].append(end_to_end(step, schedule, cursor, args.batches))
+        rates["end to end"].append(end_to_end(parts, backend, plan, cursor, args.batches))
     medians = {mode: statistics.median(values) for mode, values in rates.items()}
     print(f"{args.cfg} at {args.imgsz}, batch {args.batch_size}, {args.workers} workers, {backend}, "
           f"{torch.get_num_threads()} threads")

@@ -19,7 +19,7 @@ from detect.errors import UserError
 from detect.hub import MODEL_NAMES, HubModel, HubResults, device_spec
 from detect.inference.sample_images import sample_images
 from detect.models import DetectionModel, build_model
-from detect.models.checkpoint import save_checkpoint
+from detect.models.safe_io import save_checkpoint
 from detect.models.weights import model_state
 from detect.ops.boxes import xyxy_to_xywh
 

@@ -24,7 +24,7 @@ from detect.inference.sample_images import SAMPLES_DIR, sample_images
 from detect.inference.sources import Source
 from detect.inference.streams import stream_name
 from detect.models import build_model
-from detect.models.checkpoint import save_checkpoint
+from detect.models.safe_io import save_checkpoint
 from detect.models.weights import model_state
 from tests.inference.stream_server import StreamServer
 

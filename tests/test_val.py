@@ -16,7 +16,7 @@ from detect import val
 from detect.data.categories import COCO_NAMES
 from detect.evaluation import loop
 from detect.models import build_model
-from detect.models.checkpoint import save_checkpoint
+from detect.models.safe_io import save_checkpoint
 from detect.models.weights import model_state
 from detect.ops.nms import non_max_suppression
 from tests.data.helpers import write_sample, write_yaml

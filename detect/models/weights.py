@@ -9,12 +9,14 @@ import torch
 
 from detect.errors import UserError
 from detect.models import DetectionModel, build_model, parse_model_spec
-from detect.models.checkpoint import foreign_globals, load_checkpoint
+from detect.models.safe_io import foreign_globals, load_checkpoint
 from detect.models.spec import spec_from_yolov5_yaml
 from detect.models.yolov5_pickle import read_yolov5_checkpoint
 
 LOGGER = logging.getLogger(__name__)
-WEIGHTS_DIR = Path("weights")  # a bare --weights name: the working directory, then ./weights/ (weights/README.md)
+LOOKUP_DIR = Path("weights")  # a bare --weights name: the working directory, then ./weights/ (weights/README.md)
+# Every checkpoint of ours holds its model under these keys (model_state each); the EMA's is the one to use.
+MODEL_KEY, EMA_KEY = "model", "ema"
 YOLOV5_DEFAULT_WEIGHTS = "yolov5s.pt"  # val, predict and export without --weights, as yolov5 (looked up, not fetched)
 
 
@@ -22,6 +24,11 @@ def model_state(model: DetectionModel) -> dict:
     """A model as plain values and tensors: its yaml mapping, class names and state dict."""
     return {"config": model.spec.mapping, "names": list(model.names),
             "state_dict": {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}}
+
+
+def weights_payload(model: DetectionModel) -> dict:
+    """The smallest checkpoint of ours: the model alone (what load_model reads)."""
+    return {MODEL_KEY: model_state(model)}
 
 
 def model_from_state(state: dict, source: str) -> DetectionModel:
@@ -32,14 +39,19 @@ def model_from_state(state: dict, source: str) -> DetectionModel:
     return model
 
 
+def restore_model_state(model: DetectionModel, state: dict) -> None:
+    """Load what model_state saved into `model` (the same architecture, on any device)."""
+    model.load_state_dict(state["state_dict"])
+
+
 def resolve_weights(weights: str | Path) -> Path:
     """A path as given, else a bare name looked up in weights/; a missing file names where to put it."""
     path = Path(weights)
     if path.is_file():
         return path
-    if len(path.parts) == 1 and (WEIGHTS_DIR / path).is_file():
-        return WEIGHTS_DIR / path
-    raise UserError(f"weights not found: {weights} (give a path, or put the file in {WEIGHTS_DIR.resolve()})")
+    if len(path.parts) == 1 and (LOOKUP_DIR / path).is_file():
+        return LOOKUP_DIR / path
+    raise UserError(f"weights not found: {weights} (give a path, or put the file in {LOOKUP_DIR.resolve()})")
 
 
 def _is_ours(path: Path) -> bool:
@@ -74,7 +86,7 @@ def load_model(weights: str | Path) -> DetectionModel:
     path = resolve_weights(weights)
     if _is_ours(path):
         checkpoint = load_checkpoint(path)
-        state = checkpoint.get("ema") or checkpoint.get("model")
+        state = checkpoint.get(EMA_KEY) or checkpoint.get(MODEL_KEY)
         if not isinstance(state, dict) or "config" not in state:
             raise UserError(f"{path}: a checkpoint without a model in it")
         model = model_from_state(state, str(path))

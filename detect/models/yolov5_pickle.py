@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from detect.errors import UserError
-from detect.models.checkpoint import YOLOV5_TASKS, known_global, other_task, refuse_torchscript
+from detect.models.safe_io import YOLOV5_TASKS, known_global, other_task, refuse_torchscript
 
 logger = logging.getLogger(__name__)
 

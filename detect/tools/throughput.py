@@ -16,9 +16,8 @@ from detect.data.device_batch import to_device_batch
 from detect.inference.model import TorchInference
 from detect.models import DetectionModel
 from detect.tools.workload import precision_name
-from detect.training.ema import ModelEMA
-from detect.training.loop import Step, build_step, optimizer_step
-from detect.training.optim import OptimSettings, accumulate_steps
+from detect.training.loop import TrainingParts, build_parts, optimizer_step
+from detect.training.optim import ModelEMA, OptimSettings, accumulate_steps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,10 +41,10 @@ def _prepared(model: DetectionModel, backend: backends.Backend) -> DetectionMode
     return model.to(memory_format=torch.channels_last) if backend.channels_last else model
 
 
-def _step(model: DetectionModel, backend: backends.Backend, imgsz: int, batch_size: int) -> Step:
-    """The trainer's step for one process with yolov5's default hyp, past warmup."""
+def _parts(model: DetectionModel, backend: backends.Backend, imgsz: int, batch_size: int) -> TrainingParts:
+    """The trainer's step parts for one process with yolov5's default hyp, past warmup."""
     hyp = load_hyp()
-    return build_step(model, backend, hyp, OptimSettings.from_hyp(hyp), batch_size, imgsz, ema=ModelEMA(model))
+    return build_parts(model, backend, hyp, OptimSettings.from_hyp(hyp), batch_size, imgsz, ema=ModelEMA(model))
 
 
 def _timed(backend: backends.Backend, run, warmup: int, steps: int, batch_size: int) -> tuple[float, int]:
@@ -65,16 +64,16 @@ def _timed(backend: backends.Backend, run, warmup: int, steps: int, batch_size: 
 def measure_train(model: DetectionModel, batch: Batch, backend: backends.Backend, imgsz: int, warmup: int,
                   steps: int) -> Measurement:
     """Training steps on the batch: model only, the data loader excluded."""
-    train_step = _step(_prepared(model, backend).train(), backend, imgsz, len(batch))
+    parts = _parts(_prepared(model, backend).train(), backend, imgsz, len(batch))
     images, targets = _device_images(batch, backend)
     accumulate = accumulate_steps(len(batch))
 
     def step(index: int) -> None:
         with backend.autocast():
-            loss, _ = train_step.criterion(train_step.model(images), targets)
-        train_step.scaler.scale(loss).backward()
+            loss, _ = parts.criterion(parts.train_model(images), targets)
+        parts.scaler.scale(loss).backward()
         if (index + 1) % accumulate == 0:  # nominal batch 64, as in training (YOLOV5-FACTS.md)
-            optimizer_step(train_step)
+            optimizer_step(parts.train_model, parts.optimizer, parts.scaler, parts.ema)
 
     rate, peak = _timed(backend, step, warmup, steps, len(batch))
     return Measurement("train", precision_name(backend), backend.amp_enabled, rate, peak)

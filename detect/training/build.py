@@ -1,5 +1,5 @@
-"""Set a training run up, top to bottom: settings (or the checkpoint it resumes), device and process group, run
-folder, loaders, model, optimizer and schedule, restored state; `build_run` returns one frozen `Run`."""
+"""Set a training run up, top to bottom: backend and process group, resume point (a resumed run's own backend), loaders,
+run folder, model, optimizer and schedule, restored state; `build_run` returns one frozen `Run`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 
 from detect import backend as backends
 from detect.backend.autobatch import fit_batch_size
-from detect.config import Hyp, from_mapping, load_hyp
+from detect.config import Hyp, load_hyp
 from detect.data import (
     AugmentSettings,
     DataConfig,
@@ -31,21 +31,14 @@ from detect.errors import UserError
 from detect.evaluation.evaluator import CocoEvaluator
 from detect.evaluation.loop import build_evaluator
 from detect.models import DetectionModel, ModelSpec, build_model, load_model_spec, model_max_stride
-from detect.models.weights import load_model, model_from_state
+from detect.models.weights import load_model, model_from_state, model_state, restore_model_state
 from detect.ops.anchors import check_anchors, evolve_anchors, label_sizes
-from detect.training.checkpoints import (
-    Progress,
-    ResumePoint,
-    RunFolder,
-    find_resume_point,
-    restore_rng_state,
-    share_resume_point,
-)
 from detect.training.distributed import DistContext, barrier, init_process_group, one_voice
-from detect.training.ema import ModelEMA
-from detect.training.loop import Schedule, Step, build_step
-from detect.training.optim import OptimSettings, build_scheduler, lr_lambda, warmup_iterations
+from detect.training.loop import Control, IterationPlan, TrainingParts, build_parts
+from detect.training.optim import ModelEMA, OptimSettings, build_scheduler, lr_lambda, warmup_iterations
 from detect.training.results import PhaseTimes, ResultsLog
+from detect.training.resume import Counters, ResumePoint, TrainingCheckpoint, restore_rng_state, resume_point, rng_state
+from detect.training.run_folder import RunFolder
 from detect.training.settings import AUTO_BATCH, TrainSettings
 
 LOGGER = logging.getLogger(__name__)
@@ -62,7 +55,7 @@ class Validation:
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-    """What one training run holds once set up, on every rank; `validation` and `step.ema` on rank 0 only."""
+    """What one training run holds once set up, on every rank; `validation` and `parts.ema` on the main rank only."""
 
     settings: TrainSettings
     hyp: Hyp
@@ -70,13 +63,26 @@ class Run:
     backend: backends.Backend
     folder: RunFolder
     train_loader: Loader
-    model: DetectionModel  # unwrapped: what checkpoints save
-    step: Step
-    schedule: Schedule
+    model: DetectionModel  # what checkpoints save; the steps call parts.train_model (DDP around it under torchrun)
+    parts: TrainingParts
+    plan: IterationPlan
     scheduler: torch.optim.lr_scheduler.LambdaLR
-    progress: Progress  # the counters the epochs advance
+    control: Control  # the loop's channel to the hooks, with the counters the epochs advance
     validation: Validation | None
     phases: PhaseTimes
+
+    @property
+    def counters(self) -> Counters:
+        return self.control.counters
+
+    def checkpoint(self, full: bool) -> TrainingCheckpoint:
+        """The run as a checkpoint; `full` adds what resuming needs (optimizer, scaler, scheduler, every RNG)."""
+        ema, parts = self.parts.ema, self.parts
+        return TrainingCheckpoint(
+            model=model_state(self.model), ema=model_state(ema.module), ema_updates=ema.updates,
+            counters=self.counters, settings=self.settings, hyp=self.hyp,
+            optimizer=parts.optimizer.state_dict() if full else None, scaler=parts.scaler.state_dict() if full else None,
+            scheduler=self.scheduler.state_dict() if full else None, rng=rng_state(self.backend) if full else None)
 
 
 def select_backend(settings: TrainSettings, context: DistContext) -> backends.Backend:
@@ -241,7 +247,7 @@ def _model_and_ema(settings: TrainSettings, hyp: Hyp, loader: Loader, backend: b
                    point: ResumePoint | None) -> tuple[DetectionModel, ModelEMA | None]:
     """The model on the device (and its EMA on the main rank): a new run's from `source` with AutoAnchor's anchors, a
     resumed run's architecture from its checkpoint (its weights come back in _restore)."""
-    model = source.build(loader.names) if point is None else model_from_state(point.payload["model"], str(point.path))
+    model = source.build(loader.names) if point is None else model_from_state(point.checkpoint.model, str(point.path))
     freeze_layers(model, settings.freeze)
     model = model.to(backend.device)
     if backend.channels_last:
@@ -255,18 +261,17 @@ def _model_and_ema(settings: TrainSettings, hyp: Hyp, loader: Loader, backend: b
     return model, ema
 
 
-def _restore(point: ResumePoint, model: DetectionModel, step: Step,
-             scheduler: torch.optim.lr_scheduler.LambdaLR) -> None:
+def _restore(checkpoint: TrainingCheckpoint, model: DetectionModel, parts: TrainingParts,
+             scheduler: torch.optim.lr_scheduler.LambdaLR, backend: backends.Backend) -> None:
     """Model, EMA, optimizer, scaler, scheduler and every RNG as the checkpoint left them."""
-    payload = point.payload
-    model.load_state_dict(payload["model"]["state_dict"])
-    if step.ema is not None:
-        step.ema.module.load_state_dict(payload["ema"]["state_dict"])
-        step.ema.updates = int(payload["ema"]["updates"])
-    step.optimizer.load_state_dict(payload["optimizer"])
-    step.scaler.load_state_dict(payload["scaler"])
-    scheduler.load_state_dict(payload["scheduler"])
-    restore_rng_state(payload["rng"], step.backend)
+    restore_model_state(model, checkpoint.model)
+    if parts.ema is not None:
+        restore_model_state(parts.ema.module, checkpoint.ema)
+        parts.ema.updates = checkpoint.ema_updates
+    parts.optimizer.load_state_dict(checkpoint.optimizer)
+    parts.scaler.load_state_dict(checkpoint.scaler)
+    scheduler.load_state_dict(checkpoint.scheduler)
+    restore_rng_state(checkpoint.rng, backend)
 
 
 def _validation(settings: TrainSettings, data: DataConfig, model: DetectionModel, backend: backends.Backend,
@@ -278,59 +283,68 @@ def _validation(settings: TrainSettings, data: DataConfig, model: DetectionModel
     return Validation(loader, build_evaluator(loader.split), ResultsLog(folder.save_dir, first_epoch=first_epoch))
 
 
+def _resumed_backend(point: ResumePoint, joined: backends.Backend, context: DistContext) -> backends.Backend:
+    """The backend of the run's stored settings (its device unless given again, its AMP), on the process group's
+    kind of device."""
+    backend = select_backend(point.settings, context)
+    if context.distributed and backend.distributed_backend != joined.distributed_backend:
+        raise UserError(f"--resume: the run was trained with --device {point.settings.device}; give the same "
+                        f"--device again (the job's ranks joined on {joined.device.type})")
+    return backend
+
+
 def build_run(settings: TrainSettings, context: DistContext, resume: bool | str = False,
               resume_overrides: dict[str, Any] | None = None) -> Run:
-    """Everything a run needs, in order; bad settings and yamls stop before the run folder (and, where this rank can
-    tell alone, before the process group)."""
-    overrides, phases = resume_overrides or {}, PhaseTimes()
-    point = find_resume_point(settings, context, resume, overrides) if resume else None
-    check_batch_size(point.settings if point else settings, context)  # a bad flag must not leave ranks waiting
+    """Everything a run needs, in order; bad settings and yamls stop before the run folder (a new run's, where this
+    rank can tell alone, before the process group)."""
+    phases = PhaseTimes()
     source = None if resume else ModelSource.read(settings)
-    settings = settings if source is None else fit_imgsz(settings, source.max_stride)
-    backend = select_backend(point.settings if point else settings, context)
-    if settings.sync_bn and backend.device.type == "cpu":
-        raise UserError("--sync-bn needs GPUs or NPUs: torch's SyncBatchNorm does not run on the CPU")
+    if source is not None:
+        settings = fit_imgsz(settings, source.max_stride)
+        check_batch_size(settings, context)  # a bad flag must not leave ranks waiting
+    backend = select_backend(settings, context)
     backend.set_device()
     context = init_process_group(context, backend.distributed_backend, settings.dist_timeout)
-    if not resume:  # after an elastic restart this job's last.pt; the ranks know the job's restart count only now
-        point = find_resume_point(settings, context, resume, overrides)
-    point, context = share_resume_point(point, context, resume, overrides)
+    point, context = resume_point(settings, context, resume, resume_overrides or {})
     one_voice(context)  # the rank that writes the run speaks, whatever its number
     if point is not None:
         settings = point.settings
         check_batch_size(settings, context)
-        LOGGER.info("resuming %s from epoch %d, batch %d", point.path, point.epoch + 1,
-                    point.payload["progress"].get("batch", 0))
+        backend = _resumed_backend(point, backend, context)
+        backend.set_device()
+        LOGGER.info("resuming from %s: epoch %d, batch %d", point.path, point.checkpoint.counters.epoch + 1,
+                    point.checkpoint.counters.batch)
+    if settings.sync_bn and backend.device.type == "cpu":
+        raise UserError("--sync-bn needs GPUs or NPUs: torch's SyncBatchNorm does not run on the CPU")
     data = load_data_config(settings.data)
-    check_sources(data, ("train", "val") if context.is_main else ("train",))  # only rank 0 validates
+    check_sources(data, ("train", "val") if context.is_main else ("train",))  # only the main rank validates
     if settings.batch_size == AUTO_BATCH:
         settings = _auto_batch(settings, source, data, backend)
-    hyp = from_mapping(Hyp, point.payload["config"]["hyp"], "the checkpoint's stored hyp") if point else \
-        load_hyp(settings.hyp)
+    hyp = point.checkpoint.hyp if point else load_hyp(settings.hyp)
     backend.seed(settings.seed + context.rank)
     with phases.time("label check"):  # before the run folder
         train_loader = _train_loader(settings, data, hyp, backend, context)
     folder = RunFolder.open(settings, context, resume=point is not None)
-    progress = Progress(**point.payload["progress"]) if point else Progress()
-    train_loader.start(progress.epoch, progress.batch)  # the workers prepare the first batches while the model is built
+    counters = point.checkpoint.counters if point else Counters()
+    train_loader.start(counters.epoch, counters.batch)  # the workers prepare the first batches while the model is built
     with phases.time("model and AutoAnchor"):
         model, ema = _model_and_ema(settings, hyp, train_loader, backend, context, source, point)
     optim_settings = OptimSettings.from_hyp(hyp, settings.optimizer, settings.cos_lr)
-    step = build_step(model, backend, hyp, optim_settings, settings.batch_size, settings.imgsz, context=context,
-                      ema=ema, label_smoothing=settings.label_smoothing, sync_bn=settings.sync_bn)
-    scheduler = build_scheduler(step.optimizer, optim_settings, settings.epochs)
+    parts = build_parts(model, backend, hyp, optim_settings, settings.batch_size, settings.imgsz, context=context,
+                        ema=ema, label_smoothing=settings.label_smoothing, sync_bn=settings.sync_bn)
+    scheduler = build_scheduler(parts.optimizer, optim_settings, settings.epochs)
     if point:
-        _restore(point, model, step, scheduler)
+        _restore(point.checkpoint, model, parts, scheduler, backend)
     sizes = multi_scale_sizes(settings.imgsz, model.max_stride) if settings.multi_scale else None
-    schedule = Schedule(optim_settings, settings.batch_size, warmup_iterations(optim_settings, len(train_loader)),
-                        lr_lambda(optim_settings, settings.epochs), sizes, settings.seed)
+    plan = IterationPlan(optim_settings, settings.batch_size, warmup_iterations(optim_settings, len(train_loader)),
+                         lr_lambda(optim_settings, settings.epochs), sizes, settings.seed)
     validation = None
     if context.is_main:
         with phases.time("label check"):
-            validation = _validation(settings, data, model, backend, context, folder, progress.epoch)
+            validation = _validation(settings, data, model, backend, context, folder, counters.epoch)
         folder.write_config(settings, hyp, data, context)
         if point is None and not settings.noplots:
             with phases.time("plots"):
                 plot_label_stats(train_loader.records, train_loader.names, folder.save_dir / "labels.png")
-    return Run(settings, hyp, context, backend, folder, train_loader, model, step, schedule, scheduler, progress,
-               validation, phases)
+    return Run(settings, hyp, context, backend, folder, train_loader, model, parts, plan, scheduler,
+               Control(counters), validation, phases)

@@ -44,7 +44,7 @@ class DistContext:
     restart_count: int = 0
     run_id: str = ""
     # The rank that evaluates and writes the run folder: 0, or after an elastic restart on storage that is not
-    # shared, whichever rank holds the job's run folder (training/checkpoints.py, share_resume_point).
+    # shared, whichever rank holds the job's run folder (training/resume.py, resume_point).
     main_rank: int = 0
 
     @property
@@ -167,7 +167,7 @@ def any_rank(context: DistContext, flags: torch.Tensor) -> torch.Tensor:
 
 def one_voice(context: DistContext) -> None:
     """Info lines from the main rank only, the others' warnings and errors: set again once the main rank is known,
-    which after an elastic restart on storage that is not shared may be another than RANK 0 (share_resume_point).
+    which after an elastic restart on storage that is not shared may be another than RANK 0 (training/resume.py).
     A single process keeps the logging it has."""
     if context.distributed:
         logging.getLogger().setLevel(logging.INFO if context.is_main else logging.WARNING)

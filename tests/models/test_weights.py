@@ -8,7 +8,7 @@ import torch
 
 from detect.errors import UserError
 from detect.models import build_model
-from detect.models.checkpoint import save_checkpoint
+from detect.models.safe_io import save_checkpoint
 from detect.models.weights import load_model, model_state
 from detect.models.yolov5_pickle import read_yolov5_checkpoint
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from detect.errors import UserError
-from detect.models.checkpoint import load_checkpoint
+from detect.models.safe_io import load_checkpoint
 from detect.models.weights import load_model
 from detect.models.yolov5_pickle import RestrictedUnpickler, read_yolov5_checkpoint
 from tests.models.yolov5_standins import standin_checkpoint

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from detect import backend as backends
-from detect.models.checkpoint import save_checkpoint
+from detect.models.safe_io import save_checkpoint
 from detect.models.weights import model_state
 from detect.tools import compare
 from detect.tools.capture import capture, difference, differences

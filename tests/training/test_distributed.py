@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from detect.models.checkpoint import load_checkpoint
+from detect.models.safe_io import load_checkpoint
 from tests.training.helpers import tiny_dataset, train_args, worker_pid
 
 pytestmark = pytest.mark.slow

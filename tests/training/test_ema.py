@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from detect.training.ema import ModelEMA, unwrap_model
+from detect.training.optim import ModelEMA, unwrap_model
 
 
 class Tiny(nn.Module):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from detect.models.checkpoint import load_checkpoint
+from detect.models.safe_io import load_checkpoint
 from tests.training.helpers import tiny_dataset, worker_pid
 
 pytestmark = pytest.mark.slow

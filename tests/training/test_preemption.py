@@ -13,9 +13,8 @@ import pytest
 import torch
 
 from detect import train
-from detect.models.checkpoint import load_checkpoint
-from detect.training import preemption
-from detect.training.trainer import Trainer
+from detect.models.safe_io import load_checkpoint
+from detect.training import hooks
 from tests.training.helpers import tiny_dataset, train_args
 
 BATCHES = 4  # 16 images at batch 4
@@ -26,15 +25,17 @@ def data(tmp_path_factory):
     return tiny_dataset(tmp_path_factory.mktemp("tiny16"), count=16)
 
 
-def _stop_from_call(monkeypatch, first_call: int) -> None:
-    """Requests.stop turns true from its `first_call`-th read (one read per step), as if a signal had come."""
-    calls = []
+def _stop_from_step(monkeypatch, first_step: int) -> None:
+    """The run's `first_step`-th step (counted from 1 over the run) starts with a stop asked, as if SIGTERM had come
+    just before it."""
+    steps = []
 
-    def stop(self) -> bool:
-        calls.append(1)
-        return len(calls) >= first_call
+    def before_step(self, run, index, batch) -> None:
+        steps.append(index)
+        if len(steps) >= first_step:
+            run.control.stop_signal = signal.SIGTERM
 
-    monkeypatch.setattr(preemption.Requests, "stop", property(stop))
+    monkeypatch.setattr(hooks.SignalStop, "before_step", before_step)
 
 
 def _weights(run_dir):
@@ -42,13 +43,13 @@ def _weights(run_dir):
     return payload["model"]["state_dict"], payload["ema"]["state_dict"], payload["optimizer"]["state"]
 
 
-@pytest.mark.parametrize("stop_at_call", [6, 8])  # inside epoch 2, and at its last batch
-def test_resume_inside_an_epoch_is_bit_identical(data, tmp_path, monkeypatch, capsys, stop_at_call):
+@pytest.mark.parametrize("stop_at_step", [6, 8])  # inside epoch 2, and at its last batch
+def test_resume_inside_an_epoch_is_bit_identical(data, tmp_path, monkeypatch, capsys, stop_at_step):
     straight = tmp_path / "straight"
     assert train.main(train_args(data, straight, "--noval", epochs=3)) == 0
     stopped = tmp_path / "stopped"
     with monkeypatch.context() as patch:
-        _stop_from_call(patch, stop_at_call)
+        _stop_from_step(patch, stop_at_step)
         assert train.main(train_args(data, stopped, "--noval", epochs=3)) == 143
     line = capsys.readouterr().err.strip().splitlines()[-1]
     progress = load_checkpoint(stopped / "exp" / "weights" / "last.pt")["progress"]
@@ -68,14 +69,18 @@ def test_resume_inside_an_epoch_is_bit_identical(data, tmp_path, monkeypatch, ca
 
 def test_save_minutes_writes_last_pt_inside_the_epoch(data, tmp_path, monkeypatch):
     saved = []
-    original = Trainer.save_inside_epoch
+    original = hooks.Checkpointer.after_step
 
-    def record(run):
-        saved.append(run.progress.batch)
-        original(run)
+    def record(self, run, index):
+        if run.control.save_now:
+            saved.append(run.counters.batch)
+        original(self, run, index)
 
-    monkeypatch.setattr(Trainer, "save_inside_epoch", staticmethod(record))
-    monkeypatch.setattr(preemption.Requests, "save", property(lambda self: True))  # the timer is always due
+    def always_due(self, run, index, batch):
+        run.control.save_asked = True
+
+    monkeypatch.setattr(hooks.Checkpointer, "after_step", record)
+    monkeypatch.setattr(hooks.TimedSave, "before_step", always_due)
     assert train.main(train_args(data, tmp_path, "--noval", "--save-minutes", "5", epochs=1)) == 0
     assert saved and all(0 < batch <= BATCHES for batch in saved), saved
     assert load_checkpoint(tmp_path / "exp" / "weights" / "last.pt")["progress"]["batch"] == 0  # the epoch's end

@@ -13,18 +13,20 @@ import time
 
 import pytest
 import torch
+import yaml
 
 from detect import train, val
 from detect.errors import UserError
-from detect.models.checkpoint import load_checkpoint
+from detect.models.safe_io import load_checkpoint
 from detect.training import build as build_module
 from detect.training import loop as train_loop
 from detect.training.build import build_run, select_backend
-from detect.training.checkpoints import RunFolder
 from detect.training.distributed import DistContext
+from detect.training.hooks import EarlyStopping
 from detect.training.loop import train_one_epoch
+from detect.training.resume import TrainingCheckpoint
+from detect.training.run_folder import RunFolder
 from detect.training.settings import TrainSettings
-from detect.training.trainer import Trainer
 from tests.training.helpers import tiny_dataset, train_args
 
 
@@ -62,13 +64,25 @@ def test_tensorboard_events_when_tensorboard_is_installed(finished_run):
     assert steps == [0, 1] and "train/box_loss" in events.Tags()["scalars"]
 
 
-def test_last_checkpoint_holds_everything_resume_needs(finished_run):
-    payload = load_checkpoint(finished_run / "weights" / "last.pt")
-    assert payload["progress"]["epoch"] == 2 and payload["progress"]["iteration"] == 4
-    for key in ("model", "ema", "optimizer", "scaler", "scheduler", "rng", "config"):
-        assert payload[key] is not None, key
-    assert payload["config"]["settings"]["epochs"] == 2
-    assert load_checkpoint(finished_run / "weights" / "best.pt")["optimizer"] is None
+def test_last_checkpoint_holds_the_run_as_it_ended(finished_run):
+    last = TrainingCheckpoint.load(finished_run / "weights" / "last.pt")
+    best = TrainingCheckpoint.load(finished_run / "weights" / "best.pt")
+    assert last.resumable and not best.resumable
+    assert (last.counters.epoch, last.counters.iteration, last.counters.batch) == (2, 4, 0)  # 2 batches an epoch
+    with open(finished_run / "results.csv") as handle:
+        fitness = [0.1 * float(row["metrics/mAP_0.5"]) + 0.9 * float(row["metrics/mAP_0.5:0.95"])
+                   for row in csv.DictReader(handle)]
+    assert last.counters.best_fitness == pytest.approx(max(fitness), abs=1e-6)
+    assert fitness[last.counters.best_epoch] == max(fitness) and fitness.index(max(fitness)) <= last.counters.best_epoch
+    stored = yaml.safe_load((finished_run / "config.yaml").read_text())
+    assert last.settings.to_dict() == stored["settings"] and dataclasses.asdict(last.hyp) == stored["hyp"]
+    momentum = [state["momentum_buffer"] for state in last.optimizer["state"].values()]
+    assert len(momentum) == sum(len(group["params"]) for group in last.optimizer["param_groups"])
+    assert any(tensor.abs().sum() > 0 for tensor in momentum)  # SGD steps were taken
+    assert last.ema_updates > 0 and last.ema["state_dict"].keys() == last.model["state_dict"].keys()
+    # The payload is the one layout every reader takes: written back, it reads the same.
+    again = TrainingCheckpoint.from_payload(last.to_payload(), "written back")
+    assert again.counters == last.counters and again.settings == last.settings and again.date == last.date
 
 
 def test_best_weights_validate_at_once(finished_run, data, tmp_path):
@@ -88,7 +102,7 @@ def test_resume_continues_exactly(data, tmp_path, monkeypatch):
     # An interruption right after the first epoch's checkpoint: the run stops as if killed there.
     interrupted = tmp_path / "interrupted"
     with monkeypatch.context() as patch:
-        patch.setattr(Trainer, "should_stop", staticmethod(lambda run, epoch: True))
+        patch.setattr(EarlyStopping, "should_stop", staticmethod(lambda run, epoch: True))
         assert train.main(train_args(data, interrupted)) == 0
     assert load_checkpoint(interrupted / "exp" / "weights" / "last.pt")["progress"]["epoch"] == 1
     assert train.main(["--resume", str(interrupted / "exp" / "weights" / "last.pt"), "--no-progress"]) == 0
@@ -155,6 +169,11 @@ def test_batch_that_does_not_divide_over_the_ranks(data, tmp_path, capsys, monke
 
 
 def test_single_class_rect_training(data, tmp_path):
+    settings = TrainSettings(cfg="yolov5n.yaml", data=str(data), imgsz=128, batch_size=4, epochs=1, workers=0,
+                             device="cpu", project=str(tmp_path / "built"), progress=False, single_cls=True, rect=True)
+    batch = next(iter(build_run(settings, DistContext()).train_loader))
+    assert batch.images.shape[-2:] == (96, 128)  # the 96x128 images keep their aspect ratio (rect), stride 32
+    assert batch.targets[:, 1].eq(0).all() and batch.targets.shape[0] == sum(batch.target_counts)  # one class
     assert train.main(train_args(data, tmp_path, "--single-cls", "--rect", "--noval", epochs=1)) == 0
     model = load_checkpoint(tmp_path / "exp" / "weights" / "best.pt")["ema"]
     assert model["names"] == ["item"] and model["state_dict"]["model.24.m.0.bias"].shape[0] == 3 * 6
@@ -191,7 +210,7 @@ def test_a_resumed_run_clears_a_killed_save(tmp_path):
 def test_non_finite_losses_skip_steps_then_stop_the_run(data, tmp_path, monkeypatch):
     run = build_run(TrainSettings(cfg="yolov5n.yaml", data=str(data), imgsz=64, batch_size=2, epochs=1, workers=0,
                                   device="cpu", project=str(tmp_path), progress=False), DistContext())
-    loss = run.step.criterion
+    parts, loss = run.parts, run.parts.criterion
     calls = []
 
     def nan_on_second_call(raw, targets):
@@ -199,17 +218,19 @@ def test_non_finite_losses_skip_steps_then_stop_the_run(data, tmp_path, monkeypa
         total, items = loss(raw, targets)
         return (total * math.nan if len(calls) == 2 else total), items
 
-    step = dataclasses.replace(run.step, criterion=nan_on_second_call)
+    def one_epoch(criterion, epoch):
+        return train_one_epoch(parts.train_model, criterion, parts.optimizer, parts.scaler, parts.ema,
+                               run.train_loader, run.backend, context=run.context, plan=run.plan, epoch=epoch,
+                               epochs=2, control=run.control, show_progress=False)
+
     before = [parameter.detach().clone() for parameter in run.model.parameters()]
-    stats = train_one_epoch(step, run.schedule, run.train_loader, 0, 1, run.progress, show_progress=False)
-    assert stats.nonfinite_steps == 1 and run.progress.nonfinite_steps == 1
+    stats = one_epoch(nan_on_second_call, 0)
+    assert stats.nonfinite_steps == 1 and run.counters.nonfinite_steps == 1
     assert all(torch.isfinite(parameter).all() for parameter in run.model.parameters())
     assert any(not torch.equal(a, b) for a, b in zip(before, run.model.parameters()))
-    step = dataclasses.replace(run.step, criterion=lambda raw, targets: (loss(raw, targets)[0] * math.nan,
-                                                                         torch.zeros(3)))
     monkeypatch.setattr(train_loop, "MAX_NONFINITE_STREAK", 3)
     with pytest.raises(UserError, match="not finite for 3 steps in a row"):
-        train_one_epoch(step, run.schedule, run.train_loader, 1, 2, run.progress, show_progress=False)
+        one_epoch(lambda raw, targets: (loss(raw, targets)[0] * math.nan, torch.zeros(3)), 1)
 
 
 @pytest.mark.parametrize("device, context, spec", [

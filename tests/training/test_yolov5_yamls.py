@@ -10,7 +10,7 @@ import torch
 import yaml
 
 from detect import train
-from detect.models.checkpoint import load_checkpoint
+from detect.models.safe_io import load_checkpoint
 from detect.models.weights import load_model
 from tests.models.yolov5_yamls import p5, p6, pyramid
 from tests.training.helpers import tiny_dataset, train_args

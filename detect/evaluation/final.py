@@ -1,4 +1,4 @@
-"""The evaluation of record of a checkpoint file, as a finished training run reports it (YOLOV5-FACTS.md)."""
+"""The final evaluation of a training run: its best.pt (else last.pt) scored as the published numbers are (YOLOV5-FACTS.md)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from detect.models.weights import load_model
 LOGGER = logging.getLogger(__name__)
 
 
-def evaluate_checkpoint(weights: Path, loader: Loader, evaluator: CocoEvaluator, backend: Backend, save_dir: Path,
+def final_evaluation(weights: Path, loader: Loader, evaluator: CocoEvaluator, backend: Backend, save_dir: Path,
                         progress: bool = True, plots: bool = True) -> Metrics:
     """`weights` fused, in fp32, NMS IoU 0.65 on COCO (the published numbers) else 0.6; the PR curve, confusion
     matrix and predictions grid into save_dir (unless not `plots`), the per-class table logged."""

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from detect.errors import UserError
-from detect.models.checkpoint import load_checkpoint, save_checkpoint
+from detect.models.safe_io import load_checkpoint, save_checkpoint
 
 
 def test_round_trip(tmp_path: Path) -> None:

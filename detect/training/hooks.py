@@ -1,0 +1,244 @@
+"""The hook points of a training run, the public callback API (`train.run(..., callbacks=[MyHook()])`), and the
+trainer's own hooks: the signal stop, the timed mid-epoch save, first-batch plots, the profiler, the results log,
+checkpoints and early stopping.
+
+The trainer calls, in this order: before_train; for each epoch before_epoch, then for each step before_step and
+after_step, then after_epoch (after validation, with the epoch's results.csv row); after_train once the run ends
+(also when it fails or a signal stops it: then `metrics` is None). Hooks talk to the loop through `run.control`
+(loop.Control): ask for a stop or a save, see when one happens. Only the signal stop runs on every rank; the other
+hooks, yours included, run on the rank that writes the run (run.context.is_main)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from detect.backend.profiler import ProfileSchedule, find_trace, format_summary, summarize
+from detect.data import Batch
+from detect.data.plots import plot_batch
+from detect.errors import UserError
+from detect.evaluation.evaluator import Metrics
+from detect.models.safe_io import save_checkpoint
+from detect.training.build import Run
+from detect.training.results import epoch_line
+
+LOGGER = logging.getLogger(__name__)
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Hook:
+    """Override any of these; each gets the run (training/build.py Run: settings, folder, model, control, ...)."""
+
+    def before_train(self, run: Run) -> None:
+        """Once, after the run is set up (a resumed run: restored), before its first step."""
+
+    def before_epoch(self, run: Run, epoch: int) -> None:
+        """Before the epoch's first step (epoch counts from 0)."""
+
+    def before_step(self, run: Run, index: int, batch: Batch) -> None:
+        """Before the forward pass on batch `index` of the epoch (as the loader gave it, on the host)."""
+
+    def after_step(self, run: Run, index: int) -> None:
+        """After the step on batch `index`; run.control.save_now says the ranks stopped at a boundary to save."""
+
+    def after_epoch(self, run: Run, epoch: int, row: dict[str, float]) -> None:
+        """After the epoch's validation; `row` is its results.csv row (column -> value; no metrics without
+        validation)."""
+
+    def after_train(self, run: Run, metrics: Metrics | None) -> None:
+        """Once, when the run ends: `metrics` of the final evaluation, None if there was none (a failed or stopped
+        run, --nosave with no weights)."""
+
+
+class HookList:
+    """The run's hooks, called in list order at each point (what the epoch loop sees as its StepHooks)."""
+
+    def __init__(self, run: Run, hooks: Sequence[Hook]) -> None:
+        self.run, self.hooks = run, tuple(hooks)
+
+    def before_train(self) -> None:
+        for hook in self.hooks:
+            hook.before_train(self.run)
+
+    def before_epoch(self, epoch: int) -> None:
+        for hook in self.hooks:
+            hook.before_epoch(self.run, epoch)
+
+    def before_step(self, index: int, batch: Batch) -> None:
+        for hook in self.hooks:
+            hook.before_step(self.run, index, batch)
+
+    def after_step(self, index: int) -> None:
+        for hook in self.hooks:
+            hook.after_step(self.run, index)
+
+    def after_epoch(self, epoch: int, row: dict[str, float]) -> None:
+        for hook in self.hooks:
+            hook.after_epoch(self.run, epoch, row)
+
+    def after_train(self, metrics: Metrics | None) -> None:
+        for hook in self.hooks:
+            hook.after_train(self.run, metrics)
+
+
+class SignalStop(Hook):
+    """SIGTERM (what a scheduler or a cloud sends before it takes the machine) and SIGINT (Ctrl-C) ask every rank to
+    stop at the next step boundary, where last.pt is written; a second Ctrl-C ends at once (a checkpoint being written
+    stays whole: it is renamed into place). Handlers are Python's main-thread business: elsewhere nothing is caught."""
+
+    def __init__(self) -> None:
+        self.previous: dict[int, Any] = {}
+
+    def before_train(self, run: Run) -> None:
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {number: signal.signal(number, self._receiver(run)) for number in SIGNALS}
+
+    @staticmethod
+    def _receiver(run: Run):
+        def receive(number: int, _frame: object = None) -> None:
+            if run.control.stop_signal is None:
+                run.control.stop_signal = number
+                LOGGER.warning("%s: stopping at the next step boundary (Ctrl-C again to end at once)",
+                               signal.Signals(number).name)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+        return receive
+
+    def after_train(self, run: Run, metrics: Metrics | None) -> None:
+        for number, handler in self.previous.items():
+            signal.signal(number, handler)
+
+
+class TimedSave(Hook):
+    """--save-minutes: ask for a mid-epoch last.pt every period (the main rank's clock decides for the job)."""
+
+    def __init__(self, minutes: float) -> None:
+        self.period = minutes * 60
+        self.next_save = time.monotonic() + self.period
+
+    def before_train(self, run: Run) -> None:
+        self.next_save = time.monotonic() + self.period
+
+    def before_step(self, run: Run, index: int, batch: Batch) -> None:
+        if time.monotonic() >= self.next_save:
+            run.control.save_asked = True
+
+    def after_step(self, run: Run, index: int) -> None:
+        if run.control.save_now:
+            self.next_save = time.monotonic() + self.period
+
+
+class FirstBatchPlots(Hook):
+    """train_batch0..2.jpg in this process's first epoch: what the network sees after augmentation."""
+
+    def before_train(self, run: Run) -> None:
+        self.first_epoch = run.counters.epoch
+
+    def before_step(self, run: Run, index: int, batch: Batch) -> None:
+        if run.counters.epoch == self.first_epoch and index < 3:
+            plot_batch(batch, run.train_loader.names, run.folder.save_dir / f"train_batch{index}.jpg")
+
+
+class Profiler(Hook):
+    """--profile: this process's first epoch under the backend's profiler, a step per batch; it ends with the epoch's
+    last step, so validation stays out of the trace, and its summary is logged."""
+
+    def __init__(self, schedule: ProfileSchedule) -> None:
+        self.schedule, self.profiler, self.stack = schedule, None, contextlib.ExitStack()
+
+    def before_train(self, run: Run) -> None:
+        self.profiler = self.stack.enter_context(run.backend.profiler(self.folder(run), self.schedule))
+
+    def before_step(self, run: Run, index: int, batch: Batch) -> None:
+        if self.profiler is not None:
+            self.profiler.step()
+
+    def after_step(self, run: Run, index: int) -> None:
+        if self.profiler is not None and (index + 1 == len(run.train_loader) or run.control.stopped):
+            self.close(run)
+            try:
+                LOGGER.info("%s", format_summary(summarize(find_trace(self.folder(run)))))
+            except UserError as error:  # a first epoch shorter than the schedule records nothing; training goes on
+                LOGGER.warning("--profile: %s (the schedule needs %d)", error, self.schedule.steps)
+
+    def after_train(self, run: Run, metrics: Metrics | None) -> None:
+        self.close(run)
+
+    def close(self, run: Run) -> None:
+        self.stack.close()
+        self.profiler = None
+
+    @staticmethod
+    def folder(run: Run):
+        return run.folder.save_dir / "profile"
+
+
+class ResultsLogger(Hook):
+    """One results.csv row (and TensorBoard scalars) and one log line per epoch; results.png at the end."""
+
+    def after_epoch(self, run: Run, epoch: int, row: dict[str, float]) -> None:
+        run.validation.results.add(row)
+        LOGGER.info("%s", epoch_line(epoch, run.settings.epochs, row))
+
+    def after_train(self, run: Run, metrics: Metrics | None) -> None:
+        if not run.settings.noplots:
+            with run.phases.time("plots"):
+                run.validation.results.plot()
+        run.validation.results.close()
+
+
+class Checkpointer(Hook):
+    """last.pt every epoch (only the final one with --nosave) and at the step boundaries a stop or a timed save asks
+    for; best.pt on a new best; epoch<N>.pt every --save-period epochs."""
+
+    def after_step(self, run: Run, index: int) -> None:
+        if run.control.save_now:
+            save_checkpoint(run.folder.last_path, run.checkpoint(full=True).to_payload())
+            LOGGER.info("saved %s at epoch %d, batch %d/%d", run.folder.last_path, run.counters.epoch + 1,
+                        run.counters.batch, len(run.train_loader))
+
+    def after_epoch(self, run: Run, epoch: int, row: dict[str, float]) -> None:
+        settings, folder = run.settings, run.folder
+        if settings.nosave and epoch + 1 != settings.epochs:
+            return
+        with run.phases.time("saves"):
+            save_checkpoint(folder.last_path, run.checkpoint(full=True).to_payload())
+            weights_only = run.checkpoint(full=False).to_payload()
+            if run.counters.best_epoch == epoch:
+                save_checkpoint(folder.best_path, weights_only)
+            if settings.save_period > 0 and (epoch + 1) % settings.save_period == 0:
+                save_checkpoint(folder.epoch_path(epoch + 1), weights_only)
+
+
+class EarlyStopping(Hook):
+    """--patience: end the run after that many epochs without a better fitness (0 turns it off)."""
+
+    def after_epoch(self, run: Run, epoch: int, row: dict[str, float]) -> None:
+        if self.should_stop(run, epoch):
+            run.control.end_training = True
+
+    @staticmethod
+    def should_stop(run: Run, epoch: int) -> bool:
+        patience, best_epoch = run.settings.patience, run.counters.best_epoch
+        stop = bool(patience) and epoch - best_epoch >= patience
+        if stop:
+            LOGGER.info("stopping early: no improvement for %d epochs (best: epoch %d)", patience, best_epoch + 1)
+        return stop
+
+
+def run_hooks(run: Run, profile: ProfileSchedule | None, callbacks: Sequence[Hook]) -> HookList:
+    """The run's hooks on this rank, in calling order: the trainer's own, then the user's callbacks."""
+    hooks: list[Hook] = [SignalStop()]
+    if run.context.is_main:
+        settings = run.settings
+        hooks += [FirstBatchPlots()] if not settings.noplots else []
+        hooks += [Profiler(profile)] if profile is not None else []
+        hooks += [TimedSave(settings.save_minutes)] if settings.save_minutes > 0 else []
+        hooks += [ResultsLogger(), Checkpointer(), EarlyStopping(), *callbacks]
+    return HookList(run, hooks)
+
