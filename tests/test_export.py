@@ -17,7 +17,7 @@ import torch
 from detect import export, val
 from detect.exporters.torchscript import TORCHSCRIPT_METADATA
 from detect.models import build_model
-from detect.models.checkpoint import save_checkpoint
+from detect.models.safe_io import save_checkpoint
 from detect.models.weights import load_model, model_state
 
 # torch 2.14 marks torch.jit.load deprecated; loading the TorchScript file is what these tests check.
