@@ -11,6 +11,7 @@ from detect import backend as backends
 from detect import cli
 from detect.config import NON_NEGATIVE, POSITIVE, UNIT, Settings, option, options_from_dict
 from detect.data import load_data_config
+from detect.data.data_config import SPLITS
 from detect.data.loader import Loader, build_val_loader
 from detect.errors import UserError
 from detect.evaluation.evaluator import BACKENDS
@@ -33,7 +34,6 @@ from detect.models.weights import YOLOV5_DEFAULT_WEIGHTS
 from detect.run_dir import make_run_dir
 
 LOGGER = logging.getLogger("detect.val")
-SPLITS = ("train", "val", "test")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,7 +17,7 @@ Predict = Callable[[torch.Tensor], torch.Tensor]
 # yolov5 models/yolo.py _forward_augment: scales 1, 0.83, 0.67; only the 0.83 pass is flipped (left-right).
 SCALES = (1.0, 0.83, 0.67)
 FLIPS = (False, True, False)
-PAD_VALUE = 0.447  # yolov5 scale_img's padding, the grey of the letterbox (114 / 255)
+SCALE_PAD = 0.447  # yolov5 scale_img's padding of a float image, the grey of the letterbox (114 / 255, rounded)
 
 
 def scale_images(images: torch.Tensor, ratio: float, stride: int) -> torch.Tensor:
@@ -29,7 +29,7 @@ def scale_images(images: torch.Tensor, ratio: float, stride: int) -> torch.Tenso
     size = (int(height * ratio), int(width * ratio))
     resized = F.interpolate(images, size=size, mode="bilinear", align_corners=False)
     padded_h, padded_w = (math.ceil(side * ratio / stride) * stride for side in (height, width))
-    return F.pad(resized, [0, padded_w - size[1], 0, padded_h - size[0]], value=PAD_VALUE)
+    return F.pad(resized, [0, padded_w - size[1], 0, padded_h - size[0]], value=SCALE_PAD)
 
 
 def restore_boxes(decoded: torch.Tensor, size: tuple[int, int], scaled: tuple[int, int], flipped: bool) -> torch.Tensor:

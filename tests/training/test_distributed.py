@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from detect.models.safe_io import load_checkpoint
+from detect.training.resume import TrainingCheckpoint
 from tests.training.helpers import tiny_dataset, train_args, worker_pid
 
 pytestmark = pytest.mark.slow
@@ -70,7 +70,7 @@ def test_a_dead_rank_ends_the_job_and_is_named(data, tmp_path):
     assert time.monotonic() - started < 60
     assert launcher.returncode != 0
     assert re.search(r"rank\s*:\s*1 \(local_rank: 1\)", output), output[-3000:]
-    assert load_checkpoint(tmp_path / "exp" / "weights" / "last.pt")["progress"]["epoch"] >= 1
+    assert TrainingCheckpoint.load(tmp_path / "exp" / "weights" / "last.pt").counters.epoch >= 1
 
 
 def test_an_elastic_restart_resumes_from_last_checkpoint(data, tmp_path):
@@ -85,4 +85,4 @@ def test_an_elastic_restart_resumes_from_last_checkpoint(data, tmp_path):
     with open(tmp_path / "exp" / "results.csv") as handle:
         epochs_logged = [int(row["epoch"]) for row in csv.DictReader(handle)]
     assert epochs_logged == list(range(epochs))  # the epoch cut short is logged once, after the restart
-    assert load_checkpoint(tmp_path / "exp" / "weights" / "last.pt")["progress"]["epoch"] == epochs
+    assert TrainingCheckpoint.load(tmp_path / "exp" / "weights" / "last.pt").counters.epoch == epochs

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from detect.models.safe_io import load_checkpoint
+from detect.training.resume import TrainingCheckpoint
 from tests.training.helpers import tiny_dataset, worker_pid
 
 pytestmark = pytest.mark.slow
@@ -66,7 +66,7 @@ def test_two_nodes_without_shared_storage_train_one_run(tmp_path):
     folders = run_folders(nodes)
     assert len(folders) == 1 and folders[0].name == "exp", folders  # global rank 0 alone writes
     assert any("all 2 ranks hold identical parameters" in output for output in outputs)
-    assert load_checkpoint(folders[0] / "weights" / "last.pt")["progress"]["epoch"] == 2
+    assert TrainingCheckpoint.load(folders[0] / "weights" / "last.pt").counters.epoch == 2
 
 
 def test_elastic_restart_resumes_a_node_that_cannot_see_the_run_folder(tmp_path):
@@ -89,4 +89,4 @@ def test_elastic_restart_resumes_a_node_that_cannot_see_the_run_folder(tmp_path)
     assert "results saved to" in written and f"epoch {epochs}/{epochs}" in written, written[-2000:]
     with open(holder / "runs" / "exp" / "results.csv") as handle:
         assert [int(row["epoch"]) for row in csv.DictReader(handle)] == list(range(epochs))
-    assert load_checkpoint(holder / "runs" / "exp" / "weights" / "last.pt")["progress"]["epoch"] == epochs
+    assert TrainingCheckpoint.load(holder / "runs" / "exp" / "weights" / "last.pt").counters.epoch == epochs

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from detect import train
-from detect.models.safe_io import load_checkpoint
 from detect.training import hooks
+from detect.training.resume import TrainingCheckpoint
 from tests.training.helpers import tiny_dataset, train_args
 
 BATCHES = 4  # 16 images at batch 4
@@ -39,8 +39,8 @@ def _stop_from_step(monkeypatch, first_step: int) -> None:
 
 
 def _weights(run_dir):
-    payload = load_checkpoint(run_dir / "weights" / "last.pt")
-    return payload["model"]["state_dict"], payload["ema"]["state_dict"], payload["optimizer"]["state"]
+    last = TrainingCheckpoint.load(run_dir / "weights" / "last.pt")
+    return last.model["state_dict"], last.ema["state_dict"], last.optimizer["state"]
 
 
 @pytest.mark.parametrize("stop_at_step", [6, 8])  # inside epoch 2, and at its last batch
@@ -52,9 +52,9 @@ def test_resume_inside_an_epoch_is_bit_identical(data, tmp_path, monkeypatch, ca
         _stop_from_step(patch, stop_at_step)
         assert train.main(train_args(data, stopped, "--noval", epochs=3)) == 143
     line = capsys.readouterr().err.strip().splitlines()[-1]
-    progress = load_checkpoint(stopped / "exp" / "weights" / "last.pt")["progress"]
-    assert progress["epoch"] == 1 and 0 < progress["batch"] <= BATCHES
-    assert line == (f"stopped at epoch 2, batch {progress['batch']}/{BATCHES}; resume with: python -m detect.train "
+    counters = TrainingCheckpoint.load(stopped / "exp" / "weights" / "last.pt").counters
+    assert counters.epoch == 1 and 0 < counters.batch <= BATCHES
+    assert line == (f"stopped at epoch 2, batch {counters.batch}/{BATCHES}; resume with: python -m detect.train "
                     f"--resume {stopped / 'exp'}")
     printed = shlex.split(line.split("resume with: ", 1)[1])
     assert printed[:3] == ["python", "-m", "detect.train"]
@@ -83,7 +83,7 @@ def test_save_minutes_writes_last_pt_inside_the_epoch(data, tmp_path, monkeypatc
     monkeypatch.setattr(hooks.TimedSave, "before_step", always_due)
     assert train.main(train_args(data, tmp_path, "--noval", "--save-minutes", "5", epochs=1)) == 0
     assert saved and all(0 < batch <= BATCHES for batch in saved), saved
-    assert load_checkpoint(tmp_path / "exp" / "weights" / "last.pt")["progress"]["batch"] == 0  # the epoch's end
+    assert TrainingCheckpoint.load(tmp_path / "exp" / "weights" / "last.pt").counters.batch == 0  # the epoch's end
 
 
 @pytest.mark.parametrize("sent, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
@@ -106,8 +106,8 @@ def test_a_signal_stops_every_rank_at_a_boundary_with_last_pt_and_one_line(data,
     line = err.strip().splitlines()[-1]
     assert line.startswith("stopped at epoch ") and line.endswith(f"resume with: python -m detect.train --resume "
                                                                   f"{tmp_path / 'exp'}"), err
-    progress = load_checkpoint(tmp_path / "exp" / "weights" / "last.pt")["progress"]
-    assert f"batch {progress['batch']}/{BATCHES};" in line and f"epoch {progress['epoch'] + 1}," in line
+    counters = TrainingCheckpoint.load(tmp_path / "exp" / "weights" / "last.pt").counters
+    assert f"batch {counters.batch}/{BATCHES};" in line and f"epoch {counters.epoch + 1}," in line
 
 
 def test_a_second_ctrl_c_ends_at_once_and_leaves_last_pt_whole(data, tmp_path):
@@ -125,7 +125,7 @@ def test_a_second_ctrl_c_ends_at_once_and_leaves_last_pt_whole(data, tmp_path):
     _, err = process.communicate(timeout=30)
     assert process.returncode == 130, err
     assert "Traceback" not in err, err
-    assert load_checkpoint(last)["progress"]["epoch"] >= 1
+    assert TrainingCheckpoint.load(last).counters.epoch >= 1
 
 
 def test_resume_from_a_folder_without_a_checkpoint_is_one_line(tmp_path, capsys):

@@ -17,7 +17,6 @@ import yaml
 
 from detect import train, val
 from detect.errors import UserError
-from detect.models.safe_io import load_checkpoint
 from detect.training import build as build_module
 from detect.training import loop as train_loop
 from detect.training.build import build_run, select_backend
@@ -92,8 +91,8 @@ def test_best_weights_validate_at_once(finished_run, data, tmp_path):
 
 
 def _final_state(run_dir):
-    payload = load_checkpoint(run_dir / "weights" / "last.pt")
-    return payload["model"]["state_dict"], payload["ema"]["state_dict"], payload["optimizer"]
+    last = TrainingCheckpoint.load(run_dir / "weights" / "last.pt")
+    return last.model["state_dict"], last.ema["state_dict"], last.optimizer
 
 
 def test_resume_continues_exactly(data, tmp_path, monkeypatch):
@@ -104,7 +103,7 @@ def test_resume_continues_exactly(data, tmp_path, monkeypatch):
     with monkeypatch.context() as patch:
         patch.setattr(EarlyStopping, "should_stop", staticmethod(lambda run, epoch: True))
         assert train.main(train_args(data, interrupted)) == 0
-    assert load_checkpoint(interrupted / "exp" / "weights" / "last.pt")["progress"]["epoch"] == 1
+    assert TrainingCheckpoint.load(interrupted / "exp" / "weights" / "last.pt").counters.epoch == 1
     assert train.main(["--resume", str(interrupted / "exp" / "weights" / "last.pt"), "--no-progress"]) == 0
     expected, resumed = _final_state(straight / "exp"), _final_state(interrupted / "exp")
     for name, tensor in expected[0].items():
@@ -175,7 +174,7 @@ def test_single_class_rect_training(data, tmp_path):
     assert batch.images.shape[-2:] == (96, 128)  # the 96x128 images keep their aspect ratio (rect), stride 32
     assert batch.targets[:, 1].eq(0).all() and batch.targets.shape[0] == sum(batch.target_counts)  # one class
     assert train.main(train_args(data, tmp_path, "--single-cls", "--rect", "--noval", epochs=1)) == 0
-    model = load_checkpoint(tmp_path / "exp" / "weights" / "best.pt")["ema"]
+    model = TrainingCheckpoint.load(tmp_path / "exp" / "weights" / "best.pt").ema
     assert model["names"] == ["item"] and model["state_dict"]["model.24.m.0.bias"].shape[0] == 3 * 6
 
 
@@ -188,14 +187,14 @@ def test_kill_9_never_leaves_an_unreadable_last_checkpoint(data, tmp_path):
         process = subprocess.Popen([sys.executable, "-m", "detect.train", *args, "--no-progress"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 120
-        while not last.is_file() or attempt and load_checkpoint(last)["progress"]["epoch"] <= attempt:
+        while not last.is_file() or attempt and TrainingCheckpoint.load(last).counters.epoch <= attempt:
             assert process.poll() is None, process.communicate()[1]
             assert time.monotonic() < deadline, "no checkpoint written"
             time.sleep(0.05)
         time.sleep(rng.uniform(0.0, 1.5))
         process.send_signal(signal.SIGKILL)
         process.wait()
-        assert load_checkpoint(last)["progress"]["epoch"] >= 1
+        assert TrainingCheckpoint.load(last).counters.epoch >= 1
 
 
 def test_a_resumed_run_clears_a_killed_save(tmp_path):
