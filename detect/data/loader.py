@@ -22,7 +22,7 @@ from detect.data.datasets import RectTrainDataset, TrainDataset, ValDataset
 from detect.data.images.cache import build_image_cache
 from detect.data.labels.split import LabelledSplit, load_split
 from detect.data.records import RecordTable
-from detect.data.sampling import EpochBatchSampler, RectBatches, ShuffledBatches, ShuffleSampler
+from detect.data.sampling import EpochBatchSampler, RectBatches, ShuffledBatches, ShuffleSampler, ValShard
 from detect.errors import UserError
 
 
@@ -172,11 +172,14 @@ def build_train_loader(data_config: DataConfig, augmentation: AugmentSettings, i
 
 def build_val_loader(data_config: DataConfig, split: str = "val", imgsz: int = 640, batch_size: int = 32,
                      workers: int | None = None, stride: int = 32, rect: bool = True, pin_memory: bool = True,
-                     prefetch_factor: int = 2, single_class: bool = False) -> Loader:
-    """Letterboxed rectangular batches of the whole split in aspect order (under DDP rank 0 alone evaluates)."""
+                     prefetch_factor: int = 2, single_class: bool = False, rank: int = 0,
+                     world_size: int = 1) -> Loader:
+    """Letterboxed rectangular batches of the whole split in aspect order; with `world_size` ranks, this rank's
+    whole batches of them (sampling.ValShard)."""
     labelled = load_split(data_config, split, single_class)
     dataset = ValDataset(labelled.records, imgsz, batch_size, stride, rect=rect)
     workers = default_workers() if workers is None else workers
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False,
-                        **_loader_options(workers, pin_memory, prefetch_factor))
+    batching = ({"batch_size": batch_size, "shuffle": False} if world_size == 1 else
+                {"batch_sampler": ValShard(len(dataset), batch_size, rank, world_size)})
+    loader = DataLoader(dataset, **batching, **_loader_options(workers, pin_memory, prefetch_factor))
     return Loader(loader, labelled, dataset)

@@ -1,4 +1,4 @@
-"""The training batch order: each epoch's batches from a seeded (distributed) shuffle or --rect's aspect batches,
+"""The batch orders: a validation rank's share of the split's batches, and the training batch order: each epoch's batches from a seeded (distributed) shuffle or --rect's aspect batches,
 epoch after epoch without end, so a DataLoader's workers go on into the next epoch while the trainer validates
 and saves (yolov5's InfiniteDataLoader idea). Keys are (epoch, index): a sample's augmentation is seeded by both."""
 
@@ -81,6 +81,21 @@ class EpochBatchSampler(Sampler[list[tuple[int, int]]]):
             for batch in self.batches.of_epoch(epoch)[skip:]:
                 yield [(epoch, index) for index in batch]
             epoch, skip = epoch + 1, 0
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+class ValShard(Sampler[list[int]]):
+    """Validation on several ranks: rank r of W takes whole batches r, r + W, r + 2W, ... of the split's batches in
+    order, so every image is predicted once, in the batch (and so the letterbox shape) of a one-process pass."""
+
+    def __init__(self, size: int, batch_size: int, rank: int, world_size: int) -> None:
+        starts = range(0, size, batch_size)[rank::world_size]
+        self.batches = [list(range(start, min(start + batch_size, size))) for start in starts]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self.batches)
 
     def __len__(self) -> int:
         return len(self.batches)

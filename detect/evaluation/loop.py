@@ -108,33 +108,85 @@ def _detections(predict: Predict, batch: Batch, backend: Backend, settings: Eval
     return detections
 
 
-@torch.no_grad()
-def evaluate(predict: Predict, loader: Loader, backend: Backend, evaluator: CocoEvaluator,
-             settings: EvalSettings = EvalSettings(), *, progress: bool = True,
-             on_image: Callable[[ImageDetections], None] | None = None) -> EvalResult:
-    """Score `predict` (e.g. an eval-mode model's `predict`, on the backend's device) over `loader`; `on_image` sees
-    every scored image's boxes.
+@dataclasses.dataclass(frozen=True)
+class ShardPredictions:
+    """One process's inference over its loader, before scoring: per batch, the scored images' detections (an
+    unreadable image is left out: its id is in `unusable`), the problem lines, and the stage times."""
 
-    An image the loader could not read (a grey placeholder in `batch.unusable_ids`) is left out of the scores
-    and of `on_image`, and named in the result's problems; an image the loader never yields counts as missed.
-    """
-    clock, images, unusable = _Clock(backend), 0, set()
+    batches: tuple[tuple[ImageDetections, ...], ...]
+    unusable: frozenset[int]
+    problems: tuple[str, ...]
+    images: int
+    seconds: dict[str, float]  # total wall seconds per stage
+
+
+# Sends this process's ShardPredictions to the process that scores: every shard in rank order there, None elsewhere.
+Gather = Callable[[ShardPredictions], "list[ShardPredictions] | None"]
+
+
+@torch.no_grad()
+def predict_shard(predict: Predict, loader: Loader, backend: Backend, settings: EvalSettings = EvalSettings(), *,
+                  progress: bool = True) -> ShardPredictions:
+    """Detections (original-image pixels, on the CPU) of every image `loader` yields."""
+    clock, images, unusable, batches = _Clock(backend), 0, set(), []
     problems: dict[str, None] = {}  # a dict keeps the lines in first-seen order without repeats
     for batch in tqdm(loader, desc="val", disable=not progress, leave=False):
         problems.update(dict.fromkeys(batch.problems))
         unusable.update(batch.unusable_ids)
+        scored = []
         for index, detections in enumerate(_detections(predict, batch, backend, settings, clock)):
             if batch.image_ids[index] in unusable:
                 continue
-            info = batch.letterbox[index]
-            detections = detections.cpu()
+            info, detections = batch.letterbox[index], detections.cpu()
             detections = torch.cat((boxes_to_original(detections[:, :4], info), detections[:, 4:]), dim=1)
-            evaluator.add(batch.image_ids[index], detections)
-            if on_image is not None:
-                on_image(ImageDetections(batch.image_ids[index], batch.paths[index], info, detections))
+            scored.append(ImageDetections(batch.image_ids[index], batch.paths[index], info, detections))
+        batches.append(tuple(scored))
         images += len(batch)
+    return ShardPredictions(tuple(batches), frozenset(unusable), tuple(problems), images, dict(clock.totals))
+
+
+def merge_shards(shards: list[ShardPredictions]) -> ShardPredictions:
+    """One pass's predictions from the shards of ranks that took batches rank, rank + world, ... (the val loader's
+    `rank`/`world_size`), in the batch order of a one-process pass."""
+    world, count = len(shards), sum(len(shard.batches) for shard in shards)
+    batches = tuple(shards[position % world].batches[position // world] for position in range(count))
+    problems = dict.fromkeys(line for shard in shards for line in shard.problems)
+    seconds = {stage: sum(shard.seconds[stage] for shard in shards) for stage in shards[0].seconds}
+    return ShardPredictions(batches, frozenset().union(*(shard.unusable for shard in shards)),
+                            tuple(problems), sum(shard.images for shard in shards), seconds)
+
+
+def score(predictions: ShardPredictions, evaluator: CocoEvaluator,
+          on_image: Callable[[ImageDetections], None] | None = None) -> EvalResult:
+    """COCO metrics of a pass's predictions; `on_image` sees every scored image in batch order."""
+    for batch in predictions.batches:
+        for image in batch:
+            evaluator.add(image.image_id, image.detections)
+            if on_image is not None:
+                on_image(image)
+    unusable = predictions.unusable
     scored = [image_id for image_id in evaluator.image_ids() if image_id not in unusable] if unusable else None
-    return EvalResult(evaluator.evaluate(image_ids=scored), clock.per_image(images), images, tuple(problems))
+    speed = Speed(**{stage: 1000 * total / max(predictions.images, 1) for stage, total in predictions.seconds.items()})
+    return EvalResult(evaluator.evaluate(image_ids=scored), speed, predictions.images, predictions.problems)
+
+
+def evaluate(predict: Predict, loader: Loader, backend: Backend, evaluator: CocoEvaluator | None,
+             settings: EvalSettings = EvalSettings(), *, progress: bool = True,
+             on_image: Callable[[ImageDetections], None] | None = None, gather: Gather | None = None) -> EvalResult | None:
+    """Score `predict` (e.g. an eval-mode model's `predict`, on the backend's device) over `loader`; `on_image` sees
+    every scored image's boxes. With `gather`, `loader` is this rank's shard of the split and the rank that gets
+    every shard scores them (it alone needs `evaluator`); the others return None.
+
+    An image the loader could not read (a grey placeholder in `batch.unusable_ids`) is left out of the scores
+    and of `on_image`, and named in the result's problems; an image the loader never yields counts as missed.
+    """
+    predictions = predict_shard(predict, loader, backend, settings, progress=progress)
+    if gather is not None:
+        shards = gather(predictions)
+        if shards is None:
+            return None
+        predictions = merge_shards(shards)
+    return score(predictions, evaluator, on_image)
 
 
 @torch.no_grad()

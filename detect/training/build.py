@@ -3,6 +3,7 @@ run folder, model, optimizer and schedule, restored state; `build_run` returns o
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import math
@@ -46,16 +47,19 @@ LOGGER = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class Validation:
-    """Rank 0's side of a run: the val loader, its COCO evaluator and the results log."""
+    """What validates the run on each rank: its shard of the val batches, the weights it scores (the main rank's EMA
+    module; a copy on the other ranks, which the main rank's EMA weights are sent to before each validation), and on
+    the main rank alone the COCO evaluator and the results log."""
 
     loader: Loader
-    evaluator: CocoEvaluator
-    results: ResultsLog
+    model: DetectionModel
+    evaluator: CocoEvaluator | None
+    results: ResultsLog | None
 
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-    """What one training run holds once set up, on every rank; `validation` and `parts.ema` on the main rank only."""
+    """What one training run holds once set up, on every rank; `parts.ema` on the main rank only."""
 
     settings: TrainSettings
     hyp: Hyp
@@ -68,7 +72,7 @@ class Run:
     plan: IterationPlan
     scheduler: torch.optim.lr_scheduler.LambdaLR
     control: Control  # the loop's channel to the hooks, with the counters the epochs advance
-    validation: Validation | None
+    validation: Validation
     phases: PhaseTimes
 
     @property
@@ -274,13 +278,23 @@ def _restore(checkpoint: TrainingCheckpoint, model: DetectionModel, parts: Train
     restore_rng_state(checkpoint.rng, backend)
 
 
-def _validation(settings: TrainSettings, data: DataConfig, model: DetectionModel, backend: backends.Backend,
-                context: DistContext, folder: RunFolder, first_epoch: int) -> Validation:
-    """Rank 0's val loader (twice the rank's batch, as yolov5), evaluator and results log."""
-    loader = build_val_loader(data, "val", settings.imgsz, 2 * (settings.batch_size // context.world_size),
-                              loader_workers(settings, context), stride=model.max_stride,
-                              pin_memory=backend.device.type != "cpu", single_class=settings.single_cls)
-    return Validation(loader, build_evaluator(loader.split), ResultsLog(folder.save_dir, first_epoch=first_epoch))
+def _validation(settings: TrainSettings, data: DataConfig, model: DetectionModel, ema: ModelEMA | None,
+                backend: backends.Backend, context: DistContext, folder: RunFolder, first_epoch: int) -> Validation:
+    """This rank's val loader shard (twice the rank's batch, as yolov5; the main rank checks the labels first so the
+    others read its cache) and weights; the main rank's evaluator and results log."""
+    loaders = []
+    for turn in (True, False):  # the main rank's turn, then everyone else's
+        if context.is_main == turn:
+            loaders.append(build_val_loader(
+                data, "val", settings.imgsz, 2 * (settings.batch_size // context.world_size),
+                loader_workers(settings, context), stride=model.max_stride, pin_memory=backend.device.type != "cpu",
+                single_class=settings.single_cls, rank=context.rank, world_size=context.world_size))
+        barrier(context)
+    loader = loaders[0]
+    if ema is None:
+        return Validation(loader, copy.deepcopy(model).eval().requires_grad_(False), None, None)
+    return Validation(loader, ema.module, build_evaluator(loader.split),
+                      ResultsLog(folder.save_dir, first_epoch=first_epoch))
 
 
 def _resumed_backend(point: ResumePoint, joined: backends.Backend, context: DistContext) -> backends.Backend:
@@ -317,7 +331,7 @@ def build_run(settings: TrainSettings, context: DistContext, resume: bool | str 
     if settings.sync_bn and backend.device.type == "cpu":
         raise UserError("--sync-bn needs GPUs or NPUs: torch's SyncBatchNorm does not run on the CPU")
     data = load_data_config(settings.data)
-    check_sources(data, ("train", "val") if context.is_main else ("train",))  # only the main rank validates
+    check_sources(data, ("train", "val"))  # every rank validates its share
     if settings.batch_size == AUTO_BATCH:
         settings = _auto_batch(settings, source, data, backend)
     hyp = point.checkpoint.hyp if point else load_hyp(settings.hyp)
@@ -338,10 +352,9 @@ def build_run(settings: TrainSettings, context: DistContext, resume: bool | str 
     sizes = multi_scale_sizes(settings.imgsz, model.max_stride) if settings.multi_scale else None
     plan = IterationPlan(optim_settings, settings.batch_size, warmup_iterations(optim_settings, len(train_loader)),
                          lr_lambda(optim_settings, settings.epochs), sizes, settings.seed)
-    validation = None
+    with phases.time("label check"):
+        validation = _validation(settings, data, model, ema, backend, context, folder, counters.epoch)
     if context.is_main:
-        with phases.time("label check"):
-            validation = _validation(settings, data, model, backend, context, folder, counters.epoch)
         folder.write_config(settings, hyp, data, context)
         if point is None and not settings.noplots:
             with phases.time("plots"):

@@ -138,6 +138,14 @@ def broadcast_object(context: DistContext, value: T) -> T:
     return holder[0]
 
 
+def broadcast_tensors(context: DistContext, tensors: Iterable[torch.Tensor]) -> None:
+    """The main rank's values of `tensors` (the same shapes on every rank, on the backend's device) into every
+    rank's, in place."""
+    if context.distributed:
+        for tensor in tensors:
+            dist.broadcast(tensor, src=context.main_rank)
+
+
 def gather_objects(context: DistContext, value: Any) -> list[Any]:
     """Every rank's `value`, in rank order, on the main rank; an empty list elsewhere."""
     if not context.distributed:

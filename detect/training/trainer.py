@@ -15,11 +15,14 @@ from detect.backend.profiler import ProfileSchedule
 from detect.errors import Interrupted
 from detect.evaluation.evaluator import Metrics
 from detect.evaluation.final import final_evaluation
-from detect.evaluation.loop import EvalSettings, evaluate
+from detect.evaluation.loop import EvalSettings, Gather, ShardPredictions, evaluate
+from detect.models import DetectionModel
+from detect.models.weights import load_model, model_from_state, model_state
 from detect.training.build import Run, build_run
 from detect.training.distributed import (
     DistContext,
     broadcast_object,
+    broadcast_tensors,
     destroy_process_group,
     gather_objects,
     replicas_in_sync,
@@ -96,16 +99,34 @@ class Trainer:
                 return
 
     def validate(self, run: Run, epoch: int) -> Metrics | None:
-        """COCO metrics of the EMA weights on the main rank (every epoch, or only the last with --noval)."""
-        final = epoch + 1 == run.settings.epochs
-        if run.validation is None or (run.settings.noval and not final):
+        """COCO metrics of the EMA weights (every epoch, or only the last with --noval): each rank predicts its shard
+        of the val batches, the main rank scores them all (None elsewhere)."""
+        validation, context = run.validation, run.context
+        if run.settings.noval and epoch + 1 != run.settings.epochs:
             return None
-        run.validation.evaluator.reset()
+        broadcast_tensors(context, validation.model.state_dict().values())  # the main rank's EMA weights
+        if validation.evaluator is not None:
+            validation.evaluator.reset()
         with run.backend.autocast():  # fp16 on accelerators when AMP is on, as yolov5 validates during training
-            result = evaluate(run.parts.ema.module.predict, run.validation.loader, run.backend,
-                              run.validation.evaluator, EvalSettings(), progress=run.settings.progress)
+            result = evaluate(validation.model.predict, validation.loader, run.backend, validation.evaluator,
+                              EvalSettings(), progress=run.settings.progress and context.is_main,
+                              gather=self.gather(context))
+        if result is None:
+            return None
         self.problems.extend(result.problems)
         return result.metrics
+
+    @staticmethod
+    def gather(context: DistContext) -> Gather | None:
+        """How a rank's val predictions reach the main rank (nothing to gather in one process)."""
+        if not context.distributed:
+            return None
+
+        def to_main(shard: ShardPredictions) -> list[ShardPredictions] | None:
+            shards = gather_objects(context, shard)
+            return shards if context.is_main else None
+
+        return to_main
 
     def end_epoch(self, run: Run, epoch: int, stats: EpochStats, metrics: Metrics | None) -> dict[str, float]:
         """Gather the ranks' problems and, on the main rank, count a new best; the epoch's results.csv row."""
@@ -126,23 +147,37 @@ class Trainer:
         return Interrupted(message, run.control.stop_signal or signal.SIGTERM)
 
     def finish(self, run: Run, epochs_run: int) -> FitResult:
-        """Final evaluation of the best weights and the bad-file summary (main rank)."""
+        """Final evaluation of the best weights on every rank's shard, and the bad-file summary (main rank)."""
         folder, context = run.folder, run.context
         # Parameters only: BatchNorm statistics are rank 0's after DDP's broadcast, then each rank's own batch.
         if context.distributed and not replicas_in_sync(context, run.model.parameters()):
             LOGGER.warning("the %d ranks ended with different parameters", context.world_size)
         elif context.distributed:
             LOGGER.info("all %d ranks hold identical parameters", context.world_size)
-        if run.validation is None:
-            return FitResult(folder.save_dir, None, None, None, epochs_run)
         best = folder.best_path if folder.best_path.is_file() else None
         last = folder.last_path if folder.last_path.is_file() else None
-        weights = best or last
+        weights = self.final_weights(run, best or last)
         metrics = None
         if weights is not None:
             with run.phases.time("final evaluation"):
-                metrics = final_evaluation(weights, run.validation.loader, run.validation.evaluator, run.backend,
-                                           folder.save_dir, progress=run.settings.progress,
-                                           plots=not run.settings.noplots)
+                metrics = final_evaluation(*weights, run.validation.loader, run.validation.evaluator, run.backend,
+                                           folder.save_dir, progress=run.settings.progress and context.is_main,
+                                           plots=not run.settings.noplots, gather=self.gather(context))
+        if not context.is_main:
+            return FitResult(folder.save_dir, None, None, None, epochs_run)
         folder.write_problems(self.problems, run.train_loader.split)
         return FitResult(folder.save_dir, best, last, metrics, epochs_run)
+
+    @staticmethod
+    def final_weights(run: Run, path: Path | None) -> tuple[DetectionModel, Path] | None:
+        """The model of the main rank's `path` (best.pt, else last.pt) on every rank: the main rank reads the file,
+        the others get its tensors (their disks need not hold the run folder)."""
+        context = run.context
+        path = broadcast_object(context, str(path) if path is not None and context.is_main else None)
+        if path is None:
+            return None
+        model = load_model(path) if context.is_main else None
+        if context.distributed:
+            state = broadcast_object(context, model_state(model) if context.is_main else None)
+            model = model or model_from_state(state, path).float().eval()
+        return model, Path(path)
