@@ -6,7 +6,8 @@
 #                 scripts/train_atlas800.sh --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 -- --cfg yolov5s.yaml ...
 #
 # Everything after the launcher options (or after --) goes to `python -m detect.train`; --batch-size is the global
-# batch (Huawei's yolov5s runs used 64 per card, 512 on 8 cards). MAX_RESTARTS=N lets torchrun restart a failed job
+# batch (Huawei's yolov5s runs used 64 per card, 512 on 8 cards). detect's --dist-timeout follows HCCL_EXEC_TIMEOUT, so
+# that a silent rank is named by detect (one line) when HCCL would give up too (docs/scale.md, Timeouts). MAX_RESTARTS=N lets torchrun restart a failed job
 # up to N times; each restart resumes from the run's weights/last.pt by itself. The HCCL and CANN settings below are
 # the ones ../shared/docs/NPU.md (§2.3, §2.5, §2.7) gives; override any of them by exporting it first.
 set -euo pipefail
@@ -33,7 +34,7 @@ for cann in "${ASCEND_TOOLKIT_HOME:-}" /usr/local/Ascend/ascend-toolkit/latest /
 done
 
 export HCCL_CONNECT_TIMEOUT=${HCCL_CONNECT_TIMEOUT:-1200}  # seconds to form the communicator (default 120)
-export HCCL_EXEC_TIMEOUT=${HCCL_EXEC_TIMEOUT:-1800}        # seconds a collective may wait
+export HCCL_EXEC_TIMEOUT=${HCCL_EXEC_TIMEOUT:-1800}        # seconds a collective may wait (= --dist-timeout below)
 if [[ -z "${HCCL_IF_IP:-}" ]] && command -v hostname >/dev/null; then
     HCCL_IF_IP=$(hostname -I 2>/dev/null | awk '{print $1}') && export HCCL_IF_IP  # the NIC HCCL binds to
 fi
@@ -44,4 +45,4 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}                 # the loader worker
 
 exec torchrun --nnodes "$nnodes" --node_rank "$node_rank" --nproc_per_node "$nproc" \
     --master_addr "$master_addr" --master_port "$master_port" --max_restarts "${MAX_RESTARTS:-0}" \
-    -m detect.train --device npu "$@"
+    -m detect.train --device npu --dist-timeout "$HCCL_EXEC_TIMEOUT" "$@"

@@ -34,7 +34,7 @@ from detect.evaluation.loop import build_evaluator
 from detect.models import DetectionModel, ModelSpec, build_model, load_model_spec, model_max_stride
 from detect.models.weights import load_model, model_from_state, model_state, restore_model_state
 from detect.ops.anchors import check_anchors, evolve_anchors, label_sizes
-from detect.training.distributed import DistContext, barrier, init_process_group, one_voice
+from detect.training.distributed import DistContext, init_process_group, one_voice, patient_barrier
 from detect.training.loop import Control, IterationPlan, TrainingParts, build_parts
 from detect.training.optim import ModelEMA, OptimSettings, build_scheduler, lr_lambda, warmup_iterations
 from detect.training.results import PhaseTimes, ResultsLog
@@ -242,7 +242,7 @@ def _train_loader(settings: TrainSettings, data: DataConfig, hyp: Hyp, backend: 
                 loader_workers(settings, context), settings.seed, rank=context.rank, world_size=context.world_size,
                 cache=settings.cache, pin_memory=backend.device.type != "cpu", single_class=settings.single_cls,
                 rect=settings.rect))
-        barrier(context)
+        patient_barrier(context, f"train labels/{'main' if turn else 'others'}")
     return loaders[0]
 
 
@@ -289,7 +289,7 @@ def _validation(settings: TrainSettings, data: DataConfig, model: DetectionModel
                 data, "val", settings.imgsz, 2 * (settings.batch_size // context.world_size),
                 loader_workers(settings, context), stride=model.max_stride, pin_memory=backend.device.type != "cpu",
                 single_class=settings.single_cls, rank=context.rank, world_size=context.world_size))
-        barrier(context)
+        patient_barrier(context, f"val labels/{'main' if turn else 'others'}")
     loader = loaders[0]
     if ema is None:
         return Validation(loader, copy.deepcopy(model).eval().requires_grad_(False), None, None)

@@ -5,7 +5,10 @@ Launched by torchrun (one node or many), which sets RANK, WORLD_SIZE and LOCAL_R
 elastic launcher, torch.distributed.launcher.api, what torchrun runs: yolov5 falls back to DataParallel here, ultralytics
 starts DDP ranks itself), which runs the same command line once per device. When a worker process dies,
 torchrun's agent stops the others within its monitor interval and names the failed rank; a rank that hangs instead
-is caught by the process group's timeout, which every collective below inherits.
+is caught by the process group's timeout (--dist-timeout), which every collective inherits: the rank that waited
+then names the ranks that went silent (their heartbeats in the job's store stopped) and the collective it waited in,
+and ends (collective_failure). Rank-local work of any length (label checks, caches) waits at patient_barrier, through
+the store, under no collective's deadline.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -31,6 +35,25 @@ from detect.errors import UserError
 
 T = TypeVar("T")
 LOGGER = logging.getLogger(__name__)
+HEARTBEAT_S = 2.0  # each rank writes that it is alive this often
+SILENT_AFTER_S = 4 * HEARTBEAT_S  # a rank whose last heartbeat is older is silent
+LOCAL_WORK_TIMEOUT = datetime.timedelta(hours=24)  # what patient_barrier waits, at most
+STORE_READ_TIMEOUT = datetime.timedelta(seconds=5)  # reading the heartbeats after a failure
+_waiting_in = ["the process group's start"]  # the collective this process last entered (for collective_failure)
+
+
+@dataclasses.dataclass(frozen=True)
+class JobStore:
+    """Where this attempt of the job keeps its keys: torchrun's MASTER_ADDR:MASTER_PORT store, under a prefix."""
+
+    host: str
+    port: int
+    prefix: str
+
+    def client(self, timeout: datetime.timedelta) -> dist.Store:
+        """A connection of its own, whose every call waits at most `timeout`."""
+        store = dist.TCPStore(self.host, self.port, is_master=False, timeout=timeout, wait_for_workers=False)
+        return dist.PrefixStore(self.prefix, store)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +69,7 @@ class DistContext:
     # The rank that evaluates and writes the run folder: 0, or after an elastic restart on storage that is not
     # shared, whichever rank holds the job's run folder (training/resume.py, resume_point).
     main_rank: int = 0
+    store: JobStore | None = None  # after init_process_group
 
     @property
     def is_main(self) -> bool:
@@ -88,7 +112,68 @@ def init_process_group(context: DistContext, backend_name: str, timeout_s: float
     attempt, restarts = join_attempt(store, context, timeout)
     dist.init_process_group(backend=backend_name, store=dist.PrefixStore(f"detect/{attempt}/", store),
                             rank=context.rank, world_size=context.world_size, timeout=timeout)
-    return dataclasses.replace(context, restart_count=restarts)
+    job = JobStore(host, port, f"detect/{attempt}/")
+    threading.Thread(target=_heartbeat, args=(job, context.rank), name="detect-heartbeat", daemon=True).start()
+    return dataclasses.replace(context, restart_count=restarts, store=job)
+
+
+def _heartbeat(job: JobStore, rank: int) -> None:
+    """Write this rank's wall time into the store every HEARTBEAT_S (a thread: a frozen process stops writing)."""
+    try:
+        store = job.client(datetime.timedelta(seconds=30))
+        while True:
+            store.set(f"alive/{rank}", str(time.time()))
+            time.sleep(HEARTBEAT_S)
+    except Exception:  # noqa: BLE001 - the store went away: the job is ending, and the failure is reported elsewhere
+        return
+
+
+def silent_ranks(context: DistContext) -> list[int] | None:
+    """The ranks whose heartbeat is older than SILENT_AFTER_S (or never came); None when the store does not answer."""
+    try:
+        store = context.store.client(STORE_READ_TIMEOUT)
+        now, silent = time.time(), []
+        for rank in range(context.world_size):
+            key = f"alive/{rank}"
+            if not store.check([key]) or now - float(store.get(key)) > SILENT_AFTER_S:
+                silent.append(rank)
+        return [rank for rank in silent if rank != context.rank]
+    except Exception:  # noqa: BLE001 - any failure to reach the store means the same: its host is silent too
+        return None
+
+
+def collective_failure(context: DistContext, error: BaseException, timeout_s: float) -> UserError | None:
+    """The one line for a collective that ended because other ranks went silent or away; None for other errors."""
+    failed = isinstance(error, dist.DistError) or isinstance(error, RuntimeError) and any(
+        sign in str(error) for sign in ("Timed out", "timed out", "Connection closed", "Connection reset", "gloo"))
+    if not context.distributed or not failed:
+        return None
+    silent = silent_ranks(context)
+    if silent is None:
+        who = f"the job's store at {context.store.host}:{context.store.port} does not answer (its node is silent)"
+    elif silent:
+        who = f"rank{'s' * (len(silent) > 1)} {', '.join(map(str, silent))} went silent (no heartbeat for " \
+              f"{SILENT_AFTER_S:.0f} s)"
+    else:
+        who = "every rank still beats, but the collective did not complete"
+    return UserError(f"rank {context.rank} waited {timeout_s:g} s (--dist-timeout) in {_waiting_in[0]}: {who}; "
+                     "ending this rank so that torchrun (--max-restarts) or the scheduler restarts the job from "
+                     "last.pt")
+
+
+def entering(collective: str) -> None:
+    """Name the collective this process is about to wait in, for collective_failure's line."""
+    _waiting_in[0] = collective
+
+
+def patient_barrier(context: DistContext, name: str) -> None:
+    """Wait for every rank, through the store and under no collective's deadline: around rank-local work of any
+    length (a label check of COCO takes minutes), which must not trip --dist-timeout."""
+    if not context.distributed:
+        return
+    store = context.store.client(LOCAL_WORK_TIMEOUT)
+    store.set(f"barrier/{name}/{context.rank}", "1")
+    store.wait([f"barrier/{name}/{rank}" for rank in range(context.world_size)], LOCAL_WORK_TIMEOUT)
 
 
 def join_attempt(store: dist.Store, context: DistContext, timeout: datetime.timedelta) -> tuple[str, int]:
@@ -134,6 +219,7 @@ def broadcast_object(context: DistContext, value: T) -> T:
     if not context.distributed:
         return value
     holder = [value]
+    entering("a broadcast from the main rank")
     dist.broadcast_object_list(holder, src=context.main_rank)
     return holder[0]
 
@@ -142,6 +228,7 @@ def broadcast_tensors(context: DistContext, tensors: Iterable[torch.Tensor]) -> 
     """The main rank's values of `tensors` (the same shapes on every rank, on the backend's device) into every
     rank's, in place."""
     if context.distributed:
+        entering("the broadcast of the main rank's EMA weights")
         for tensor in tensors:
             dist.broadcast(tensor, src=context.main_rank)
 
@@ -151,6 +238,7 @@ def gather_objects(context: DistContext, value: Any) -> list[Any]:
     if not context.distributed:
         return [value]
     gathered: list[Any] | None = [None] * context.world_size if context.is_main else None
+    entering("a gather to the main rank")
     dist.gather_object(value, gathered, dst=context.main_rank)
     return gathered or []
 
@@ -160,6 +248,7 @@ def all_gather_objects(context: DistContext, value: Any) -> list[Any]:
     if not context.distributed:
         return [value]
     gathered: list[Any] = [None] * context.world_size
+    entering("an all-gather")
     dist.all_gather_object(gathered, value)
     return gathered
 
@@ -169,6 +258,7 @@ def any_rank(context: DistContext, flags: torch.Tensor) -> torch.Tensor:
     if not context.distributed:
         return flags
     value = flags.to(torch.int32)
+    entering("the step's all-reduce of its flags (non-finite loss, stop, save)")
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
     return value.bool()
 
@@ -181,18 +271,13 @@ def one_voice(context: DistContext) -> None:
         logging.getLogger().setLevel(logging.INFO if context.is_main else logging.WARNING)
 
 
-def barrier(context: DistContext) -> None:
-    """Wait for every rank."""
-    if context.distributed:
-        dist.barrier()
-
-
 def replicas_in_sync(context: DistContext, tensors: Iterable[torch.Tensor]) -> bool:
     """Whether every rank holds the same tensors (their sums, compared by a MIN and a MAX all-reduce)."""
     if not context.distributed:
         return True
     sums = torch.stack([tensor.detach().float().sum() for tensor in tensors])
     low, high = sums.clone(), sums.clone()
+    entering("the final comparison of the replicas")
     dist.all_reduce(low, op=dist.ReduceOp.MIN)
     dist.all_reduce(high, op=dist.ReduceOp.MAX)
     return bool(torch.equal(low, high))

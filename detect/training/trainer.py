@@ -23,6 +23,7 @@ from detect.training.distributed import (
     DistContext,
     broadcast_object,
     broadcast_tensors,
+    collective_failure,
     destroy_process_group,
     gather_objects,
     replicas_in_sync,
@@ -69,6 +70,11 @@ class Trainer:
             hooks.before_train()
             self.train_epochs(run, hooks)
             result = self.finish(run, run.counters.epoch - first_epoch)
+        except RuntimeError as error:  # a collective that timed out or lost its peers: one line, not a traceback
+            failure = collective_failure(run.context, error, run.settings.dist_timeout)
+            if failure is None:
+                raise
+            raise failure from None
         finally:
             hooks.after_train(result.metrics if result else None)
             destroy_process_group(run.context)

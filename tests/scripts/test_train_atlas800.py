@@ -34,8 +34,8 @@ def option(args: list[str], name: str) -> str:
 def test_one_node_gets_eight_ranks_and_the_hccl_settings(tmp_path):
     args, env = launch(tmp_path, "--cfg", "yolov5s.yaml", "--batch-size", "512")
     assert (option(args, "--nnodes"), option(args, "--node_rank"), option(args, "--nproc_per_node")) == ("1", "0", "8")
-    assert args[args.index("-m"):] == ["-m", "detect.train", "--device", "npu", "--cfg", "yolov5s.yaml",
-                                       "--batch-size", "512"]
+    assert args[args.index("-m"):] == ["-m", "detect.train", "--device", "npu", "--dist-timeout", "1800",
+                                       "--cfg", "yolov5s.yaml", "--batch-size", "512"]
     assert env["HCCL_CONNECT_TIMEOUT"] == "1200" and env["TASK_QUEUE_ENABLE"] == "2"
     assert option(args, "--max_restarts") == "0"
 
@@ -50,5 +50,7 @@ def test_second_node_of_two(tmp_path):
 
 
 def test_exported_settings_win(tmp_path):
-    _, env = launch(tmp_path, "--cfg", "yolov5n.yaml", HCCL_CONNECT_TIMEOUT="300", TASK_QUEUE_ENABLE="1")
+    args, env = launch(tmp_path, "--cfg", "yolov5n.yaml", HCCL_CONNECT_TIMEOUT="300", TASK_QUEUE_ENABLE="1",
+                       HCCL_EXEC_TIMEOUT="600")
     assert (env["HCCL_CONNECT_TIMEOUT"], env["TASK_QUEUE_ENABLE"]) == ("300", "1")
+    assert option(args, "--dist-timeout") == env["HCCL_EXEC_TIMEOUT"] == "600"  # the two timeouts agree

@@ -28,8 +28,9 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_nodes(root: Path, epochs: int, max_restarts: int = 0) -> list[tuple[Path, subprocess.Popen]]:
-    """Node 0 and node 1 of one job, each a torchrun of one worker in root/node<N> (relative --data and --project)."""
+def start_nodes(root: Path, epochs: int, max_restarts: int = 0, *extra: str) -> list[tuple[Path, subprocess.Popen]]:
+    """Node 0 and node 1 of one job, each a torchrun of one worker in root/node<N> (relative --data and --project),
+    `extra` added to detect.train's flags."""
     endpoint, job = f"127.0.0.1:{free_port()}", uuid.uuid4().hex[:8]
     nodes = []
     for node_rank in (0, 1):
@@ -40,11 +41,30 @@ def start_nodes(root: Path, epochs: int, max_restarts: int = 0) -> list[tuple[Pa
                    "--rdzv-id", job, "--max-restarts", str(max_restarts), "-m", "detect.train",
                    "--cfg", "yolov5n.yaml", "--data", "data/data.yaml", "--imgsz", "64", "--batch-size", "4",
                    "--epochs", str(epochs), "--workers", "0", "--device", "cpu", "--project", "runs", "--noval",
-                   "--no-progress"]
+                   "--no-progress", *extra]
         environ = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
         nodes.append((folder, subprocess.Popen(command, cwd=folder, env=environ, stdout=subprocess.PIPE,
                                                stderr=subprocess.STDOUT, text=True)))
+        if node_rank == 0:  # node 0's agent hosts the rendezvous store (and so the job's), whatever the pids
+            wait_for_port(endpoint, nodes[0][1])
     return nodes
+
+
+def wait_for_port(endpoint: str, launcher: subprocess.Popen, timeout: float = 60) -> None:
+    host, port = endpoint.split(":")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+            return
+        except OSError:
+            assert launcher.poll() is None and time.monotonic() < deadline, "node 0's agent never listened"
+            time.sleep(0.1)
+
+
+def environment_of(pid: int) -> dict[str, str]:
+    entries = Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
+    return dict(entry.split("=", 1) for entry in entries if "=" in entry)
 
 
 def finish(nodes) -> list[str]:
@@ -60,6 +80,17 @@ def run_folders(nodes) -> list[Path]:
     return [path for folder, _ in nodes for path in (folder / "runs").glob("*")]
 
 
+def wait_for_last(nodes, timeout: float = 300) -> Path:
+    """The folder of the node that holds the run, once its last.pt is written."""
+    deadline = time.monotonic() + timeout
+    while not run_folders(nodes) or not (run_folders(nodes)[0] / "weights" / "last.pt").is_file():
+        assert all(launcher.poll() is None for _, launcher in nodes), [launcher.communicate()[0] for _, launcher
+                                                                        in nodes]
+        assert time.monotonic() < deadline, "no checkpoint written"
+        time.sleep(0.2)
+    return run_folders(nodes)[0].parents[1]
+
+
 def test_two_nodes_without_shared_storage_train_one_run(tmp_path):
     nodes = start_nodes(tmp_path, epochs=2)
     outputs = finish(nodes)
@@ -72,13 +103,7 @@ def test_two_nodes_without_shared_storage_train_one_run(tmp_path):
 def test_elastic_restart_resumes_a_node_that_cannot_see_the_run_folder(tmp_path):
     epochs = 6
     nodes = start_nodes(tmp_path, epochs=epochs, max_restarts=1)
-    deadline = time.monotonic() + 300
-    while not run_folders(nodes) or not (run_folders(nodes)[0] / "weights" / "last.pt").is_file():
-        assert all(launcher.poll() is None for _, launcher in nodes), [launcher.communicate()[0] for _, launcher
-                                                                        in nodes]
-        assert time.monotonic() < deadline, "no checkpoint written"
-        time.sleep(0.2)
-    holder = run_folders(nodes)[0].parents[1]
+    holder = wait_for_last(nodes)
     other = next(launcher for folder, launcher in nodes if folder != holder)
     os.kill(worker_pid(other, "LOCAL_RANK=0"), signal.SIGKILL)  # the rank on the node without the run folder dies once
     outputs = finish(nodes)
@@ -90,3 +115,32 @@ def test_elastic_restart_resumes_a_node_that_cannot_see_the_run_folder(tmp_path)
     with open(holder / "runs" / "exp" / "results.csv") as handle:
         assert [int(row["epoch"]) for row in csv.DictReader(handle)] == list(range(epochs))
     assert TrainingCheckpoint.load(holder / "runs" / "exp" / "weights" / "last.pt").counters.epoch == epochs
+
+
+def test_a_silent_node_ends_the_job_in_one_line_within_the_timeout(tmp_path):
+    """A frozen node (node 1: its torchrun agent and worker stopped with SIGSTOP): the rank on node 0 ends within
+    --dist-timeout and a margin, names the silent rank and the collective it waited in, and exits non-zero; the run's
+    last.pt stays whole."""
+    timeout = 12
+    nodes = start_nodes(tmp_path, 10_000, 0, "--dist-timeout", str(timeout))
+    holder = wait_for_last(nodes)
+    (_, alive), (_, frozen) = nodes
+    alive_worker, frozen_worker = worker_pid(alive, "LOCAL_RANK=0"), worker_pid(frozen, "LOCAL_RANK=0")
+    alive_rank, frozen_rank = (environment_of(pid)["RANK"] for pid in (alive_worker, frozen_worker))
+    try:
+        for pid in (frozen.pid, frozen_worker):
+            os.kill(pid, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        while Path(f"/proc/{alive_worker}").exists() and "Z" not in Path(f"/proc/{alive_worker}/stat").read_text():
+            assert time.monotonic() - stopped_at < timeout + 30, "the rank on the live node still waits"
+            time.sleep(0.2)
+    finally:
+        for pid in (frozen.pid, frozen_worker):
+            os.kill(pid, signal.SIGKILL)
+        frozen.wait()
+    output = alive.communicate(timeout=120)[0]
+    assert alive.returncode != 0, output[-2000:]
+    lines = [line for line in output.splitlines() if "(--dist-timeout)" in line]
+    assert len(lines) == 1 and f"rank {frozen_rank} went silent" in lines[0], output[-3000:]
+    assert lines[0].startswith(f"error: rank {alive_rank} waited {timeout} s (--dist-timeout) in "), lines[0]
+    assert TrainingCheckpoint.load(holder / "runs" / "exp" / "weights" / "last.pt").counters.epoch >= 1
