@@ -6,13 +6,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-import math
 from typing import Any
 
 import numpy as np
 import torch
 
 from detect import backend as backends
+from detect.backend.amp_check import check_amp, image_batch
 from detect.backend.autobatch import fit_batch_size
 from detect.config import Hyp, load_hyp
 from detect.data import (
@@ -31,16 +31,17 @@ from detect.data.plots import plot_label_stats
 from detect.errors import UserError
 from detect.evaluation.evaluator import CocoEvaluator
 from detect.evaluation.loop import build_evaluator
+from detect.inference.sample_images import sample_images
 from detect.models import DetectionModel, ModelSpec, build_model, load_model_spec, model_max_stride
 from detect.models.weights import load_model, model_from_state, model_state, restore_model_state
 from detect.ops.anchors import check_anchors, evolve_anchors, label_sizes
-from detect.training.distributed import DistContext, init_process_group, one_voice, patient_barrier
+from detect.training.distributed import DistContext, broadcast_object, init_process_group, one_voice, patient_barrier
 from detect.training.loop import Control, IterationPlan, TrainingParts, build_parts
 from detect.training.optim import ModelEMA, OptimSettings, build_scheduler, lr_lambda, warmup_iterations
 from detect.training.results import PhaseTimes, ResultsLog
 from detect.training.resume import Counters, ResumePoint, TrainingCheckpoint, restore_rng_state, resume_point, rng_state
 from detect.training.run_folder import RunFolder
-from detect.training.settings import AUTO_BATCH, TrainSettings
+from detect.training.settings import AUTO_BATCH, TrainSettings, check_batch_size, check_model_given, fit_imgsz
 
 LOGGER = logging.getLogger(__name__)
 
@@ -192,30 +193,6 @@ def autoanchor(model: DetectionModel, records: list[ImageRecord], imgsz: int, an
     return True
 
 
-def fit_imgsz(settings: TrainSettings, max_stride: int) -> TrainSettings:
-    """yolov5's rule for training: --imgsz rounded up to a multiple of the largest stride, at least twice it."""
-    imgsz = max(math.ceil(settings.imgsz / max_stride) * max_stride, 2 * max_stride)
-    if imgsz != settings.imgsz:
-        LOGGER.warning("--imgsz %d: the model needs a multiple of its largest stride %d, at least %d: training at %d",
-                       settings.imgsz, max_stride, 2 * max_stride, imgsz)
-    return dataclasses.replace(settings, imgsz=imgsz)
-
-
-def check_batch_size(settings: TrainSettings, context: DistContext) -> None:
-    """The global batch must divide over the ranks; AutoBatch measures one device."""
-    if settings.batch_size == AUTO_BATCH and context.distributed:
-        raise UserError("--batch-size -1 (AutoBatch) measures one device: give the total batch size for "
-                        f"{context.world_size} ranks")
-    if settings.batch_size % context.world_size:
-        raise UserError(f"--batch-size {settings.batch_size} does not divide over {context.world_size} ranks")
-
-
-def check_model_given(settings: TrainSettings) -> None:
-    """A run needs an architecture, a checkpoint, or both."""
-    if settings.cfg is None and settings.weights is None:
-        raise UserError("give a model: --cfg yolov5s.yaml (from scratch) and/or --weights FILE (fine-tune)")
-
-
 def _auto_batch(settings: TrainSettings, source: ModelSource, data: DataConfig,
                 backend: backends.Backend) -> TrainSettings:
     """The settings with AutoBatch's batch size for this model, image size and device."""
@@ -307,6 +284,26 @@ def _resumed_backend(point: ResumePoint, joined: backends.Backend, context: Dist
     return backend
 
 
+def _amp_checked(backend: backends.Backend, model: DetectionModel, settings: TrainSettings,
+                 context: DistContext) -> backends.Backend:
+    """AMP as it is on by default on an accelerator stays on only if the model's predictions on a bundled image agree
+    with fp32 (check_amp, on the main rank for the job); else one line, and fp32. --amp and --no-amp are obeyed."""
+    if not backend.amp_enabled or settings.amp is not None or backend.name == "cpu":
+        return backend
+    check = None
+    if context.is_main:
+        model.eval()
+        check = check_amp(model.predict, image_batch(sample_images()[0], settings.imgsz, backend.device), backend)
+        model.train()
+    check = broadcast_object(context, check)
+    if check.agrees:
+        LOGGER.info("AMP check: autocast agrees with fp32 (%s)", check)
+        return backend
+    LOGGER.warning("AMP check: autocast's predictions differ from fp32's (%s): training in fp32 (--amp forces AMP)",
+                   check)
+    return select_backend(dataclasses.replace(settings, amp=False), context)
+
+
 def build_run(settings: TrainSettings, context: DistContext, resume: bool | str = False,
               resume_overrides: dict[str, Any] | None = None) -> Run:
     """Everything a run needs, in order; bad settings and yamls stop before the run folder (a new run's, where this
@@ -343,6 +340,7 @@ def build_run(settings: TrainSettings, context: DistContext, resume: bool | str 
     train_loader.start(counters.epoch, counters.batch)  # the workers prepare the first batches while the model is built
     with phases.time("model and AutoAnchor"):
         model, ema = _model_and_ema(settings, hyp, train_loader, backend, context, source, point)
+    backend = _amp_checked(backend, model, settings, context)
     optim_settings = OptimSettings.from_hyp(hyp, settings.optimizer, settings.cos_lr)
     parts = build_parts(model, backend, hyp, optim_settings, settings.batch_size, settings.imgsz, context=context,
                         ema=ema, label_smoothing=settings.label_smoothing, sync_bn=settings.sync_bn)

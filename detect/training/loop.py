@@ -21,7 +21,7 @@ from detect.data import Batch, Loader
 from detect.data.device_batch import pick_size, to_device_batch
 from detect.errors import UserError
 from detect.models import DetectionModel
-from detect.training.distributed import DistContext, any_rank
+from detect.training.distributed import DistContext, any_rank, entering
 from detect.training.loss import DetectionLoss, LossSettings
 from detect.training.optim import ModelEMA, OptimSettings, apply_warmup, build_optimizer
 from detect.training.resume import Counters
@@ -118,26 +118,62 @@ NO_HOOKS = NoHooks()
 
 @dataclasses.dataclass(frozen=True)
 class EpochStats:
-    """Mean loss terms of the epoch's steps, throughput and what went wrong on the way."""
+    """Mean loss terms of the epoch's steps, throughput, numerics and what went wrong on the way."""
 
     losses: tuple[float, float, float]  # box, obj, cls (not multiplied by the batch size)
     images: int  # on all ranks together
     seconds: float
     learning_rates: tuple[float, ...]
-    nonfinite_steps: int
+    nonfinite_steps: int  # batches skipped for a non-finite loss
     problems: tuple[str, ...]
+    nonfinite_grad_steps: int = 0  # optimizer steps whose gradients were not finite (the GradScaler skips them)
+    grad_norm_mean: float | None = None  # of the finite gradient norms before clipping
+    grad_norm_max: float | None = None
+    loss_scale_min: float | None = None  # the GradScaler's scale after each step (None: no loss scaling)
+    loss_scale_last: float | None = None
+
+
+class StepNumerics:
+    """The epoch's gradient norms and loss scales, summed on the device (a step adds no host sync), read once."""
+
+    def __init__(self, device: torch.device) -> None:
+        zero = torch.zeros((), device=device)
+        self.norm_sum, self.norm_max, self.finite, self.nonfinite = zero.clone(), zero.clone(), zero.clone(), zero
+        self.scale_min: torch.Tensor | None = None
+        self.scale_last: torch.Tensor | None = None
+
+    def add(self, grad_norm: torch.Tensor, scaler: torch.amp.GradScaler) -> None:
+        """One optimizer step: its gradients' total norm before clipping, and the scale the scaler goes on with."""
+        finite = torch.isfinite(grad_norm)
+        norm = torch.where(finite, grad_norm, 0.0)
+        self.norm_sum, self.norm_max = self.norm_sum + norm, torch.maximum(self.norm_max, norm)
+        self.finite, self.nonfinite = self.finite + finite, self.nonfinite + ~finite
+        if scaler.is_enabled():
+            scale = scaler._get_scale_async()  # the scale as a device tensor: get_scale() would sync the host
+            self.scale_last = scale.detach().clone()
+            self.scale_min = self.scale_last if self.scale_min is None else torch.minimum(self.scale_min, scale)
+
+    def summary(self) -> dict[str, float | int | None]:
+        """EpochStats' numerics fields (one host sync)."""
+        norm_sum, norm_max, finite, nonfinite = torch.stack(
+            [self.norm_sum, self.norm_max, self.finite, self.nonfinite]).tolist()
+        scales = [None, None] if self.scale_min is None else torch.stack([self.scale_min, self.scale_last]).tolist()
+        return {"nonfinite_grad_steps": int(nonfinite), "grad_norm_mean": norm_sum / finite if finite else None,
+                "grad_norm_max": norm_max if finite else None, "loss_scale_min": scales[0], "loss_scale_last": scales[1]}
 
 
 def optimizer_step(train_model: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
-                   ema: ModelEMA | None) -> None:
-    """unscale -> clip at 10 -> step -> update the scale -> zero grads -> EMA (YOLOV5-FACTS.md step order)."""
+                   ema: ModelEMA | None) -> torch.Tensor:
+    """unscale -> clip at 10 -> step -> update the scale -> zero grads -> EMA (YOLOV5-FACTS.md step order); returns
+    the gradients' total norm before clipping (a device tensor)."""
     scaler.unscale_(optimizer)
-    nn.utils.clip_grad_norm_(train_model.parameters(), max_norm=MAX_GRAD_NORM)
+    grad_norm = nn.utils.clip_grad_norm_(train_model.parameters(), max_norm=MAX_GRAD_NORM)
     scaler.step(optimizer)
     scaler.update()
     optimizer.zero_grad(set_to_none=True)
     if ema is not None:
         ema.update(train_model)
+    return grad_norm
 
 
 def _forward_backward(train_model: nn.Module, criterion: Criterion, scaler: torch.amp.GradScaler, images: torch.Tensor,
@@ -157,6 +193,8 @@ def _forward_backward(train_model: nn.Module, criterion: Criterion, scaler: torc
         nonfinite, stop, save = any_rank(context, asks).tolist()
         if nonfinite:
             return None, stop, save
+        if sync and context.distributed:
+            entering("the gradient all-reduce of DDP's backward")
         # yolov5 multiplies by the world size because DDP averages the gradients (YOLOV5-FACTS.md, loss).
         scaler.scale(loss * context.world_size).backward()
     return items, stop, save
@@ -183,6 +221,7 @@ def train_one_epoch(train_model: nn.Module, criterion: Criterion, optimizer: tor
     optimizer.zero_grad(set_to_none=True)
     loss_sum = torch.tensor(counters.epoch_loss_sum, device=backend.device)
     steps, images, streak, nonfinite, problems = counters.epoch_steps, counters.epoch_images, 0, 0, []
+    numerics = StepNumerics(backend.device)
     stop_asked = save_asked = control.stopped = False
     bar = tqdm(loader, desc=f"{epoch + 1}/{epochs}", disable=not show_progress, leave=False, initial=counters.batch)
     started = next_postfix = time.perf_counter()
@@ -208,7 +247,7 @@ def train_one_epoch(train_model: nn.Module, criterion: Criterion, optimizer: tor
         else:
             streak = 0
             if step_now:
-                optimizer_step(train_model, optimizer, scaler, ema)
+                numerics.add(optimizer_step(train_model, optimizer, scaler, ema), scaler)
                 counters.last_optimizer_step = iteration
             loss_sum += items
             steps += 1
@@ -234,4 +273,4 @@ def train_one_epoch(train_model: nn.Module, criterion: Criterion, optimizer: tor
     means = (loss_sum / max(steps, 1)).tolist()
     return EpochStats(losses=(means[0], means[1], means[2]), images=images, seconds=time.perf_counter() - started,
                       learning_rates=tuple(group["lr"] for group in optimizer.param_groups),
-                      nonfinite_steps=nonfinite, problems=tuple(problems))
+                      nonfinite_steps=nonfinite, problems=tuple(problems), **numerics.summary())

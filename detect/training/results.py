@@ -21,6 +21,10 @@ COLUMNS = (
     "epoch", "train/box_loss", "train/obj_loss", "train/cls_loss",
     "metrics/precision", "metrics/recall", "metrics/mAP_0.5", "metrics/mAP_0.5:0.95",
     "x/lr0", "x/lr1", "x/lr2", "train/img_per_s", "memory/host_peak_gb", "memory/device_peak_gb",
+    # Numerics: steps skipped for a non-finite loss or non-finite gradients, the gradient norm before clipping,
+    # the AMP loss scale (empty without loss scaling).
+    "train/nonfinite_loss_steps", "train/nonfinite_grad_steps", "train/grad_norm_mean", "train/grad_norm_max",
+    "amp/loss_scale_min", "amp/loss_scale_last",
 )
 PLOTTED = COLUMNS[1:8]
 
@@ -80,6 +84,11 @@ def epoch_row(epoch: int, stats: EpochStats, metrics: Metrics | None, host_peak_
            "train/cls_loss": stats.losses[2], "train/img_per_s": stats.images / max(stats.seconds, 1e-9),
            "memory/host_peak_gb": host_peak_bytes / 1e9}
     row.update({f"x/lr{index}": lr for index, lr in enumerate(stats.learning_rates[:3])})
+    numerics = {"train/nonfinite_loss_steps": stats.nonfinite_steps,
+                "train/nonfinite_grad_steps": stats.nonfinite_grad_steps, "train/grad_norm_mean": stats.grad_norm_mean,
+                "train/grad_norm_max": stats.grad_norm_max, "amp/loss_scale_min": stats.loss_scale_min,
+                "amp/loss_scale_last": stats.loss_scale_last}
+    row.update({column: value for column, value in numerics.items() if value is not None})
     if device_peak_bytes is not None:
         row["memory/device_peak_gb"] = device_peak_bytes / 1e9
     if metrics is not None:

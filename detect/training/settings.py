@@ -1,16 +1,21 @@
 """What a training run was asked to do: yolov5's train.py options as one frozen, checked dataclass, the one home of
-their names, defaults, ranges and help; the train CLI's flags and the Python API are made from it."""
+their names, defaults, ranges and help; the train CLI's flags and the Python API are made from it. Also the checks of
+the settings against the model and the job, made before anything is written."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+import math
 from typing import Any
 
 from detect.backend import NPU_ALLOW_HF32_HELP, NPU_JIT_COMPILE_HELP, SPEC_HELP
 from detect.config import NON_NEGATIVE, POSITIVE, Bound, Settings, option, options_from_dict
 from detect.data.images.cache import CACHE_CHOICES
 from detect.errors import UserError
+from detect.training.distributed import DistContext
 
+LOGGER = logging.getLogger(__name__)
 AT_LEAST_32 = Bound("an integer >= 32", lambda value: value >= 32)  # the largest stride
 SMOOTHING = Bound("a number in [0, 1)", lambda value: 0 <= value < 1)
 POSITIVE_SECONDS = Bound("a number > 0", lambda value: value > 0)
@@ -83,3 +88,27 @@ class TrainSettings(Settings):
 def resume_fields() -> tuple[str, ...]:
     """The settings a resumed run may take anew (machine-specific); the rest come from its checkpoint."""
     return tuple(field.name for field in dataclasses.fields(TrainSettings) if field.metadata["again_on_resume"])
+
+
+def fit_imgsz(settings: TrainSettings, max_stride: int) -> TrainSettings:
+    """yolov5's rule for training: --imgsz rounded up to a multiple of the largest stride, at least twice it."""
+    imgsz = max(math.ceil(settings.imgsz / max_stride) * max_stride, 2 * max_stride)
+    if imgsz != settings.imgsz:
+        LOGGER.warning("--imgsz %d: the model needs a multiple of its largest stride %d, at least %d: training at %d",
+                       settings.imgsz, max_stride, 2 * max_stride, imgsz)
+    return dataclasses.replace(settings, imgsz=imgsz)
+
+
+def check_batch_size(settings: TrainSettings, context: DistContext) -> None:
+    """The global batch must divide over the ranks; AutoBatch measures one device."""
+    if settings.batch_size == AUTO_BATCH and context.distributed:
+        raise UserError("--batch-size -1 (AutoBatch) measures one device: give the total batch size for "
+                        f"{context.world_size} ranks")
+    if settings.batch_size % context.world_size:
+        raise UserError(f"--batch-size {settings.batch_size} does not divide over {context.world_size} ranks")
+
+
+def check_model_given(settings: TrainSettings) -> None:
+    """A run needs an architecture, a checkpoint, or both."""
+    if settings.cfg is None and settings.weights is None:
+        raise UserError("give a model: --cfg yolov5s.yaml (from scratch) and/or --weights FILE (fine-tune)")

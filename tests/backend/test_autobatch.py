@@ -11,9 +11,8 @@ from detect.backend import select
 from detect.backend.autobatch import DEFAULT_BATCH, PROBE_BATCHES, fit_batch_size
 from detect.errors import UserError
 from detect.models import build_model
-from detect.training.build import check_batch_size
 from detect.training.distributed import DistContext
-from detect.training.settings import TrainSettings
+from detect.training.settings import TrainSettings, check_batch_size
 from tests.npu_standin import npu_backend
 
 GIB = 2**30

@@ -1,0 +1,86 @@
+"""The start-up AMP check: a model's predictions under autocast against fp32 on a bundled image; AMP turned off with
+one line when they disagree, on the main rank's word."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+
+from detect import backend as backends
+from detect.backend.amp_check import check_amp, image_batch
+from detect.inference.sample_images import sample_images
+from detect.models import build_model
+from detect.models.weights import load_model
+from detect.training import build as build_module
+from detect.training.distributed import DistContext
+from detect.training.settings import TrainSettings
+from tests.npu_standin import npu_backend
+
+YOLOV5N = Path(__file__).resolve().parents[2].parent / "shared" / "weights" / "yolov5n.pt"
+
+
+def _model(pretrained: bool):
+    if pretrained and not YOLOV5N.is_file():
+        pytest.skip(f"no {YOLOV5N}")
+    return (load_model(YOLOV5N) if pretrained else build_model("yolov5n.yaml", num_classes=80)).eval()
+
+
+@pytest.mark.parametrize("pretrained", [False, True])
+def test_cpu_bf16_agrees_with_fp32(pretrained):
+    cpu = backends.select("cpu", amp=True)  # bf16 on the CPU
+    check = check_amp(_model(pretrained).predict, image_batch(sample_images()[0], 320, cpu.device), cpu)
+    assert check.agrees, str(check)
+    assert check.nonfinite == 0 and check.score_error > 0  # bf16 is not fp32: the two passes really differ
+    if pretrained:
+        assert 0 < check.box_error <= 0.02  # yolov5n is confident about the astronaut
+
+
+def test_the_npu_standin_fp16_agrees_with_fp32(monkeypatch):
+    npu = npu_backend(monkeypatch)  # fp16 autocast, its tensors on the CPU
+    assert npu.amp_enabled and npu.amp_dtype == torch.float16
+    check = check_amp(_model(False).predict, image_batch(sample_images()[0], 160, npu.device), npu)
+    assert check.agrees, str(check)
+
+
+def _broken_under_autocast(model):
+    """model.predict, but its confidences are wrong whenever autocast is on (an fp16 overflow, say)."""
+    def predict(images):
+        rows = model.predict(images)
+        if torch.is_autocast_enabled(images.device.type):
+            rows = rows.clone()
+            rows[..., 4:] = 1.0 - rows[..., 4:]
+        return rows
+    return predict
+
+
+def test_a_model_that_breaks_under_autocast_disagrees():
+    cpu = backends.select("cpu", amp=True)
+    check = check_amp(_broken_under_autocast(_model(False)), image_batch(sample_images()[0], 160, cpu.device), cpu)
+    assert not check.agrees and check.score_error > 0.05
+
+
+def test_disagreement_turns_amp_off_with_one_line(monkeypatch, caplog):
+    npu = npu_backend(monkeypatch)
+    model = _model(False)
+    monkeypatch.setattr(model, "predict", _broken_under_autocast(build_model("yolov5n.yaml", num_classes=80).eval()))
+    chosen = []
+    monkeypatch.setattr(build_module, "select_backend", lambda settings, context: chosen.append(settings.amp) or "fp32")
+    settings = TrainSettings(cfg="yolov5n.yaml", device="npu", imgsz=160)
+    with caplog.at_level(logging.WARNING):
+        assert build_module._amp_checked(npu, model, settings, DistContext()) == "fp32"
+    assert chosen == [False]
+    assert [record.getMessage().split(" (")[0] for record in caplog.records] == [
+        "AMP check: autocast's predictions differ from fp32's"]
+    assert "training in fp32 (--amp forces AMP)" in caplog.records[0].getMessage()
+
+
+@pytest.mark.parametrize("amp", [True, False])
+def test_amp_given_on_the_command_line_is_obeyed_unchecked(monkeypatch, amp):
+    npu = npu_backend(monkeypatch)
+    model = _model(False)
+    monkeypatch.setattr(model, "predict", lambda images: pytest.fail("checked although --amp/--no-amp was given"))
+    settings = TrainSettings(cfg="yolov5n.yaml", device="npu", amp=amp)
+    assert build_module._amp_checked(npu, model, settings, DistContext()) is npu
