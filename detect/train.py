@@ -21,6 +21,7 @@ from detect.backend.profiler import ProfileSchedule
 from detect.config import flag_name
 from detect.errors import UserError
 from detect.evolution import EVOLVE_PROJECT, SAMPLERS, EvolveResult, evolve
+from detect.tracking import tracking_hooks
 from detect.training.distributed import DistContext, launch_ranks, one_voice
 from detect.training.hooks import Hook
 from detect.training.settings import TrainSettings, resume_fields
@@ -48,6 +49,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--profile", nargs="*", type=cli.non_negative_int, default=None, metavar="N",
                         help="profile the first epoch: skip WAIT steps, warm up WARMUP, record ACTIVE (default 3 1 3); "
                              "trace in the run's profile/, top operators and data-loading share printed")
+    parser.add_argument("--mlflow", action="store_true",
+                        help="track the run in MLflow: MLFLOW_TRACKING_URI (which also turns this on), else ./mlruns "
+                             "(pip install 'detect-trainer[mlflow]')")
     parser.add_argument("--local_rank", "--local-rank", type=cli.non_negative_int, default=None, dest="local_rank",
                         help="accepted from launchers that pass it (torch.distributed.launch); torchrun's LOCAL_RANK "
                              "environment variable wins")
@@ -55,17 +59,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def run(*, resume: bool | str = False, profile: ProfileSchedule | None = None, callbacks: Sequence[Hook] = (),
-        **options: Any) -> FitResult:
+        mlflow: bool = False, **options: Any) -> FitResult:
     """Train with the CLI's options as keyword arguments (same names and defaults as TrainSettings); a bad one raises
     UserError with the CLI's one-line message. `callbacks`: your hooks (detect.training.hooks.Hook), called at every
-    hook point after the trainer's own. Returns where the run left its files and its final metrics."""
+    hook point after the trainer's own. `mlflow`: track the run in MLflow (also on when MLFLOW_TRACKING_URI is set).
+    Returns where the run left its files and its final metrics."""
     settings = TrainSettings.from_dict(options, "detect.train.run")
     context = DistContext.from_env()
     one_voice(context)  # until the job knows its main rank (build_run sets it again)
     # A resumed run keeps its stored settings except the machine-specific ones given here.
     overrides = {name: options[name] for name in resume_fields() if name in options}
     return Trainer(settings, context, resume=resume, resume_overrides=overrides, profile=profile,
-                   callbacks=callbacks).fit()
+                   callbacks=[*tracking_hooks(mlflow), *callbacks]).fit()
 
 
 def _agree_on_local_rank(flag: int | None) -> None:
@@ -82,11 +87,12 @@ def _agree_on_local_rank(flag: int | None) -> None:
 
 def _run_args(args: argparse.Namespace) -> FitResult | EvolveResult:
     options = cli.drop_no_ops(vars(args))
-    resume, profile = options.pop("resume"), options.pop("profile")
+    resume, profile, mlflow = options.pop("resume"), options.pop("profile"), options.pop("mlflow")
     trials, sampler, storage = options.pop("evolve"), options.pop("evolve_sampler"), options.pop("evolve_storage")
     _agree_on_local_rank(options.pop("local_rank"))
     if trials is None:
-        return run(resume=resume, profile=None if profile is None else ProfileSchedule.from_flag(profile), **options)
+        return run(resume=resume, profile=None if profile is None else ProfileSchedule.from_flag(profile),
+                   mlflow=mlflow, **options)
     if resume or profile is not None:
         raise UserError("--evolve goes without --resume and --profile: started again, a study continues by itself")
     settings = TrainSettings.from_dict({"project": EVOLVE_PROJECT, **options}, "python -m detect.train")
