@@ -7,7 +7,8 @@
 #
 # Everything after the launcher options (or after --) goes to `python -m detect.train`; --batch-size is the global
 # batch (Huawei's yolov5s runs used 64 per card, 512 on 8 cards). detect's --dist-timeout follows HCCL_EXEC_TIMEOUT, so
-# that a silent rank is named by detect (one line) when HCCL would give up too (docs/scale.md, Timeouts). MAX_RESTARTS=N lets torchrun restart a failed job
+# that a silent rank is named by detect (one line) when HCCL would give up too (docs/scale.md, Timeouts); each rank
+# and its loader workers run on their own host cores, NUMA-local to the NPU (--cpu-affinity auto, or CPU_AFFINITY). MAX_RESTARTS=N lets torchrun restart a failed job
 # up to N times; each restart resumes from the run's weights/last.pt by itself. The HCCL and CANN settings below are
 # the ones ../shared/docs/NPU.md (§2.3, §2.5, §2.7) gives; override any of them by exporting it first.
 set -euo pipefail
@@ -45,4 +46,4 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}                 # the loader worker
 
 exec torchrun --nnodes "$nnodes" --node_rank "$node_rank" --nproc_per_node "$nproc" \
     --master_addr "$master_addr" --master_port "$master_port" --max_restarts "${MAX_RESTARTS:-0}" \
-    -m detect.train --device npu --dist-timeout "$HCCL_EXEC_TIMEOUT" "$@"
+    -m detect.train --device npu --dist-timeout "$HCCL_EXEC_TIMEOUT" --cpu-affinity "${CPU_AFFINITY:-auto}" "$@"

@@ -65,7 +65,7 @@ def test_the_python_api_takes_keywords_only():
 def test_every_setting_is_a_flag_with_its_default(capsys):
     # parse_args leaves out what is not given, so TrainSettings' own defaults apply: one home for them.
     not_settings = {"resume": False, "profile": None, "evolve": None, "evolve_sampler": "tpe", "evolve_storage": None,
-                    "local_rank": None}
+                    "local_rank": None, "mlflow": False}
     assert vars(train.parse_args([])) == not_settings
     args = vars(train.parse_args(["--img", "320", "--freeze", "10", "--no-progress", "--cache", "--no-amp"]))
     assert args == {"imgsz": 320, "freeze": [10], "progress": False, "cache": "ram", "amp": False, **not_settings}

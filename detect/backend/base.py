@@ -211,6 +211,10 @@ class Backend:
         """This backend's keyword arguments to ops.nms.non_max_suppression: its kernel, whole-batch mode, threads."""
         return {"nms": self.nms, "whole_batch": self.nms_whole_batch, "threads": self.nms_threads}
 
+    def local_cores(self, index: int) -> set[int] | None:
+        """The host cores NUMA-local to this kind's device `index`, where the topology says (placement.py)."""
+        return None
+
 
 class AcceleratorBackend(Backend):
     """A device whose runtime module follows torch.cuda's API (torch.cuda itself, torch_npu.npu)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from detect.backend.base import AcceleratorBackend, BackendUnavailable
+from detect.backend.placement import cuda_local_cores
 
 
 def is_available() -> bool:
@@ -34,6 +35,13 @@ class CudaBackend(AcceleratorBackend):
 
     def _fp16_scaler(self, **settings: float) -> torch.amp.GradScaler:
         return torch.amp.GradScaler("cuda", **settings)
+
+    def local_cores(self, index: int) -> set[int] | None:
+        properties = torch.cuda.get_device_properties(index)
+        if not hasattr(properties, "pci_bus_id"):
+            return None
+        bus = f"{getattr(properties, 'pci_domain_id', 0):04x}:{properties.pci_bus_id:02x}:{properties.pci_device_id:02x}.0"
+        return cuda_local_cores(bus)
 
     def _profiler_activities(self) -> list[torch.profiler.ProfilerActivity]:
         return [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from detect.backend.base import AcceleratorBackend, BackendUnavailable
+from detect.backend.placement import npu_local_cores
 from detect.backend.profiler import ProfileSchedule
 from detect.errors import one_line
 
@@ -107,6 +108,9 @@ class NpuBackend(AcceleratorBackend):
             # A2 defaults: conv HF32 on, matmul off; False gives strict FP32 parity with CPU/GPU (NPU.md §2.1).
             self.runtime.conv.allow_hf32 = allow_hf32
             self.runtime.matmul.allow_hf32 = allow_hf32
+
+    def local_cores(self, index: int) -> set[int] | None:
+        return npu_local_cores(index)
 
     def _fp16_scaler(self, **settings: float) -> torch.amp.GradScaler:
         # torch_npu's own scaler, dynamic by default (NPU.md §1 #3, §2.2); torch.amp.GradScaler("npu") is unverified.

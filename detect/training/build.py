@@ -35,7 +35,14 @@ from detect.inference.sample_images import sample_images
 from detect.models import DetectionModel, ModelSpec, build_model, load_model_spec, model_max_stride
 from detect.models.weights import load_model, model_from_state, model_state, restore_model_state
 from detect.ops.anchors import check_anchors, evolve_anchors, label_sizes
-from detect.training.distributed import DistContext, broadcast_object, init_process_group, one_voice, patient_barrier
+from detect.training.distributed import (
+    DistContext,
+    broadcast_object,
+    host_cores,
+    init_process_group,
+    one_voice,
+    patient_barrier,
+)
 from detect.training.loop import Control, IterationPlan, TrainingParts, build_parts
 from detect.training.optim import ModelEMA, OptimSettings, build_scheduler, lr_lambda, warmup_iterations
 from detect.training.results import PhaseTimes, ResultsLog
@@ -203,20 +210,22 @@ def _auto_batch(settings: TrainSettings, source: ModelSource, data: DataConfig,
     return dataclasses.replace(settings, batch_size=batch_size)
 
 
-def loader_workers(settings: TrainSettings, context: DistContext) -> int:
-    """As yolov5: no more loader workers per rank than its share of the cores, nor than its batch."""
-    return min(settings.workers, default_workers(context.world_size), settings.batch_size // context.world_size)
+def loader_workers(settings: TrainSettings, context: DistContext, cores: list[int] | None = None) -> int:
+    """As yolov5: no more loader workers per rank than its share of the cores (its --cpu-affinity cores when it is
+    pinned), nor than its batch."""
+    share = default_workers(context.world_size) if cores is None else min(8, len(cores))
+    return min(settings.workers, share, settings.batch_size // context.world_size)
 
 
 def _train_loader(settings: TrainSettings, data: DataConfig, hyp: Hyp, backend: backends.Backend,
-                  context: DistContext) -> Loader:
+                  context: DistContext, workers: int) -> Loader:
     """This rank's loader; rank 0 checks the labels first so the others read its cache."""
     loaders = []
     for turn in (True, False):  # rank 0's turn, then everyone else's
         if context.is_main == turn:
             loaders.append(build_train_loader(
                 data, AugmentSettings.from_hyp(hyp), settings.imgsz, settings.batch_size // context.world_size,
-                loader_workers(settings, context), settings.seed, rank=context.rank, world_size=context.world_size,
+                workers, settings.seed, rank=context.rank, world_size=context.world_size,
                 cache=settings.cache, pin_memory=backend.device.type != "cpu", single_class=settings.single_cls,
                 rect=settings.rect))
         patient_barrier(context, f"train labels/{'main' if turn else 'others'}")
@@ -256,7 +265,8 @@ def _restore(checkpoint: TrainingCheckpoint, model: DetectionModel, parts: Train
 
 
 def _validation(settings: TrainSettings, data: DataConfig, model: DetectionModel, ema: ModelEMA | None,
-                backend: backends.Backend, context: DistContext, folder: RunFolder, first_epoch: int) -> Validation:
+                backend: backends.Backend, context: DistContext, folder: RunFolder, first_epoch: int,
+                workers: int) -> Validation:
     """This rank's val loader shard (twice the rank's batch, as yolov5; the main rank checks the labels first so the
     others read its cache) and weights; the main rank's evaluator and results log."""
     loaders = []
@@ -264,7 +274,7 @@ def _validation(settings: TrainSettings, data: DataConfig, model: DetectionModel
         if context.is_main == turn:
             loaders.append(build_val_loader(
                 data, "val", settings.imgsz, 2 * (settings.batch_size // context.world_size),
-                loader_workers(settings, context), stride=model.max_stride, pin_memory=backend.device.type != "cpu",
+                workers, stride=model.max_stride, pin_memory=backend.device.type != "cpu",
                 single_class=settings.single_cls, rank=context.rank, world_size=context.world_size))
         patient_barrier(context, f"val labels/{'main' if turn else 'others'}")
     loader = loaders[0]
@@ -333,8 +343,9 @@ def build_run(settings: TrainSettings, context: DistContext, resume: bool | str 
         settings = _auto_batch(settings, source, data, backend)
     hyp = point.checkpoint.hyp if point else load_hyp(settings.hyp)
     backend.seed(settings.seed + context.rank)
+    workers = loader_workers(settings, context, host_cores(settings.cpu_affinity, settings.device, backend, context))
     with phases.time("label check"):  # before the run folder
-        train_loader = _train_loader(settings, data, hyp, backend, context)
+        train_loader = _train_loader(settings, data, hyp, backend, context, workers)
     folder = RunFolder.open(settings, context, resume=point is not None)
     counters = point.checkpoint.counters if point else Counters()
     train_loader.start(counters.epoch, counters.batch)  # the workers prepare the first batches while the model is built
@@ -351,7 +362,7 @@ def build_run(settings: TrainSettings, context: DistContext, resume: bool | str 
     plan = IterationPlan(optim_settings, settings.batch_size, warmup_iterations(optim_settings, len(train_loader)),
                          lr_lambda(optim_settings, settings.epochs), sizes, settings.seed)
     with phases.time("label check"):
-        validation = _validation(settings, data, model, ema, backend, context, folder, counters.epoch)
+        validation = _validation(settings, data, model, ema, backend, context, folder, counters.epoch, workers)
     if context.is_main:
         folder.write_config(settings, hyp, data, context)
         if point is None and not settings.noplots:

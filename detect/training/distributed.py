@@ -1,5 +1,5 @@
-"""torch.distributed as the trainer uses it: one DistContext, collectives that do nothing at world size 1, and the
-launch of one rank per device of `--device 0,1,2,3` outside torchrun.
+"""torch.distributed as the trainer uses it: one DistContext, collectives that do nothing at world size 1, each rank's
+host cores (--cpu-affinity), and the launch of one rank per device of `--device 0,1,2,3` outside torchrun.
 
 Launched by torchrun (one node or many), which sets RANK, WORLD_SIZE and LOCAL_RANK, or by `launch_ranks` (torch's
 elastic launcher, torch.distributed.launcher.api, what torchrun runs: yolov5 falls back to DataParallel here, ultralytics
@@ -30,7 +30,8 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
-from detect.backend import DeviceRequest, select
+from detect.backend import Backend, DeviceRequest, parse_devices, select
+from detect.backend.placement import available_cores, parse_cores, pin, plan_cores
 from detect.errors import UserError
 
 T = TypeVar("T")
@@ -64,6 +65,7 @@ class DistContext:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    local_world_size: int = 1  # ranks on this node
     restart_count: int = 0
     run_id: str = ""
     # The rank that evaluates and writes the run folder: 0, or after an elastic restart on storage that is not
@@ -88,6 +90,7 @@ class DistContext:
                 rank=int(environ.get("RANK", 0)),
                 world_size=int(environ.get("WORLD_SIZE", 1)),
                 local_rank=int(environ.get("LOCAL_RANK", 0)),
+                local_world_size=int(environ.get("LOCAL_WORLD_SIZE", 1)),
                 restart_count=int(environ.get("TORCHELASTIC_RESTART_COUNT", 0)),
                 run_id=environ.get("TORCHELASTIC_RUN_ID", ""),
             )
@@ -261,6 +264,32 @@ def any_rank(context: DistContext, flags: torch.Tensor) -> torch.Tensor:
     entering("the step's all-reduce of its flags (non-finite loss, stop, save)")
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
     return value.bool()
+
+
+def host_cores(spec: str, device: str, backend: Backend, context: DistContext) -> list[int] | None:
+    """--cpu-affinity `spec`: pin this rank (and the loader workers it forks) to its own host cores (placement.py);
+    the cores, or None when the OS places it (none, or auto on the CPU). `device` is --device."""
+    if spec == "none" or spec == "auto" and backend.name == "cpu":
+        return None
+    if spec == "auto":
+        request = parse_devices(device)
+        if not context.distributed:
+            devices = [backend.device.index]
+        elif len(request.indices) > 1:  # --device 0,1,...: local rank r takes the r-th (build.select_backend)
+            devices = list(request.indices)
+        else:
+            devices = list(range(context.local_world_size))
+        cores = plan_cores(available_cores(), devices[:context.local_world_size], backend.local_cores,
+                           context.local_rank)
+    else:
+        lists = spec.split(":")
+        if len(lists) < context.local_world_size:
+            raise UserError(f"--cpu-affinity {spec}: {len(lists)} core lists for {context.local_world_size} ranks "
+                            "on this node")
+        cores = parse_cores(lists[context.local_rank])
+    pin(cores)
+    LOGGER.info("rank %d runs on host cores %s", context.rank, ",".join(map(str, cores)))
+    return cores
 
 
 def one_voice(context: DistContext) -> None:

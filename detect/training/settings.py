@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from detect.backend import NPU_ALLOW_HF32_HELP, NPU_JIT_COMPILE_HELP, SPEC_HELP
+from detect.backend.placement import AFFINITY_HELP, check_affinity
 from detect.config import NON_NEGATIVE, POSITIVE, Bound, Settings, option, options_from_dict
 from detect.data.images.cache import CACHE_CHOICES
 from detect.errors import UserError
@@ -64,12 +65,14 @@ class TrainSettings(Settings):
     amp: bool | None = option(None, "mixed precision (default: on for accelerators, off on the CPU)")
     npu_jit_compile: bool | None = option(None, NPU_JIT_COMPILE_HELP)
     npu_allow_hf32: bool | None = option(None, NPU_ALLOW_HF32_HELP)
+    cpu_affinity: str = option("auto", AFFINITY_HELP, again_on_resume=True)
     dist_timeout: float = option(1800.0, "seconds any collective may wait (torchrun jobs)", bound=POSITIVE_SECONDS)
     progress: bool = option(True, "progress bars (--no-progress: one line per epoch only)", flags=("--no-progress",),
                             again_on_resume=True)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_affinity(self.cpu_affinity)
         if self.rect and self.multi_scale:
             raise UserError("--rect and --multi-scale do not go together: a rectangular batch has its own shape")
 

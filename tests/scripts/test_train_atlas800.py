@@ -35,7 +35,7 @@ def test_one_node_gets_eight_ranks_and_the_hccl_settings(tmp_path):
     args, env = launch(tmp_path, "--cfg", "yolov5s.yaml", "--batch-size", "512")
     assert (option(args, "--nnodes"), option(args, "--node_rank"), option(args, "--nproc_per_node")) == ("1", "0", "8")
     assert args[args.index("-m"):] == ["-m", "detect.train", "--device", "npu", "--dist-timeout", "1800",
-                                       "--cfg", "yolov5s.yaml", "--batch-size", "512"]
+                                       "--cpu-affinity", "auto", "--cfg", "yolov5s.yaml", "--batch-size", "512"]
     assert env["HCCL_CONNECT_TIMEOUT"] == "1200" and env["TASK_QUEUE_ENABLE"] == "2"
     assert option(args, "--max_restarts") == "0"
 
