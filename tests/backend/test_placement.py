@@ -69,7 +69,8 @@ def test_two_ranks_and_their_loader_workers_run_on_disjoint_cores(tmp_path):
                       epochs=1000)
     launcher = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
                                  "2", "-m", "detect.train", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
+                                text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    ranks = []
     try:
         deadline = time.monotonic() + 120
         while not (tmp_path / "exp" / "weights" / "last.pt").is_file():  # the loaders' workers are running
@@ -78,10 +79,12 @@ def test_two_ranks_and_their_loader_workers_run_on_disjoint_cores(tmp_path):
         placed = {}
         for rank in (0, 1):
             pid = worker_pid(launcher, f"RANK={rank}")
+            ranks.append(pid)
             children = [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
             assert children, f"rank {rank} has no loader worker"
             placed[rank] = {core for process in (pid, *children) for core in os.sched_getaffinity(process)}
     finally:
-        os.killpg(launcher.pid, signal.SIGKILL)  # torchrun and the ranks it started
+        for pid in (launcher.pid, *ranks):  # torchrun starts each rank in a session of its own
+            os.kill(pid, signal.SIGKILL)
         launcher.wait()
     assert placed == {0: {first}, 1: {second}}
