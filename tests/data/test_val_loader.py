@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import math
 from pathlib import Path
 
@@ -76,11 +75,15 @@ def test_boxes_to_original_subtracts_pad_divides_gain_and_clips() -> None:
     assert boxes[0, 0] == 3.5  # the input is not changed
 
 
-def test_val_loader_gives_every_image_once_and_is_never_sharded(tmp_path: Path) -> None:
+def test_val_loader_gives_every_image_once_whole_or_in_shards(tmp_path: Path) -> None:
     config = load_data_config(_dataset(tmp_path))
     loader = build_val_loader(config, imgsz=128, batch_size=3, workers=0, pin_memory=False)
-    paths = [path for batch in loader for path in batch.paths]
+    whole = [(tuple(batch.paths), tuple(batch.images.shape)) for batch in loader]
+    paths = [path for batch_paths, _ in whole for path in batch_paths]
     assert len(paths) == len(set(paths)) == len(SIZES)
-    # rank 0 evaluates the whole set (as yolov5 does): a loader sharded by rank, with no gather of the detections,
-    # would score each rank's share against the ground truth of every image
-    assert not {"rank", "world_size"} & set(inspect.signature(build_val_loader).parameters)
+    # Two ranks: rank r takes whole batches r, r + 2, ... with the paths and shapes of the one-process batches, so the
+    # main rank can gather and score every image once (evaluation/loop.py merge_shards).
+    shards = [[(tuple(batch.paths), tuple(batch.images.shape))
+               for batch in build_val_loader(config, imgsz=128, batch_size=3, workers=0, pin_memory=False, rank=rank,
+                                             world_size=2)] for rank in (0, 1)]
+    assert shards == [whole[0::2], whole[1::2]]
