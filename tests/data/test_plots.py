@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import cv2
+import numpy as np
 
 from detect.config import Hyp
 from detect.data import AugmentSettings, build_train_loader, load_data_config
@@ -19,6 +20,9 @@ def test_plots_write_pngs(tmp_path: Path) -> None:
     batch = next(iter(loader))
     grid = cv2.imread(str(plot_batch(batch, list(config.names), tmp_path / "batch.png")))
     assert grid.shape == (128, 128, 3)
+    # the grid's first tile is the batch's first image (RGB -> BGR), the boxes drawn over a few of its pixels
+    first = batch.images[0].permute(1, 2, 0).numpy()[:, :, ::-1].astype(np.int16)
+    assert np.median(np.abs(grid[:64, :64].astype(np.int16) - first)) < 8 and grid[:64, :64].std() > 1
     stats = cv2.imread(str(plot_label_stats(loader.split.records, list(config.names), tmp_path / "labels.png")))
     assert stats is not None and stats.shape[1] > stats.shape[0]
 
