@@ -103,7 +103,7 @@ def test_nosave_and_json_rows(weights, tmp_path):
 class WhiteBox:
     """A stand-in model that 'detects' the bounding box of the white pixels of each input, as class 1."""
 
-    names, stride, fixed_shape = tuple(NAMES), 32, None
+    names, stride, fixed_shape, nms = tuple(NAMES), 32, None, None
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         rows = torch.zeros(len(images), 1, 8)

@@ -215,6 +215,14 @@ class Backend:
         """The host cores NUMA-local to this kind's device `index`, where the topology says (placement.py)."""
         return None
 
+    def onnx_provider(self) -> tuple[str, dict, str]:
+        """onnxruntime's execution provider for this device, its options, and the package that has it."""
+        return "CPUExecutionProvider", {}, "onnxruntime"
+
+    def offline_model_device(self) -> int | None:
+        """The device id an Ascend offline model (.om) runs on here; None where this is no Ascend device."""
+        return None
+
 
 class AcceleratorBackend(Backend):
     """A device whose runtime module follows torch.cuda's API (torch.cuda itself, torch_npu.npu)."""

@@ -43,5 +43,8 @@ class CudaBackend(AcceleratorBackend):
         bus = f"{getattr(properties, 'pci_domain_id', 0):04x}:{properties.pci_bus_id:02x}:{properties.pci_device_id:02x}.0"
         return cuda_local_cores(bus)
 
+    def onnx_provider(self) -> tuple[str, dict, str]:
+        return "CUDAExecutionProvider", {"device_id": self.device.index or 0}, "onnxruntime-gpu"
+
     def _profiler_activities(self) -> list[torch.profiler.ProfilerActivity]:
         return [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]

@@ -112,6 +112,13 @@ class NpuBackend(AcceleratorBackend):
     def local_cores(self, index: int) -> set[int] | None:
         return npu_local_cores(index)
 
+    def onnx_provider(self) -> tuple[str, dict, str]:
+        # onnxruntime's CANN execution provider, built into the onnxruntime-cann wheel (not in the plain one).
+        return "CANNExecutionProvider", {"device_id": self.device.index or 0}, "onnxruntime-cann"
+
+    def offline_model_device(self) -> int | None:
+        return self.device.index or 0
+
     def _fp16_scaler(self, **settings: float) -> torch.amp.GradScaler:
         # torch_npu's own scaler, dynamic by default (NPU.md §1 #3, §2.2); torch.amp.GradScaler("npu") is unverified.
         return self.runtime.amp.GradScaler(**settings)

@@ -13,10 +13,11 @@ from detect.backend import Backend
 from detect.data import Batch, LabelledSplit, LetterboxInfo, Loader, boxes_to_original
 from detect.data.device_batch import to_device_batch
 from detect.evaluation.evaluator import CocoEvaluator, Metrics
-from detect.ops.nms import non_max_suppression
+from detect.inference.model import to_detections
 
-# The inference contract (DetectionModel.predict, an exported ONNX's session): (B, 3, H, W) float images in [0, 1]
-# on the backend's device -> (B, N, 5+nc) decoded predictions [cx, cy, w, h (input pixels), obj, class scores...].
+# The inference contract (DetectionModel.predict, an InferenceModel): (B, 3, H, W) float images in [0, 1] on the
+# backend's device -> (B, N, 5+nc) decoded predictions [cx, cy, w, h (input pixels), obj, class scores...], or an
+# export's own NMS output when the callable has an `nms` (inference/model.py's detections).
 Predict = Callable[[torch.Tensor], torch.Tensor]
 
 
@@ -100,12 +101,12 @@ def _detections(predict: Predict, batch: Batch, backend: Backend, settings: Eval
     clock.start()
     images = to_device_batch(batch, backend).images
     clock.lap("preprocess")
-    decoded = predict(images)
+    output = predict(images)
     clock.lap("inference")
-    detections = non_max_suppression(decoded.float(), settings.conf_threshold, settings.iou_threshold,
-                                     max_det=settings.max_det, **backend.nms_arguments())
+    found = to_detections(output, getattr(predict, "nms", None), backend, conf_threshold=settings.conf_threshold,
+                          iou_threshold=settings.iou_threshold, max_det=settings.max_det)
     clock.lap("nms")
-    return detections
+    return found
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,9 +18,8 @@ from detect.data.images.letterbox import LetterboxInfo, boxes_to_original, lette
 from detect.data.images.load import read_failure
 from detect.errors import UserError
 from detect.inference.media import load_image
-from detect.inference.model import InferenceModel, load_inference_model
+from detect.inference.model import InferenceModel, load_inference_model, to_detections
 from detect.inference.tta import augment_model
-from detect.ops.nms import non_max_suppression
 
 LOGGER = logging.getLogger(__name__)
 ImageInput = np.ndarray | str | Path
@@ -140,9 +139,10 @@ class Detector:
         tensor = self.backend.to_device(stack_images(batch)).float() / 255
         settings = self.settings
         # One label per box (multi_label off), as yolov5's detect.py; validation keeps every label above conf.
-        found = non_max_suppression(self.predict(tensor), settings.conf_threshold, settings.iou_threshold,
-                                    classes=settings.classes, agnostic=settings.agnostic, multi_label=False,
-                                    max_det=settings.max_det, **self.backend.nms_arguments())
+        found = to_detections(self.predict(tensor), self.model.nms, self.backend,
+                              conf_threshold=settings.conf_threshold, iou_threshold=settings.iou_threshold,
+                              max_det=settings.max_det, classes=settings.classes, agnostic=settings.agnostic,
+                              multi_label=False)
         results = []
         for rows, info in zip(found, infos):
             rows = rows.float().cpu()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -11,22 +12,26 @@ from torch import nn
 
 from detect.backend import Backend
 from detect.errors import UserError
+from detect.inference.exported import GraphNms
 from detect.inference.onnx_model import OnnxInference
 from detect.models import DetectionModel
 from detect.models.weights import load_model
+from detect.ops.nms import non_max_suppression
 
 LOGGER = logging.getLogger(__name__)
 
 
 class InferenceModel(Protocol):
-    """What validation and predict need from a model, whatever runs it (PyTorch, onnxruntime)."""
+    """What validation and predict need from a model, whatever runs it (PyTorch, onnxruntime, ais_bench, OpenVINO)."""
 
     names: tuple[str, ...]
     stride: int  # input sides must be multiples of it
     fixed_shape: tuple[int, int] | None  # (h, w) every input must have (a static export); None: any multiple of stride
+    nms: GraphNms | None  # the NMS an export has in its graph; None: its outputs need ours
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
-        """(B, 3, H, W) float in [0, 1] on the backend's device -> (B, N, 5+nc) float32 decoded (DetectionModel.predict)."""
+        """(B, 3, H, W) float in [0, 1] on the backend's device -> (B, N, 5+nc) float32 decoded (DetectionModel.predict),
+        or with `nms` the graph's (B, max_det, 6) detections."""
         ...
 
 
@@ -35,6 +40,7 @@ class TorchInference:
     channels_last where the backend is faster with it, and the backend's process-wide inference settings applied."""
 
     fixed_shape = None
+    nms = None
 
     def __init__(self, model: DetectionModel, backend: Backend, half: bool = False, fuse: bool = True) -> None:
         backend.prepare_steps()
@@ -56,6 +62,17 @@ class TorchInference:
         """(B, 3, H, W) float in [0, 1] on the device -> (B, N, 5+nc) float32 decoded predictions."""
         images = images.to(self.dtype).contiguous(memory_format=self.memory_format)
         return self.model.predict(images).float()
+
+
+def to_detections(output: torch.Tensor, graph_nms: GraphNms | None, backend: Backend, *, conf_threshold: float,
+                  iou_threshold: float, max_det: int, classes: Sequence[int] | None = None, agnostic: bool = False,
+                  multi_label: bool = True) -> list[torch.Tensor]:
+    """Per-image (n, 6) [x1, y1, x2, y2, score, class] detections in input pixels of a model's output: our NMS on
+    decoded predictions, or the rows that the NMS in an export's graph (`graph_nms`, the model's `nms`) kept."""
+    if graph_nms is not None:
+        return graph_nms.detections(output, conf_threshold, iou_threshold, max_det, classes=classes, agnostic=agnostic)
+    return non_max_suppression(output.float(), conf_threshold, iou_threshold, classes=classes, agnostic=agnostic,
+                               multi_label=multi_label, max_det=max_det, **backend.nms_arguments())
 
 
 def square_input_size(model: InferenceModel, imgsz: int) -> int:

@@ -136,10 +136,10 @@ def test_yolov5_style_names_are_read_safely_and_missing_metadata_is_named(static
     yolov5 = rewrite_metadata(path, tmp_path / "v5.onnx", stride="32", names="{0: 'cat', 1: 'dog', 2: 'bird'}")
     assert OnnxInference(yolov5, cpu).names == tuple(NAMES)
     bare = rewrite_metadata(path, tmp_path / "bare.onnx")
-    with pytest.raises(UserError, match="no 'names' and 'stride' metadata"):
+    with pytest.raises(UserError, match="no 'names' metadata"):
         OnnxInference(bare, cpu)
     code = rewrite_metadata(path, tmp_path / "code.onnx", stride="32", names="__import__('os').system('true')")
-    with pytest.raises(UserError, match="not a list of class names"):
+    with pytest.raises(UserError, match="that is a list of class names"):
         OnnxInference(code, cpu)
     with pytest.raises(UserError, match="--half does not apply"):
         load_inference_model(path, cpu, half=True)
