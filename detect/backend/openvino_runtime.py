@@ -1,0 +1,32 @@
+"""OpenVINO, the runtime of OpenVINO exports, imported without its telemetry (exporters and inference share it)."""
+
+from __future__ import annotations
+
+import sys
+from types import ModuleType
+
+from detect.errors import UserError
+
+# `import openvino` runs openvino/tools/ovc/__init__.py, which sends an "import" event to Google Analytics through
+# the openvino_telemetry package and writes a client id to ~/intel/ unless the user has opted out (openvino 2026.4,
+# read in its source; seen here as ~/intel/openvino_ga_cid after a bare import). ovc falls back to its own no-op stub
+# when openvino_telemetry cannot be imported, so the import below hides that package: we never reach the network.
+TELEMETRY_PACKAGE = "openvino_telemetry"
+# An export keeps its metadata in the IR as rt_info["detect"][key], each value the JSON text of its ONNX's metadata.
+RT_INFO_SECTION = "detect"
+
+
+def import_openvino(purpose: str) -> ModuleType:
+    """The openvino package, imported with its telemetry off; `purpose` ("running x.xml") names the need when it is
+    missing. A process that imported openvino before keeps that import as it is."""
+    hidden = TELEMETRY_PACKAGE not in sys.modules
+    if hidden:
+        sys.modules[TELEMETRY_PACKAGE] = None  # type: ignore[assignment]  # None: `import` raises ImportError
+    try:
+        import openvino
+    except ImportError as error:
+        raise UserError(f'{purpose} needs openvino: pip install "detect-trainer[openvino]" ({error})') from None
+    finally:
+        if hidden:
+            del sys.modules[TELEMETRY_PACKAGE]
+    return openvino

@@ -1,0 +1,29 @@
+"""OpenVINO is imported without its telemetry: no client id written under $HOME, ovc left on its no-op stub."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("openvino", reason='OpenVINO is optional (pip install "detect-trainer[openvino]")')
+
+# A bare `import openvino` (2026.4) writes $HOME/intel/openvino_ga_cid and queues an event for Google Analytics;
+# the check runs in a fresh process (the import happens once a process) and never makes a bare import itself.
+IMPORT = """
+import sys
+from detect.backend.openvino_runtime import import_openvino
+openvino = import_openvino("the test")
+from openvino.tools.ovc import telemetry_utils
+print(telemetry_utils.tm.__name__, "openvino_telemetry" in sys.modules)
+"""
+
+
+def test_openvino_is_imported_with_its_telemetry_stubbed_and_nothing_written_home(tmp_path):
+    env = {**os.environ, "HOME": str(tmp_path)}
+    env.pop("CI", None)  # openvino_telemetry stays quiet in CI on its own; the guard must not depend on it
+    result = subprocess.run([sys.executable, "-c", IMPORT], capture_output=True, text=True, env=env, check=True)
+    assert result.stdout.split() == ["openvino.tools.ovc.telemetry_stub", "False"]
+    assert not (tmp_path / "intel").exists()
