@@ -1,4 +1,5 @@
-"""`python -m detect.export`: a checkpoint as TorchScript, ONNX (decode in the graph, NMS outside) or Ascend .om."""
+"""`python -m detect.export`: a checkpoint as TorchScript, ONNX (decode in the graph, NMS outside), Ascend .om or
+OpenVINO IR."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ from typing import Any
 
 from detect import backend as backends
 from detect import cli
-from detect.config import POSITIVE, Settings, option, options_from_dict
+from detect.config import POSITIVE, UNIT, Settings, option, options_from_dict
 from detect.errors import UserError
+from detect.exporters.graph_nms import NmsSettings
 from detect.exporters.om import convert_om
 from detect.exporters.onnx_export import export_onnx
+from detect.exporters.openvino_export import export_openvino
 from detect.exporters.torchscript import (
     ExportSettings,
     export_metadata,
@@ -24,7 +27,7 @@ from detect.models import build_model
 from detect.models.weights import YOLOV5_DEFAULT_WEIGHTS, load_model, resolve_weights
 
 LOGGER = logging.getLogger("detect.export")
-FORMATS = ("torchscript", "onnx", "om")
+FORMATS = ("torchscript", "onnx", "om", "openvino")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +40,7 @@ class ExportRunSettings(Settings):
     cfg: str | None = option(None, "instead of --weights: a model yaml (ours or yolov5's format), exported with its "
                                    "initial weights, e.g. to check that a new architecture converts; --nc classes")
     nc: int | None = option(None, "classes of a --cfg model (default: the yaml's nc)", bound=POSITIVE)
-    include: tuple[str, ...] = option(("torchscript",), "formats to write (om converts the ONNX with CANN's atc)",
+    include: tuple[str, ...] = option(("torchscript",), "formats to write (om converts the ONNX with CANN's atc, openvino with openvino.convert_model)",
                                       choices=FORMATS)
     imgsz: tuple[int, ...] = option(ExportSettings.imgsz, "input size: one side, or height width (multiples of the "
                                                           "stride)", bound=POSITIVE)
@@ -48,6 +51,12 @@ class ExportRunSettings(Settings):
     opset: int = option(ExportSettings.opset, "ONNX opset (ATC: 11 to 15)", bound=POSITIVE)
     simplify: bool = option(ExportSettings.simplify, "ONNX: fold constants (onnxruntime's basic passes)")
     fuse: bool | None = option(None, "fold BatchNorm into the convolutions (default: on)")
+    nms: bool = option(False, "ONNX-based formats: NMS inside the graph, outputs detections (B, max-det, 6) and "
+                              "count (B,)")
+    conf_thres: float = option(NmsSettings.conf_threshold, "--nms: confidence threshold", bound=UNIT)
+    iou_thres: float = option(NmsSettings.iou_threshold, "--nms: IoU threshold", bound=UNIT)
+    max_det: int = option(NmsSettings.max_det, "--nms: detections kept per image", bound=POSITIVE)
+    agnostic_nms: bool = option(NmsSettings.agnostic, "--nms: one NMS across classes, each box's best class")
     soc_version: str | None = option(None, "om: the Ascend chip, e.g. Ascend910B3, Ascend310P3")
     output_dir: str | None = option(None, "where to write (default: beside --weights; with --cfg the working "
                                           "folder)")
@@ -58,6 +67,10 @@ class ExportRunSettings(Settings):
             raise UserError(f"--imgsz {' '.join(map(str, self.imgsz))}: one side or height width")
         if "om" in self.include and not self.soc_version:
             raise UserError("--include om needs --soc-version (the chip, e.g. Ascend910B3 or Ascend310P3)")
+        if self.nms and self.opset < 11:
+            raise UserError(f"--nms needs --opset 11 or later (NonMaxSuppression, ScatterND), got {self.opset}")
+        if self.nms and self.include == ("torchscript",):
+            raise UserError("--nms puts NMS in ONNX-based graphs: add --include onnx, om or openvino")
         if "om" in self.include and self.dynamic:
             raise UserError("--include om needs static shapes (ATC compiles one input shape): drop --dynamic")
 
@@ -65,7 +78,12 @@ class ExportRunSettings(Settings):
         """What the exporters need of these options."""
         return ExportSettings(imgsz=(self.imgsz[0], self.imgsz[-1]), batch_size=self.batch_size,
                               dynamic=self.dynamic, half=self.half, fuse=self.fuse is not False, opset=self.opset,
-                              simplify=self.simplify)
+                              simplify=self.simplify, nms=self._nms())
+
+    def _nms(self) -> NmsSettings | None:
+        if not self.nms:
+            return None
+        return NmsSettings(self.conf_thres, self.iou_thres, self.max_det, self.agnostic_nms)
 
 
 parse_args = cli.settings_reader(ExportRunSettings, "python -m detect.export", __doc__,
@@ -94,12 +112,14 @@ def export(args: ExportRunSettings) -> dict[str, Path]:
     written: dict[str, Path] = {}
     if "torchscript" in args.include:
         written["torchscript"] = export_torchscript(module, example, metadata, stem.with_suffix(".torchscript"))
-    if "onnx" in args.include or "om" in args.include:
+    if {"onnx", "om", "openvino"} & set(args.include):
         written["onnx"] = export_onnx(module, example, metadata, settings, stem.with_suffix(".onnx"))
     if "om" in args.include:
         om_path = convert_om(written["onnx"], args.soc_version, settings)
         if om_path is not None:
             written["om"] = om_path
+    if "openvino" in args.include:
+        written["openvino"] = export_openvino(written["onnx"], settings)
     for kind, path in written.items():
         LOGGER.info("%s: %s (%.1f MB)", kind, path, path.stat().st_size / 1e6)
     if "onnx" in written:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import torch
 
 from detect.errors import UserError
+from detect.exporters.graph_nms import append_nms, check_candidates
 from detect.exporters.torchscript import ExportSettings
 from detect.models import PredictModule
 
@@ -26,7 +28,8 @@ def _onnx():
 
 def export_onnx(module: PredictModule, example: torch.Tensor, metadata: dict, settings: ExportSettings,
                 path: Path) -> Path:
-    """Export `module` to `path`, check it, simplify it when asked, and store `metadata`; returns the path.
+    """Export `module` to `path`, simplify it when asked, append the NMS of `settings.nms`, store `metadata` (with
+    "nms" when the graph has it) and check it; returns the path.
 
     The exporter is torch's TorchScript-based one (dynamo=False), on purpose: it writes the requested opset
     natively (ATC reads 11 to 15, the dynamo exporter writes 18 and converts down), and it needs no onnxscript.
@@ -44,6 +47,11 @@ def export_onnx(module: PredictModule, example: torch.Tensor, metadata: dict, se
     if settings.simplify:
         simplify_onnx(path)
     model = onnx.load(str(path))
+    if settings.nms is not None:
+        candidates, num_classes = module(example).shape[1], len(metadata["names"])
+        check_candidates(candidates, num_classes, settings.nms)
+        model = append_nms(model, settings.nms, settings.opset)
+        metadata = {**metadata, "nms": dataclasses.asdict(settings.nms)}
     for key, value in metadata.items():
         model.metadata_props.add(key=key, value=json.dumps(value))
     onnx.checker.check_model(model)

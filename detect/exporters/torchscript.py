@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from detect.errors import UserError
+from detect.exporters.graph_nms import NmsSettings
 from detect.models import DetectionModel, PredictModule
 
 # ATC (CANN 8.0) reads ONNX opsets 11 to 15 (hiascend ATC reference, --framework): 13 suits it and onnxruntime alike.
@@ -19,7 +20,8 @@ TORCHSCRIPT_METADATA = "detect.json"  # the extra file of a TorchScript export t
 
 @dataclasses.dataclass(frozen=True)
 class ExportSettings:
-    """How to export: input shape (h, w) and batch, dynamic axes, fp16, BatchNorm folding, ONNX opset and simplify."""
+    """How to export: input shape (h, w) and batch, dynamic axes, fp16, BatchNorm folding, ONNX opset and simplify,
+    and the NMS that ONNX-based formats get in their graph (None: NMS stays outside)."""
 
     imgsz: tuple[int, int] = (640, 640)
     batch_size: int = 1
@@ -28,6 +30,7 @@ class ExportSettings:
     fuse: bool = True
     opset: int = DEFAULT_OPSET
     simplify: bool = False
+    nms: NmsSettings | None = None
 
 
 def traced_module(model: DetectionModel, settings: ExportSettings,
@@ -46,7 +49,8 @@ def traced_module(model: DetectionModel, settings: ExportSettings,
 
 
 def export_metadata(model: DetectionModel, settings: ExportSettings) -> dict:
-    """Names, stride and input shape, stored in every export (ONNX metadata_props, a TorchScript extra file)."""
+    """Names, stride and input shape, stored in every export (ONNX metadata_props, a TorchScript extra file); "nms"
+    is added by the formats that carry it in their graph."""
     return {"producer": "detect", "names": list(model.names), "stride": model.max_stride,
             "imgsz": list(settings.imgsz), "batch": settings.batch_size, "dynamic": settings.dynamic,
             "half": settings.half}

@@ -47,8 +47,7 @@ class GraphNms:
         """Per-image (n, 6) [x1, y1, x2, y2, score, class] rows of the graph's (B, max_det, 6) output (padding rows
         score -1), kept above `conf_threshold`, of `classes` and at most `max_det`: what ops.nms would return."""
         if not self.warned:
-            self.warned = True
-            self._warn_if_different(conf_threshold, iou_threshold, max_det, agnostic)
+            self.warned = self._warn_if_different(conf_threshold, iou_threshold, max_det, agnostic)
         results = []
         for rows in output.float():
             keep = rows[:, 4] > conf_threshold
@@ -58,8 +57,9 @@ class GraphNms:
             results.append(rows[keep][:max_det])
         return results
 
-    def _warn_if_different(self, conf_threshold: float, iou_threshold: float, max_det: int, agnostic: bool) -> None:
-        """A warning when the thresholds asked for cannot apply: the graph already dropped what they would keep."""
+    def _warn_if_different(self, conf_threshold: float, iou_threshold: float, max_det: int, agnostic: bool) -> bool:
+        """A warning when the thresholds asked for cannot apply (the graph already dropped what they would keep);
+        whether it was given."""
         differences = []
         if conf_threshold < self.conf_threshold:
             differences.append(f"--conf-thres {conf_threshold} (the graph keeps scores above {self.conf_threshold})")
@@ -72,6 +72,7 @@ class GraphNms:
         if differences:
             LOGGER.warning("this export has NMS in its graph, fixed at export: %s; export again with those flags "
                            "to change it", "; ".join(differences))
+        return bool(differences)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,7 @@ from torch import nn
 from detect.backend import Backend
 from detect.errors import UserError
 from detect.inference.exported import GraphNms
-from detect.inference.onnx_model import OnnxInference
+from detect.inference.runtimes.onnx_model import OnnxInference
 from detect.models import DetectionModel
 from detect.models.weights import load_model
 from detect.ops.nms import non_max_suppression

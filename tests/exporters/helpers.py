@@ -43,9 +43,12 @@ def eager(weights: Path, images: torch.Tensor) -> np.ndarray:
         return load_model(weights).predict(images).numpy()
 
 
+def onnx_session(path: Path) -> onnxruntime.InferenceSession:
+    return onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
 def onnx_outputs(path: Path, images: torch.Tensor) -> np.ndarray:
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return session.run(None, {"images": images.numpy().astype(np.float32)})[0]
+    return onnx_session(path).run(None, {"images": images.numpy().astype(np.float32)})[0]
 
 
 def static_exports_of(weights: Path, folder: Path) -> dict[str, Path]:

@@ -16,7 +16,7 @@ from detect.errors import UserError
 from detect.exporters.onnx_export import export_onnx
 from detect.exporters.torchscript import ExportSettings, export_metadata, traced_module
 from detect.inference.model import TorchInference, load_inference_model, square_input_size
-from detect.inference.onnx_model import OnnxInference
+from detect.inference.runtimes.onnx_model import OnnxInference
 from detect.models import build_model
 
 NAMES = ["cat", "dog", "bird"]
