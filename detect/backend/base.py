@@ -219,9 +219,9 @@ class Backend:
         """onnxruntime's execution provider for this device, its options, and the package that has it."""
         return "CPUExecutionProvider", {}, "onnxruntime"
 
-    def offline_model_device(self) -> int | None:
-        """The device id an Ascend offline model (.om) runs on here; None where this is no Ascend device."""
-        return None
+    def offline_model_device(self) -> int:
+        """The device id an Ascend offline model (.om) runs on; a UserError where this is no Ascend device."""
+        raise UserError(f"an Ascend .om runs on an Ascend NPU only (this is {self.device}): --device npu or npu:N")
 
 
 class AcceleratorBackend(Backend):

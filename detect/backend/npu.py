@@ -116,7 +116,7 @@ class NpuBackend(AcceleratorBackend):
         # onnxruntime's CANN execution provider, built into the onnxruntime-cann wheel (not in the plain one).
         return "CANNExecutionProvider", {"device_id": self.device.index or 0}, "onnxruntime-cann"
 
-    def offline_model_device(self) -> int | None:
+    def offline_model_device(self) -> int:
         return self.device.index or 0
 
     def _fp16_scaler(self, **settings: float) -> torch.amp.GradScaler:

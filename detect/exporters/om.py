@@ -1,7 +1,9 @@
-"""Ascend offline model (.om): CANN's ATC converts the static ONNX export for one chip (--soc_version)."""
+"""Ascend offline model (.om): CANN's ATC converts the static ONNX export for one chip (--soc_version); the ONNX's
+metadata goes beside it as <stem>.om.json (an .om holds none), which val and predict read."""
 
 from __future__ import annotations
 
+import json
 import logging
 import shlex
 import shutil
@@ -13,6 +15,7 @@ from detect.exporters.onnx_export import INPUT_NAME
 from detect.exporters.torchscript import ExportSettings
 
 LOGGER = logging.getLogger(__name__)
+METADATA_SUFFIX = ".om.json"  # <stem>.om.json beside <stem>.om; inference/runtimes/om_model.py reads it
 
 
 def atc_command(onnx_path: Path, soc_version: str, settings: ExportSettings) -> list[str]:
@@ -23,10 +26,22 @@ def atc_command(onnx_path: Path, soc_version: str, settings: ExportSettings) -> 
             "--input_format=NCHW", "--log=error"]
 
 
+def write_om_metadata(onnx_path: Path, soc_version: str) -> Path:
+    """<stem>.om.json: the ONNX's metadata (names, stride, shape, "nms" when in the graph) and the chip."""
+    import onnx
+
+    metadata = {prop.key: json.loads(prop.value) for prop in onnx.load(str(onnx_path)).metadata_props}
+    path = onnx_path.with_suffix(METADATA_SUFFIX)
+    path.write_text(json.dumps({**metadata, "soc_version": soc_version}, indent=1))
+    return path
+
+
 def convert_om(onnx_path: Path, soc_version: str, settings: ExportSettings) -> Path | None:
-    """Run ATC on `onnx_path`; the .om path, or None when `atc` is not on PATH (the command is logged to run later)."""
+    """Run ATC on `onnx_path` and write the .om's metadata; the .om path, or None when `atc` is not on PATH (the
+    command is logged to run later, and the metadata is already where the .om will be)."""
     if settings.dynamic:
         raise UserError("om needs static shapes (ATC compiles one input shape): export it without --dynamic")
+    write_om_metadata(onnx_path, soc_version)
     command = atc_command(onnx_path, soc_version, settings)
     atc = shutil.which("atc")
     if atc is None:

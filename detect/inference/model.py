@@ -13,7 +13,9 @@ from torch import nn
 from detect.backend import Backend
 from detect.errors import UserError
 from detect.inference.exported import GraphNms
+from detect.inference.runtimes.om_model import OmInference
 from detect.inference.runtimes.onnx_model import OnnxInference
+from detect.inference.runtimes.openvino_model import OpenVinoInference, openvino_file
 from detect.models import DetectionModel
 from detect.models.weights import load_model
 from detect.ops.nms import non_max_suppression
@@ -94,9 +96,13 @@ def square_input_size(model: InferenceModel, imgsz: int) -> int:
 
 
 def load_inference_model(weights: str | Path, backend: Backend, half: bool = False) -> InferenceModel:
-    """Our checkpoint or a yolov5 .pt (run by PyTorch, fused), or an exported .onnx (run by onnxruntime)."""
-    if Path(weights).suffix.lower() == ".onnx":
-        if half:
-            raise UserError(f"--half does not apply to {weights}: an ONNX runs in the precision it was exported in")
-        return OnnxInference(weights, backend)
-    return TorchInference(load_model(weights), backend, half)
+    """Our checkpoint or a yolov5 .pt (run by PyTorch, fused), or an export: .onnx (onnxruntime), .om (ais_bench on
+    an Ascend NPU), an OpenVINO .xml or its <stem>_openvino_model folder (OpenVINO)."""
+    suffix, xml = Path(weights).suffix.lower(), openvino_file(weights)
+    if suffix not in (".onnx", ".om") and xml is None:
+        return TorchInference(load_model(weights), backend, half)
+    if half:
+        raise UserError(f"--half does not apply to {weights}: an export runs in the precision it was exported in")
+    if xml is not None:
+        return OpenVinoInference(xml, backend)
+    return OnnxInference(weights, backend) if suffix == ".onnx" else OmInference(weights, backend)

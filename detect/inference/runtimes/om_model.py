@@ -1,0 +1,71 @@
+"""An Ascend offline model (.om, from `detect.export --include om`) run by ais_bench's InferSession on an NPU.
+
+ais_bench and its aclruntime come with Huawei's ait tools (gitee.com/ascend/ait, components/benchmark), not PyPI;
+they need CANN. The calls are those of ais_bench.infer.interface.InferSession: InferSession(device_id, model_path),
+get_inputs() / get_outputs() (descriptions with name, shape, datatype: aclDataType codes), infer(feeds,
+mode="static") -> list of numpy arrays, free_resource(). Tested against a stand-in with those signatures only
+(tests/ais_bench_standin.py); this path has not run on a chip here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from detect.backend import Backend
+from detect.errors import UserError
+from detect.inference.exported import ExportedModel, ExportInfo
+
+LOGGER = logging.getLogger(__name__)
+METADATA_SUFFIX = ".om.json"  # written by exporters/om.py beside the .om
+ACL_DTYPES = {0: np.float32, 1: np.float16}  # aclDataType: ACL_FLOAT, ACL_FLOAT16 (CANN's acl_base.h)
+INSTALL = ("ais_bench and aclruntime (Huawei's ait benchmark wheels, gitee.com/ascend/ait, components/benchmark), "
+           "with CANN's set_env.sh sourced")
+
+
+def _infer_session():
+    """ais_bench's InferSession class, or one line naming what to install."""
+    try:
+        from ais_bench.infer.interface import InferSession
+    except ImportError as error:
+        raise UserError(f"running an .om needs {INSTALL} ({error})") from None
+    return InferSession
+
+
+def _metadata(path: Path) -> ExportInfo:
+    sidecar = path.with_suffix(METADATA_SUFFIX)
+    if not sidecar.is_file():
+        raise UserError(f"{path}: its metadata {sidecar.name} is missing (python -m detect.export --include om "
+                        f"writes it beside the .om)")
+    try:
+        values = json.loads(sidecar.read_text())
+    except (OSError, ValueError) as error:
+        raise UserError(f"{sidecar}: not readable JSON ({error})") from None
+    return ExportInfo.from_values(values, path)
+
+
+class OmInference(ExportedModel):
+    """An .om on the backend's Ascend device; names, stride and NMS-in-graph from <stem>.om.json. Inputs are cast to
+    the dtype the .om declares (fp16 where ATC made it so) and outputs come back as float32."""
+
+    def __init__(self, path: str | Path, backend: Backend) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise UserError(f"OM file not found: {self.path}")
+        device_id = backend.offline_model_device()
+        info = _metadata(self.path)
+        self.session = _infer_session()(device_id, str(self.path))
+        graph_input = self.session.get_inputs()[0]
+        dtype = ACL_DTYPES.get(int(graph_input.datatype))
+        if dtype is None:
+            raise UserError(f"{self.path}: input data type {graph_input.datatype} is not float32 or float16")
+        if any(side <= 0 for side in graph_input.shape):
+            raise UserError(f"{self.path}: a dynamic input {list(graph_input.shape)}; export the .om static")
+        self._describe(info, list(graph_input.shape), dtype)
+        LOGGER.info("%s runs in ais_bench on Ascend device %d", self.path, device_id)
+
+    def _run(self, array: np.ndarray) -> np.ndarray:
+        return self.session.infer([array], mode="static")[0]
