@@ -16,6 +16,7 @@ from detect.inference.exported import GraphNms
 from detect.inference.runtimes.om_model import OmInference
 from detect.inference.runtimes.onnx_model import OnnxInference
 from detect.inference.runtimes.openvino_model import OpenVinoInference, openvino_file
+from detect.inference.runtimes.torchscript_model import TorchScriptInference
 from detect.models import DetectionModel
 from detect.models.weights import load_model
 from detect.ops.nms import non_max_suppression
@@ -95,14 +96,16 @@ def square_input_size(model: InferenceModel, imgsz: int) -> int:
     return height
 
 
+# Export suffixes and the runtime of each; an OpenVINO export is found by openvino_file (a .xml or its folder).
+RUNTIMES = {".onnx": OnnxInference, ".om": OmInference, ".torchscript": TorchScriptInference}
+
+
 def load_inference_model(weights: str | Path, backend: Backend, half: bool = False) -> InferenceModel:
     """Our checkpoint or a yolov5 .pt (run by PyTorch, fused), or an export: .onnx (onnxruntime), .om (ais_bench on
-    an Ascend NPU), an OpenVINO .xml or its <stem>_openvino_model folder (OpenVINO)."""
-    suffix, xml = Path(weights).suffix.lower(), openvino_file(weights)
-    if suffix not in (".onnx", ".om") and xml is None:
+    an Ascend NPU), .torchscript (torch.jit), an OpenVINO .xml or its <stem>_openvino_model folder (OpenVINO)."""
+    runtime, xml = RUNTIMES.get(Path(weights).suffix.lower()), openvino_file(weights)
+    if runtime is None and xml is None:
         return TorchInference(load_model(weights), backend, half)
     if half:
         raise UserError(f"--half does not apply to {weights}: an export runs in the precision it was exported in")
-    if xml is not None:
-        return OpenVinoInference(xml, backend)
-    return OnnxInference(weights, backend) if suffix == ".onnx" else OmInference(weights, backend)
+    return OpenVinoInference(xml, backend) if xml is not None else runtime(weights, backend)
