@@ -40,8 +40,8 @@ class ExportRunSettings(Settings):
     cfg: str | None = option(None, "instead of --weights: a model yaml (ours or yolov5's format), exported with its "
                                    "initial weights, e.g. to check that a new architecture converts; --nc classes")
     nc: int | None = option(None, "classes of a --cfg model (default: the yaml's nc)", bound=POSITIVE)
-    include: tuple[str, ...] = option(("torchscript",), "formats to write (om converts the ONNX with CANN's atc, openvino with openvino.convert_model)",
-                                      choices=FORMATS)
+    include: tuple[str, ...] = option(("torchscript",), "formats to write (om converts the ONNX with CANN's atc, "
+                                                        "openvino with openvino.convert_model)", choices=FORMATS)
     imgsz: tuple[int, ...] = option(ExportSettings.imgsz, "input size: one side, or height width (multiples of the "
                                                           "stride)", bound=POSITIVE)
     batch_size: int = option(ExportSettings.batch_size, "batch size of a static export", bound=POSITIVE)

@@ -18,7 +18,8 @@ def export_openvino(onnx_path: Path, settings: ExportSettings) -> Path:
     <stem>_openvino_model/<stem>.xml (+ .bin), fp16 weights with `settings.half`; returns the .xml path.
 
     The ONNX's metadata_props (names, stride, imgsz, batch, dynamic, half, and "nms" when the graph has it) are
-    copied into rt_info, so the .xml describes itself: OpenVINO's ONNX reader does not carry metadata_props over.
+    copied into rt_info["detect"], so the .xml describes itself in a section of ours rather than wherever a given
+    OpenVINO's ONNX reader puts them (2026.4: rt_info["framework"]).
     """
     openvino = import_openvino("--include openvino")
     import onnx  # present: the ONNX was just written with it
