@@ -10,9 +10,8 @@ from typing import Any
 from detect import backend as backends
 from detect import cli
 from detect.config import NON_NEGATIVE, POSITIVE, UNIT, Settings, option, options_from_dict
-from detect.data import load_data_config
 from detect.data.data_config import SPLITS
-from detect.data.loader import Loader, build_val_loader
+from detect.data.loader import Loader
 from detect.errors import UserError
 from detect.evaluation.evaluator import BACKENDS
 from detect.evaluation.loop import (
@@ -27,9 +26,8 @@ from detect.evaluation.loop import (
 )
 from detect.evaluation.outputs import ValOutputs
 from detect.evaluation.report import coco_stats, metrics_table, problems_list
+from detect.evaluation.scoring import prepare_scoring
 from detect.evaluation.study import STUDY_SIZES, run_study
-from detect.inference.model import load_inference_model, square_input_size
-from detect.inference.tta import augment_model
 from detect.models.weights import YOLOV5_DEFAULT_WEIGHTS
 from detect.run_dir import make_run_dir
 
@@ -93,21 +91,15 @@ def run_tasks(settings: ValSettings) -> list[Any]:
 
 
 def _prepare(settings: ValSettings, weights: str, imgsz: int) -> tuple[backends.Backend, Predict, Loader]:
-    """The backend, the model's predict (fused, fp32 unless --half: YOLOV5-FACTS.md; an .onnx in onnxruntime; with
-    --augment, test-time augmentation) and the loader."""
+    """The backend, the model's predict and the loader of the split --task names (val for speed and study)."""
     backend = backends.select(settings.device, amp=False)
     if settings.half and backend.device.type == "cpu":
         raise UserError("--half needs an accelerator; on the CPU evaluate in fp32")
     backend.set_device()
-    model = load_inference_model(weights, backend, settings.half)
-    data = load_data_config(settings.data)
     split = settings.task if settings.task in SPLITS else "val"
-    loader = build_val_loader(data, split, square_input_size(model, imgsz), settings.batch_size, settings.workers,
-                              stride=model.stride, rect=model.fixed_shape is None,
-                              pin_memory=backend.device.type != "cpu")
-    if len(data.names) != len(model.names):
-        raise UserError(f"the model predicts {len(model.names)} classes but {settings.data} has {len(data.names)}")
-    return backend, augment_model(model) if settings.augment else model, loader
+    predict, loader = prepare_scoring(weights, settings.data, split, imgsz, settings.batch_size, settings.workers,
+                                      backend, half=settings.half, augment=settings.augment)
+    return backend, predict, loader
 
 
 def score(settings: ValSettings, weights: str, imgsz: int) -> EvalResult:

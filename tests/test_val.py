@@ -14,7 +14,7 @@ from pycocotools.cocoeval import COCOeval
 
 from detect import val
 from detect.data.categories import COCO_NAMES
-from detect.evaluation import loop
+from detect.evaluation import loop, scoring
 from detect.inference import model as inference_model
 from detect.models import build_model
 from detect.models.safe_io import save_checkpoint
@@ -175,7 +175,7 @@ def test_augment_runs_end_to_end_and_an_export_is_refused(tiny_run, capsys, monk
                                 augment=augment, project=str(tmp_path / "runs"), progress=False, conf_thres=0.0001)
                         for augment in (False, True))
     assert augmented.images == 4 and augmented.metrics.stats != plain.metrics.stats
-    monkeypatch.setattr(val, "load_inference_model", lambda *args: OnnxStandIn())
+    monkeypatch.setattr(scoring, "load_inference_model", lambda *args: OnnxStandIn())
     assert val.main(["--weights", "model.onnx", "--data", str(data), "--augment", "--device", "cpu"]) == 2
     assert capsys.readouterr().err.startswith("error: --augment runs PyTorch weights (.pt) only")
 
