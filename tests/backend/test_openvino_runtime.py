@@ -1,4 +1,5 @@
-"""OpenVINO is imported without its telemetry: no client id written under $HOME, ovc left on its no-op stub."""
+"""OpenVINO is imported without its telemetry (no client id written under $HOME, ovc left on its no-op stub), or
+named in one line when it is missing."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import sys
 
 import pytest
 
-pytest.importorskip("openvino", reason='OpenVINO is optional (pip install "detect-trainer[openvino]")')
+from detect.backend.openvino_runtime import import_openvino
+from detect.errors import UserError
 
 # A bare `import openvino` (2026.4) writes $HOME/intel/openvino_ga_cid and queues an event for Google Analytics;
 # the check runs in a fresh process (the import happens once a process) and never makes a bare import itself.
@@ -22,8 +24,16 @@ print(telemetry_utils.tm.__name__, "openvino_telemetry" in sys.modules)
 
 
 def test_openvino_is_imported_with_its_telemetry_stubbed_and_nothing_written_home(tmp_path):
+    pytest.importorskip("openvino", reason='OpenVINO is optional (pip install "detect-trainer[openvino]")')
     env = {**os.environ, "HOME": str(tmp_path)}
     env.pop("CI", None)  # openvino_telemetry stays quiet in CI on its own; the guard must not depend on it
     result = subprocess.run([sys.executable, "-c", IMPORT], capture_output=True, text=True, env=env, check=True)
     assert result.stdout.split() == ["openvino.tools.ovc.telemetry_stub", "False"]
     assert not (tmp_path / "intel").exists()
+
+
+def test_a_missing_openvino_is_named_with_its_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "openvino", None)  # None: `import openvino` raises ImportError
+    with pytest.raises(UserError, match=r'--include openvino needs openvino: pip install "detect-trainer\[openvino\]"'):
+        import_openvino("--include openvino")
+    assert sys.modules.get("openvino_telemetry", "absent") is not None  # the package is hidden only during the import

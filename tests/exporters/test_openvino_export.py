@@ -48,11 +48,15 @@ def test_the_ir_carries_the_onnx_metadata_and_equals_its_outputs(static_exports)
 
 def test_a_dynamic_ir_takes_any_batch_and_size(weights, tmp_path):
     onnx_path = run_export(weights, tmp_path, "--include", "onnx", "--dynamic")["onnx"]
-    model = compiled(export_openvino(onnx_path, ExportSettings(dynamic=True)))
+    xml = export_openvino(onnx_path, ExportSettings(dynamic=True))
+    model = compiled(xml)
     assert model.input(0).get_partial_shape().is_dynamic
     for shape in ((3, 3, *IMGSZ), (2, 3, 64, 160)):
         images = torch.rand(*shape, generator=torch.Generator().manual_seed(2))
         assert np.abs(model(images.numpy())[0] - onnx_outputs(onnx_path, images)).max() < 1e-4
+    inference = OpenVinoInference(xml, CPU)  # its dynamic dimensions are no fixed batch or shape
+    assert inference.batch is None and inference.fixed_shape is None
+    assert np.abs(inference(images).numpy() - onnx_outputs(onnx_path, images)).max() < 1e-4
 
 
 def test_the_cli_writes_the_onnx_and_its_ir_and_half_makes_both_fp16(weights, tmp_path):
