@@ -13,6 +13,7 @@ from detect import backend as backends
 from detect import cli
 from detect.config import POSITIVE, UNIT, Settings, option, options_from_dict
 from detect.errors import UserError
+from detect.evaluation.export_check import check_files, check_table
 from detect.exporters.graph_nms import NmsSettings
 from detect.exporters.om import convert_om
 from detect.exporters.onnx_export import export_onnx
@@ -57,6 +58,9 @@ class ExportRunSettings(Settings):
     iou_thres: float = option(NmsSettings.iou_threshold, "--nms: IoU threshold", bound=UNIT)
     max_det: int = option(NmsSettings.max_det, "--nms: detections kept per image", bound=POSITIVE)
     agnostic_nms: bool = option(NmsSettings.agnostic, "--nms: one NMS across classes, each box's best class")
+    check: bool = option(False, "score the .pt and every written file on --data's val split (square inputs at "
+                                "--imgsz, --batch-size) and print one table")
+    data: str | None = option(None, "data yaml (a bare name in configs/data/ or a path) that --check scores on")
     soc_version: str | None = option(None, "om: the Ascend chip, e.g. Ascend910B3, Ascend310P3")
     output_dir: str | None = option(None, "where to write (default: beside --weights; with --cfg the working "
                                           "folder)")
@@ -67,6 +71,8 @@ class ExportRunSettings(Settings):
             raise UserError(f"--imgsz {' '.join(map(str, self.imgsz))}: one side or height width")
         if "om" in self.include and not self.soc_version:
             raise UserError("--include om needs --soc-version (the chip, e.g. Ascend910B3 or Ascend310P3)")
+        if self.check and (self.cfg or not self.data):
+            raise UserError("--check scores --weights on --data's val split: give --weights (not --cfg) and --data")
         if self.nms and self.opset < 11:
             raise UserError(f"--nms needs --opset 11 or later (NonMaxSuppression, ScatterND), got {self.opset}")
         if self.nms and self.include == ("torchscript",):
@@ -122,7 +128,11 @@ def export(args: ExportRunSettings) -> dict[str, Path]:
         written["openvino"] = export_openvino(written["onnx"], settings)
     for kind, path in written.items():
         LOGGER.info("%s: %s (%.1f MB)", kind, path, path.stat().st_size / 1e6)
-    if "onnx" in written:
+    if args.check:
+        rows = check_files({"pytorch": weights, **written}, args.data, settings.imgsz[0], settings.batch_size, backend)
+        LOGGER.info("--check on %s (val split, %d px, batch %d):\n%s", args.data, settings.imgsz[0],
+                    settings.batch_size, check_table(rows))
+    elif "onnx" in written:
         LOGGER.info("check it: python -m detect.val --weights %s --data <data.yaml>%s", written["onnx"],
                     "" if settings.dynamic else f" --batch-size {settings.batch_size}")
     return written
