@@ -3,6 +3,7 @@ dynamic, fp16, NMS in the graph); yolov5n's IR scores the ONNX's mAP on coco128.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -21,7 +22,9 @@ from detect.inference.runtimes.openvino_model import OpenVinoInference
 from tests.exporters.helpers import IMGSZ, onnx_outputs, onnx_session, run_export
 from tests.exporters.test_graph_nms import COCO128, SHARED, YOLOV5N, assert_same_rows
 
-pytest.importorskip("openvino", reason='OpenVINO is optional (pip install "detect-trainer[openvino]")')
+# find_spec, not importorskip: a bare `import openvino` sends its telemetry (detect/backend/openvino_runtime.py).
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("openvino") is None,
+                                reason='OpenVINO is optional (pip install "detect-trainer[openvino]")')
 CPU = backends.select("cpu")
 
 

@@ -3,6 +3,7 @@ its metadata read back, and what cannot work said in one line."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,9 @@ from detect.inference.runtimes.openvino_model import OpenVinoInference
 from detect.models.weights import load_model
 from tests.exporters.helpers import NAMES, tiny_weights
 
-pytest.importorskip("openvino", reason='OpenVINO is optional (pip install "detect-trainer[openvino]")')
+# find_spec, not importorskip: a bare `import openvino` sends its telemetry (detect/backend/openvino_runtime.py).
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("openvino") is None,
+                                reason='OpenVINO is optional (pip install "detect-trainer[openvino]")')
 
 CPU = backends.select("cpu")
 
