@@ -14,7 +14,9 @@ from detect import cli
 from detect.config import POSITIVE, UNIT, Settings, option, options_from_dict
 from detect.errors import UserError
 from detect.evaluation.export_check import check_files, check_table
+from detect.exporters.amct import calibrate_amct
 from detect.exporters.graph_nms import NmsSettings
+from detect.exporters.int8 import DEFAULT_CALIB_IMAGES, quantize_onnx
 from detect.exporters.om import convert_om
 from detect.exporters.onnx_export import export_onnx
 from detect.exporters.openvino_export import export_openvino
@@ -60,7 +62,12 @@ class ExportRunSettings(Settings):
     agnostic_nms: bool = option(NmsSettings.agnostic, "--nms: one NMS across classes, each box's best class")
     check: bool = option(False, "score the .pt and every written file on --data's val split (square inputs at "
                                 "--imgsz, --batch-size) and print one table")
-    data: str | None = option(None, "data yaml (a bare name in configs/data/ or a path) that --check scores on")
+    data: str | None = option(None, "data yaml (a bare name in configs/data/ or a path) that --check scores on "
+                                    "and --int8 calibrates on (its train split)")
+    int8: bool = option(False, "also an int8 ONNX (<stem>-int8.onnx: ONNX Runtime static quantization, the Detect "
+                               "head in float); with om, AMCT calibrates the ONNX before atc")
+    calib_images: int = option(DEFAULT_CALIB_IMAGES, "--int8: train images of --data to calibrate on",
+                               bound=POSITIVE)
     soc_version: str | None = option(None, "om: the Ascend chip, e.g. Ascend910B3, Ascend310P3")
     output_dir: str | None = option(None, "where to write (default: beside --weights; with --cfg the working "
                                           "folder)")
@@ -77,8 +84,20 @@ class ExportRunSettings(Settings):
             raise UserError(f"--nms needs --opset 11 or later (NonMaxSuppression, ScatterND), got {self.opset}")
         if self.nms and self.include == ("torchscript",):
             raise UserError("--nms puts NMS in ONNX-based graphs: add --include onnx, om or openvino")
+        if self.int8:
+            self._check_int8()
         if "om" in self.include and self.dynamic:
             raise UserError("--include om needs static shapes (ATC compiles one input shape): drop --dynamic")
+
+    def _check_int8(self) -> None:
+        if not {"onnx", "om"} & set(self.include):
+            raise UserError("--int8 quantizes the ONNX (and the .om through AMCT): add --include onnx or om")
+        if not self.data:
+            raise UserError("--int8 calibrates on the train split of --data: give --data (a data yaml)")
+        if self.half:
+            raise UserError("--int8 and --half: choose one (int8 quantizes the fp32 export)")
+        if "onnx" in self.include and self.opset < 13:
+            raise UserError(f"--int8 needs --opset 13 or later (per-channel QuantizeLinear's axis), got {self.opset}")
 
     def export_settings(self) -> ExportSettings:
         """What the exporters need of these options."""
@@ -120,10 +139,7 @@ def export(args: ExportRunSettings) -> dict[str, Path]:
         written["torchscript"] = export_torchscript(module, example, metadata, stem.with_suffix(".torchscript"))
     if {"onnx", "om", "openvino"} & set(args.include):
         written["onnx"] = export_onnx(module, example, metadata, settings, stem.with_suffix(".onnx"))
-    if "om" in args.include:
-        om_path = convert_om(written["onnx"], args.soc_version, settings)
-        if om_path is not None:
-            written["om"] = om_path
+        written.update(_int8_and_om(args, written["onnx"], settings))
     if "openvino" in args.include:
         written["openvino"] = export_openvino(written["onnx"], settings)
     for kind, path in written.items():
@@ -135,6 +151,20 @@ def export(args: ExportRunSettings) -> dict[str, Path]:
     elif "onnx" in written:
         LOGGER.info("check it: python -m detect.val --weights %s --data <data.yaml>%s", written["onnx"],
                     "" if settings.dynamic else f" --batch-size {settings.batch_size}")
+    return written
+
+
+def _int8_and_om(args: ExportRunSettings, onnx_path: Path, settings: ExportSettings) -> dict[str, Path]:
+    """What is made from the ONNX: with --int8 its int8 ONNX; the .om (with --int8 of AMCT's calibrated deploy
+    ONNX), absent when atc is not installed."""
+    written = {}
+    if args.int8 and "onnx" in args.include:
+        written["onnx-int8"] = quantize_onnx(onnx_path, args.data, args.calib_images, settings)
+    if "om" in args.include:
+        source = calibrate_amct(onnx_path, args.data, args.calib_images, settings) if args.int8 else onnx_path
+        om_path = convert_om(source, args.soc_version, settings)
+        if om_path is not None:
+            written["om"] = om_path
     return written
 
 

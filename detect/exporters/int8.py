@@ -1,0 +1,136 @@
+"""INT8 ONNX: ONNX Runtime's static quantization (QDQ, per-channel weights) calibrated on train images, the Detect
+head kept in float. Also the calibration images that AMCT (amct.py) uses for an int8 .om."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from detect.data.data_config import load_data_config
+from detect.data.datasets import to_network_layout
+from detect.data.images.letterbox import letterbox
+from detect.data.images.load import read_image, resize_to_imgsz
+from detect.data.labels.split import load_split
+from detect.errors import UserError
+from detect.exporters.onnx_export import INPUT_NAME, _onnx
+from detect.exporters.torchscript import ExportSettings
+
+LOGGER = logging.getLogger(__name__)
+
+# Measured on yolov5n, coco128, 640 (docs/deploy.md, "INT8"): calibrating on more images did not raise the mAP.
+DEFAULT_CALIB_IMAGES = 32
+# Batches whose activations ONNX Runtime's calibrator holds at once (it keeps every intermediate tensor until it
+# computes the ranges: about 40 MB an image at 640 for yolov5n).
+CALIB_CHUNK = 8
+
+
+def _calibration_method(quantization):
+    """Min-max ranges: percentile and entropy calibration were no better on yolov5n and 4-8x slower (docs/deploy.md)."""
+    return quantization.CalibrationMethod.MinMax
+
+
+def _quantization():
+    """onnxruntime.quantization, or one line naming what to install."""
+    try:
+        from onnxruntime import quantization
+    except ImportError as error:
+        raise UserError(f'--int8 needs onnxruntime (its quantization tools): pip install "detect-trainer[export]" '
+                        f"({error})") from None
+    return quantization
+
+
+def calibration_images(data: str, count: int) -> list[Path]:
+    """The first `count` usable images of the train split of data yaml `data` (all of them when it has fewer)."""
+    return [record.path for record in load_split(load_data_config(data), "train").records[:count]]
+
+
+def calibration_batches(paths: list[Path], settings: ExportSettings) -> Iterator[np.ndarray]:
+    """(B, 3, h, w) float32 RGB batches in [0, 1] of `paths`, prepared as val prepares an image for a static export:
+    long side resized to the input's, letterboxed to the export's shape. B is the export's batch size (1 for a
+    dynamic export); a last partial batch is dropped, so every batch has the input's shape."""
+    batch = 1 if settings.dynamic else settings.batch_size
+    shape = settings.imgsz
+    for start in range(0, len(paths) - batch + 1, batch):
+        images = []
+        for path in paths[start:start + batch]:
+            image = resize_to_imgsz(read_image(path), max(shape), augment=False)
+            images.append(to_network_layout(letterbox(image, shape)[0]))
+        yield np.stack(images).astype(np.float32) / 255
+
+
+def calibration_set(data: str, calib_images: int, settings: ExportSettings) -> list[np.ndarray]:
+    """The calibration batches of `calib_images` train images of `data`; a UserError when not one batch fills."""
+    batches = list(calibration_batches(calibration_images(data, calib_images), settings))
+    if not batches:
+        raise UserError(f"--int8: {data}'s train split has fewer usable images than one batch of "
+                        f"{settings.batch_size}: calibrate with a smaller --batch-size")
+    return batches
+
+
+def head_nodes(model) -> tuple[list[str], list[str]]:
+    """Names of the Detect head's output convolutions (the Convs whose output is reshaped into anchors) and of
+    every node from them to the graph's output (the convolutions, the decode, NMS when the graph has it)."""
+    consumers: dict[str, list] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    convs = [node for node in model.graph.node if node.op_type == "Conv"
+             and any(user.op_type == "Reshape" for user in consumers.get(node.output[0], []))]
+    seen: dict[str, None] = {}
+    pending = list(convs)
+    while pending:
+        node = pending.pop()
+        if node.name not in seen:
+            seen[node.name] = None
+            pending += [user for output in node.output for user in consumers.get(output, [])]
+    return [node.name for node in convs], list(seen)
+
+
+def _strided_reader(batches: list[np.ndarray]):
+    """An onnxruntime CalibrationDataReader over `batches` that also serves ranges of them (CalibStridedMinMax)."""
+    quantization = _quantization()
+
+    class Reader(quantization.CalibrationDataReader):
+        def __init__(self) -> None:
+            self.set_range(0, len(batches))
+
+        def __len__(self) -> int:
+            return len(batches)
+
+        def set_range(self, start_index: int, end_index: int) -> None:
+            self.pending = iter(batches[start_index:end_index])
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            batch = next(self.pending, None)
+            return None if batch is None else {INPUT_NAME: batch}
+
+    return Reader()
+
+
+def quantize_onnx(onnx_path: Path, data: str, calib_images: int, settings: ExportSettings) -> Path:
+    """Write <stem>-int8.onnx beside `onnx_path`: QDQ, int8 per-channel weights, uint8 activations calibrated on
+    `calib_images` train images of `data`, the Detect head in float; the fp32 file's metadata plus "int8": true."""
+    quantization = _quantization()
+    onnx = _onnx()
+    batches = calibration_set(data, calib_images, settings)
+    model = onnx.load(str(onnx_path))
+    _, head = head_nodes(model)
+    output = onnx_path.with_name(f"{onnx_path.stem}-int8.onnx")
+    LOGGER.info("int8: calibrating on %d images of %s", sum(len(batch) for batch in batches), data)
+    # The calibrator holds every activation of the batches it is given; feed it chunks (any method honours the
+    # option despite its name), whose count must divide the batches'.
+    chunk = max(size for size in range(1, CALIB_CHUNK + 1) if len(batches) % size == 0)
+    quantization.quantize_static(
+        model, output, _strided_reader(batches), quant_format=quantization.QuantFormat.QDQ, per_channel=True,
+        activation_type=quantization.QuantType.QUInt8, weight_type=quantization.QuantType.QInt8,
+        nodes_to_exclude=head, calibrate_method=_calibration_method(quantization), extra_options={"CalibStridedMinMax": chunk})
+    quantized = onnx.load(str(output))
+    del quantized.metadata_props[:]
+    quantized.metadata_props.extend(model.metadata_props)
+    quantized.metadata_props.add(key="int8", value=json.dumps(True))
+    onnx.save(quantized, str(output))
+    return output
