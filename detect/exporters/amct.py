@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from detect.errors import UserError
-from detect.exporters.int8 import calibration_set, head_nodes
+from detect.exporters.int8 import calibration_set, float_nodes
 from detect.exporters.onnx_export import INPUT_NAME, _onnx
 from detect.exporters.torchscript import ExportSettings
 
@@ -38,8 +38,8 @@ def _amct():
 
 
 def calibrate_amct(onnx_path: Path, data: str, calib_images: int, settings: ExportSettings) -> Path:
-    """Calibrate `onnx_path` with AMCT on `calib_images` train images of `data`, the Detect head's output convolutions
-    left in float (as in the ONNX Runtime int8, int8.py); returns AMCT's deploy model for atc, with the ONNX's
+    """Calibrate `onnx_path` with AMCT on `calib_images` train images of `data`, skipping the convolutions that the
+    ONNX Runtime int8 keeps in float (int8.float_nodes); returns AMCT's deploy model for atc, with the ONNX's
     metadata, as <stem>-int8-amct.onnx beside it."""
     amct = _amct()
     import onnxruntime
@@ -47,7 +47,7 @@ def calibrate_amct(onnx_path: Path, data: str, calib_images: int, settings: Expo
     batches = calibration_set(data, calib_images, settings)
     onnx = _onnx()
     model = onnx.load(str(onnx_path))
-    skipped, _ = head_nodes(model)
+    skipped, _ = float_nodes(model)
     with tempfile.TemporaryDirectory(prefix="amct.") as folder:
         config_file, record_file = str(Path(folder, "config.json")), str(Path(folder, "record.txt"))
         modified = str(Path(folder, "modified_model.onnx"))

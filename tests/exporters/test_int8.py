@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from detect import export, val
-from detect.exporters.int8 import calibration_batches, head_nodes, quantize_onnx
+from detect.exporters.int8 import STEM_CONVS, calibration_batches, float_nodes, head_nodes, quantize_onnx
 from detect.exporters.torchscript import ExportSettings
 from tests.exporters.helpers import IMGSZ, onnx_outputs, run_export
 from tests.exporters.test_om import fake_atc
@@ -49,20 +49,24 @@ def _calibration_input(data: Path) -> np.ndarray:
     return np.concatenate(list(calibration_batches(paths, ExportSettings(imgsz=IMGSZ))))
 
 
-def test_int8_onnx_has_qdq_nodes_with_the_detect_head_in_float(fp32, quantized):
+def test_int8_onnx_has_qdq_nodes_with_the_stem_and_the_detect_head_in_float(fp32, quantized):
     assert quantized == fp32.with_name("tiny-int8.onnx")
     model = onnx.load(str(quantized))
     ops = [node.op_type for node in model.graph.node]
     assert ops.count("QuantizeLinear") > 50 and ops.count("DequantizeLinear") > 50
-    head_convs, head = head_nodes(onnx.load(str(fp32)))
+    original = onnx.load(str(fp32))
+    head_convs, head = head_nodes(original)
+    float_convs, kept = float_nodes(original)
     assert len(head_convs) == 3  # one output convolution per detection level
-    by_name = {node.name: node for node in model.graph.node}
-    produced_by = {output: node for node in model.graph.node for output in node.output}
-    for name in head_convs:  # their weights stay float: no DequantizeLinear feeds them
-        weight = by_name[name].input[1]
-        assert weight not in produced_by or produced_by[weight].op_type != "DequantizeLinear"
-    quantized_inputs = [node.name for node in model.graph.node if node.op_type == "QuantizeLinear"]
-    assert not set(quantized_inputs) & set(head)
+    all_convs = [node.name for node in original.graph.node if node.op_type == "Conv"]
+    feeders = [name for name in float_convs if name not in all_convs[:STEM_CONVS] and name not in head_convs]
+    assert float_convs[:STEM_CONVS] == all_convs[:STEM_CONVS] and len(feeders) == 3
+    assert set(head) <= set(kept)
+    produced_by = {output: node.op_type for node in model.graph.node for output in node.output}
+    for node in model.graph.node:
+        if node.op_type == "Conv":  # a float Conv reads a float weight; every other one a dequantized int8 weight
+            weight_is_dequantized = produced_by.get(node.input[1]) == "DequantizeLinear"
+            assert weight_is_dequantized == (node.name not in float_convs), node.name
 
 
 def test_int8_onnx_keeps_the_metadata_and_says_int8(fp32, quantized):
@@ -160,9 +164,9 @@ def test_om_int8_runs_amct_then_atc_on_its_deploy_model(weights, data, tmp_path,
     deploy = tmp_path / "out" / "tiny-int8-amct.onnx"
     assert written["om"] == tmp_path / "out" / "tiny-int8-amct.om"
     assert f"--model={deploy}" in record.read_text().splitlines()
-    head_convs, _ = head_nodes(onnx.load(str(tmp_path / "out" / "tiny.onnx")))
+    float_convs, _ = float_nodes(onnx.load(str(tmp_path / "out" / "tiny.onnx")))
     assert [name for name, _ in amct.calls] == ["create_quant_config", "quantize_model", "save_model"]
-    assert amct.calls[0][1] == {"skip_layers": head_convs, "batch_num": 2}  # 5 images: two batches of 2
+    assert amct.calls[0][1] == {"skip_layers": float_convs, "batch_num": 2}  # 5 images: two batches of 2
     assert runs == [(2, 3, *IMGSZ)] * 2
     props = {prop.key: json.loads(prop.value) for prop in onnx.load(str(deploy)).metadata_props}
     assert props["int8"] is True and props["batch"] == 2
