@@ -1,7 +1,9 @@
-"""OpenVINO, the runtime of OpenVINO exports, imported without its telemetry (exporters and inference share it)."""
+"""OpenVINO, the runtime of OpenVINO exports: imported without its telemetry, one Core for the process (exporters and
+inference share it)."""
 
 from __future__ import annotations
 
+import functools
 import sys
 from types import ModuleType
 
@@ -30,3 +32,20 @@ def import_openvino(purpose: str) -> ModuleType:
         if hidden:
             del sys.modules[TELEMETRY_PACKAGE]
     return openvino
+
+
+def shared_core(purpose: str):
+    """The process's one openvino.Core, made on first use and kept; `purpose` as for import_openvino.
+
+    OpenVINO's CPU plugin (2026.4) gives the main thread an alternate signal stack when a Core first compiles, and
+    when that Core goes it puts back the stack it found: two Cores that go in the order they came leave the thread
+    on the first one's freed stack, and the next Python signal handler (SIGCHLD from a DataLoader worker) kills the
+    process with SIGSEGV (seen in the tests after two IRs were loaded; tests/backend/test_openvino_runtime.py).
+    One Core that never goes sets that stack once.
+    """
+    return _core(import_openvino(purpose))
+
+
+@functools.cache
+def _core(openvino: ModuleType):
+    return openvino.Core()

@@ -14,7 +14,7 @@ import torch
 
 from detect import backend as backends
 from detect import export, val
-from detect.backend.openvino_runtime import import_openvino
+from detect.backend.openvino_runtime import import_openvino, shared_core
 from detect.exporters.openvino_export import export_openvino
 from detect.exporters.torchscript import ExportSettings
 from detect.inference.exported import GraphNms
@@ -31,15 +31,15 @@ CPU = backends.select("cpu")
 def compiled(xml: Path):
     """The IR compiled for the CPU in f32 (the plugin's default is bf16 where the CPU has it)."""
     openvino = import_openvino("the test")
-    return openvino.Core().compile_model(str(xml), "CPU",
-                                         {openvino.properties.hint.inference_precision: openvino.Type.f32})
+    return shared_core("the test").compile_model(str(xml), "CPU",
+                                                 {openvino.properties.hint.inference_precision: openvino.Type.f32})
 
 
 def test_the_ir_carries_the_onnx_metadata_and_equals_its_outputs(static_exports):
     onnx_path = static_exports["onnx"]
     xml = export_openvino(onnx_path, ExportSettings())
     assert xml == onnx_path.parent / "tiny_openvino_model" / "tiny.xml" and xml.with_suffix(".bin").is_file()
-    rt_info = import_openvino("the test").Core().read_model(str(xml)).get_rt_info()["detect"]
+    rt_info = shared_core("the test").read_model(str(xml)).get_rt_info()["detect"]
     carried = {key: json.loads(value.astype(str)) for key, value in rt_info.items()}
     assert carried == {prop.key: json.loads(prop.value) for prop in onnx.load(str(onnx_path)).metadata_props}
     assert carried["names"] == ["cat", "dog", "bird"] and carried["stride"] == 32

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from detect.backend import Backend
-from detect.backend.openvino_runtime import RT_INFO_SECTION, import_openvino
+from detect.backend.openvino_runtime import RT_INFO_SECTION, import_openvino, shared_core
 from detect.errors import UserError
 from detect.inference.exported import ExportedModel, ExportInfo
 
@@ -40,8 +40,8 @@ class OpenVinoInference(ExportedModel):
         self.path = Path(path)
         if not self.path.is_file():
             raise UserError(f"OpenVINO file not found: {self.path}")
-        openvino = import_openvino(f"running {self.path}")
-        core = openvino.Core()
+        purpose = f"running {self.path}"
+        openvino, core = import_openvino(purpose), shared_core(purpose)
         try:
             model = core.read_model(str(self.path))
         except RuntimeError as error:
