@@ -33,7 +33,7 @@ STEM_CONVS = 2
 
 
 def _calibration_method(quantization):
-    """Min-max ranges: percentile and entropy calibration were no better on yolov5n and 4-8x slower (docs/deploy.md)."""
+    """Min-max ranges: percentile and entropy calibration were no better on yolov5n and 5-12x slower (docs/deploy.md)."""
     return quantization.CalibrationMethod.MinMax
 
 

@@ -191,7 +191,6 @@ def test_int8_yolov5n_keeps_the_fp32_map_on_coco128(tmp_path):
         results[kind] = val.validate(val.parse_args(
             ["--weights", str(written[kind]), "--data", "coco128.yaml", "--batch-size", "1", "--device", "cpu",
              "--project", str(tmp_path / kind), "--no-progress"])).metrics
-    # docs/deploy.md, "INT8": drops of 0.008 to 0.015 mAP@0.5:0.95 measured across calibration settings (the issue
-    # asks for at most 0.01); 0.02 catches a broken quantization (quantizing the head costs the whole mAP).
-    assert results["onnx-int8"].map50_95 >= results["onnx"].map50_95 - 0.02
-    assert results["onnx-int8"].map50 >= results["onnx"].map50 - 0.03
+    # docs/deploy.md, "INT8": measured +0.00004 at 0.5:0.95 and -0.0068 at 0.5; the issue's bound is 0.01.
+    assert results["onnx-int8"].map50_95 >= results["onnx"].map50_95 - 0.01
+    assert results["onnx-int8"].map50 >= results["onnx"].map50 - 0.01
