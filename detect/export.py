@@ -13,7 +13,7 @@ from detect import backend as backends
 from detect import cli
 from detect.config import POSITIVE, UNIT, Settings, option, options_from_dict
 from detect.errors import UserError
-from detect.evaluation.export_check import check_files, check_table
+from detect.evaluation.export_check import check_files, check_table, file_megabytes
 from detect.exporters.amct import calibrate_amct
 from detect.exporters.graph_nms import NmsSettings
 from detect.exporters.int8 import DEFAULT_CALIB_IMAGES, quantize_onnx
@@ -143,7 +143,7 @@ def export(args: ExportRunSettings) -> dict[str, Path]:
     if "openvino" in args.include:
         written["openvino"] = export_openvino(written["onnx"], settings)
     for kind, path in written.items():
-        LOGGER.info("%s: %s (%.1f MB)", kind, path, path.stat().st_size / 1e6)
+        LOGGER.info("%s: %s (%.1f MB)", kind, path, file_megabytes(path))
     if args.check:
         rows = check_files({"pytorch": weights, **written}, args.data, settings.imgsz[0], settings.batch_size, backend)
         LOGGER.info("--check on %s (val split, %d px, batch %d):\n%s", args.data, settings.imgsz[0],

@@ -39,8 +39,9 @@ class ValSettings(Settings):
     """The options of `python -m detect.val` and `detect.val.run`, with yolov5's names and defaults."""
 
     weights: tuple[str, ...] = option((YOLOV5_DEFAULT_WEIGHTS,), "checkpoints, each scored in turn: ours (.pt), "
-                                      "ultralytics/yolov5 .pt files, exported .onnx files (onnxruntime); a bare "
-                                      "name: the working folder, then ./weights/ (never downloaded)")
+                                      "ultralytics/yolov5 .pt files, exports (.onnx, .torchscript, .om, an OpenVINO "
+                                      ".xml or its folder); a bare name: the working folder, then ./weights/ (never "
+                                      "downloaded)")
     data: str = option("shapes.yaml", "data yaml: a bare name in configs/data/ or a path")
     task: str = option("val", "a split to score (train, val, test); speed: ms per image of each stage on the val split "
                               "at conf 0.25 and IoU 0.45, no mAP; study: mAP and speed at --study-sizes on the val "

@@ -30,7 +30,7 @@ class CheckRow:
     problem: str | None = None
 
 
-def _size(path: Path) -> float:
+def file_megabytes(path: Path) -> float:
     """Megabytes of a file, with its weights file for an OpenVINO .xml (whose weights are the .bin beside it)."""
     files = [path, path.with_suffix(".bin")] if path.suffix == ".xml" else [path]
     return sum(file.stat().st_size for file in files if file.is_file()) / 1e6
@@ -45,9 +45,9 @@ def check_files(files: dict[str, Path], data: str, imgsz: int, batch_size: int, 
             predict, loader = prepare_scoring(path, data, "val", imgsz, batch_size, workers, backend, rect=False)
             result = evaluate(predict, loader, backend, build_evaluator(loader.split), progress=False)
         except UserError as error:
-            rows.append(CheckRow(kind, path, _size(path), problem=str(error)))
+            rows.append(CheckRow(kind, path, file_megabytes(path), problem=str(error)))
             continue
-        rows.append(CheckRow(kind, path, _size(path), result.metrics.map50_95, result.metrics.map50,
+        rows.append(CheckRow(kind, path, file_megabytes(path), result.metrics.map50_95, result.metrics.map50,
                              result.speed.inference))
     return rows
 
