@@ -23,9 +23,9 @@ LOGGER = logging.getLogger(__name__)
 
 # Measured on yolov5n, coco128, 640 (docs/deploy.md, "INT8"): calibrating on more images did not raise the mAP.
 DEFAULT_CALIB_IMAGES = 32
-# Batches whose activations ONNX Runtime's calibrator holds at once (it keeps every intermediate tensor until it
-# computes the ranges: about 40 MB an image at 640 for yolov5n).
-CALIB_CHUNK = 8
+# Images whose activations ONNX Runtime's calibrator holds at once: it keeps every intermediate tensor until it
+# computes the ranges, 228 MB an image for yolov5n at 640 (the float tensors of its shape-inferred graph).
+CALIB_CHUNK_IMAGES = 8
 # Kept in float besides the head: the first two convolutions (the image's full-resolution stem) and those feeding the
 # head. Measured on yolov5n, coco128, 640, 32 images (docs/deploy.md, "INT8"): the head alone in float lost 0.012-0.015
 # mAP@0.5:0.95, with the stem too 0.004, with stem and feeders 0.000, at the same speed (1.56x fp32 on one thread).
@@ -159,11 +159,13 @@ def quantize_onnx(onnx_path: Path, data: str, calib_images: int, settings: Expor
     LOGGER.info("int8: calibrating on %d images of %s", sum(len(batch) for batch in batches), data)
     # The calibrator holds every activation of the batches it is given; feed it chunks (any method honours the
     # option despite its name), whose count must divide the batches'.
-    chunk = max(size for size in range(1, CALIB_CHUNK + 1) if len(batches) % size == 0)
+    most = max(1, CALIB_CHUNK_IMAGES // len(batches[0]))
+    chunk = max(size for size in range(1, most + 1) if len(batches) % size == 0)
     quantization.quantize_static(
         model, output, _strided_reader(batches), quant_format=quantization.QuantFormat.QDQ, per_channel=True,
         activation_type=quantization.QuantType.QUInt8, weight_type=quantization.QuantType.QInt8,
-        nodes_to_exclude=kept, calibrate_method=_calibration_method(quantization), extra_options={"CalibStridedMinMax": chunk})
+        nodes_to_exclude=kept, calibrate_method=_calibration_method(quantization),
+        extra_options={"CalibStridedMinMax": chunk})
     quantized = onnx.load(str(output))
     del quantized.metadata_props[:]
     quantized.metadata_props.extend(model.metadata_props)
