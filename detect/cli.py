@@ -183,6 +183,9 @@ def run(main: Callable[[], int | None]) -> int:
     """Run a CLI body; a UserError becomes one line on stderr and exit code 2, a run stopped by a signal its one
     line and 128 + the signal (130 for Ctrl-C, 143 for SIGTERM), a second Ctrl-C 130 without a traceback."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    # faster-coco-eval logs COCOeval's progress and its 12-line summary at INFO on every evaluation; our tables
+    # say it (val --verbose prints the 12 stats).
+    logging.getLogger("faster_coco_eval").setLevel(logging.WARNING)
     try:
         return main() or 0
     except UserError as error:
