@@ -20,7 +20,7 @@ from pathlib import Path
 
 from detect.errors import UserError
 from detect.exporters.int8 import calibration_set, float_nodes
-from detect.exporters.onnx_export import INPUT_NAME, _onnx
+from detect.exporters.onnx_export import INPUT_NAME, import_onnx
 from detect.exporters.torchscript import ExportSettings
 
 LOGGER = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ def calibrate_amct(onnx_path: Path, data: str, calib_images: int, settings: Expo
     import onnxruntime
 
     batches = calibration_set(data, calib_images, settings)
-    onnx = _onnx()
+    onnx = import_onnx()
     model = onnx.load(str(onnx_path))
     skipped, _ = float_nodes(model)
     with tempfile.TemporaryDirectory(prefix="amct.") as folder:

@@ -16,7 +16,7 @@ from detect.data.images.letterbox import letterbox
 from detect.data.images.load import read_image, resize_to_imgsz
 from detect.data.labels.split import load_split
 from detect.errors import UserError
-from detect.exporters.onnx_export import INPUT_NAME, _onnx
+from detect.exporters.onnx_export import INPUT_NAME, import_onnx
 from detect.exporters.torchscript import ExportSettings
 
 LOGGER = logging.getLogger(__name__)
@@ -151,7 +151,7 @@ def quantize_onnx(onnx_path: Path, data: str, calib_images: int, settings: Expor
     """Write <stem>-int8.onnx beside `onnx_path`: QDQ, int8 per-channel weights, uint8 activations calibrated on
     `calib_images` train images of `data`, float_nodes left in float; the fp32 file's metadata plus "int8": true."""
     quantization = _quantization()
-    onnx = _onnx()
+    onnx = import_onnx()
     batches = calibration_set(data, calib_images, settings)
     model = onnx.load(str(onnx_path))
     _, kept = float_nodes(model)

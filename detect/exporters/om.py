@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 from detect.errors import UserError
-from detect.exporters.onnx_export import INPUT_NAME
+from detect.exporters.onnx_export import INPUT_NAME, import_onnx
 from detect.exporters.torchscript import ExportSettings
 
 LOGGER = logging.getLogger(__name__)
@@ -28,8 +28,7 @@ def atc_command(onnx_path: Path, soc_version: str, settings: ExportSettings) -> 
 
 def write_om_metadata(onnx_path: Path, soc_version: str) -> Path:
     """<stem>.om.json: the ONNX's metadata (names, stride, shape, "nms" when in the graph) and the chip."""
-    import onnx
-
+    onnx = import_onnx()
     metadata = {prop.key: json.loads(prop.value) for prop in onnx.load(str(onnx_path)).metadata_props}
     path = onnx_path.with_suffix(METADATA_SUFFIX)
     path.write_text(json.dumps({**metadata, "soc_version": soc_version}, indent=1))

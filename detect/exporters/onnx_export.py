@@ -17,7 +17,7 @@ from detect.models import PredictModule
 INPUT_NAME, OUTPUT_NAME = "images", "output0"  # yolov5's names, so tools written for its exports read ours
 
 
-def _onnx():
+def import_onnx():
     """The onnx package, or one line saying what to install."""
     try:
         import onnx
@@ -34,7 +34,7 @@ def export_onnx(module: PredictModule, example: torch.Tensor, metadata: dict, se
     The exporter is torch's TorchScript-based one (dynamo=False), on purpose: it writes the requested opset
     natively (ATC reads 11 to 15, the dynamo exporter writes 18 and converts down), and it needs no onnxscript.
     """
-    onnx = _onnx()
+    onnx = import_onnx()
     dynamic_axes = None
     if settings.dynamic:
         dynamic_axes = {INPUT_NAME: {0: "batch", 2: "height", 3: "width"}, OUTPUT_NAME: {0: "batch", 1: "anchors"}}
@@ -64,7 +64,7 @@ def simplify_onnx(path: Path) -> None:
     standard ONNX operators only, so ATC and any runtime still read it, and no extra package is needed."""
     import onnxruntime
 
-    onnx = _onnx()
+    onnx = import_onnx()
     simplified = path.with_suffix(".simplified.onnx")
     options = onnxruntime.SessionOptions()
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
