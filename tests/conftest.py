@@ -1,10 +1,13 @@
-"""Markers given by where a test lives."""
+"""Markers given by where a test lives, and the tiny checkpoint and static exports that the export and
+inference tests share (a module that needs another checkpoint defines its own `weights`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+
+from tests.exporters.helpers import static_exports_of, tiny_weights
 
 TESTS = Path(__file__).parent
 # Model outputs, loss, NMS, evaluator and exports compared with references within float32 tolerances, whose last bits
@@ -16,3 +19,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.relative_to(TESTS).as_posix().startswith(NUMERIC):
             item.add_marker(pytest.mark.numeric)
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory) -> Path:
+    """An untrained 3-class yolov5n checkpoint (tests/exporters/helpers.py)."""
+    return tiny_weights(tmp_path_factory.mktemp("weights"))
+
+
+@pytest.fixture(scope="module")
+def static_exports(weights, tmp_path_factory) -> dict[str, Path]:
+    """TorchScript and a static ONNX of `weights`."""
+    return static_exports_of(weights, tmp_path_factory.mktemp("static"))

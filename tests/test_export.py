@@ -14,23 +14,13 @@ import torch
 
 from detect import export, val
 from detect.exporters.torchscript import TORCHSCRIPT_METADATA
-from tests.exporters.helpers import IMGSZ, NAMES, static_exports_of, tiny_weights
+from tests.exporters.helpers import IMGSZ, NAMES
 
 # torch 2.14 marks torch.jit.load deprecated; loading the TorchScript file is what these tests check.
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:FutureWarning")
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 YOLOV5N = SHARED / "weights" / "yolov5n.pt"
 COCO128 = SHARED / "data" / "coco128"
-
-
-@pytest.fixture(scope="module")
-def weights(tmp_path_factory) -> Path:
-    return tiny_weights(tmp_path_factory.mktemp("weights"))
-
-
-@pytest.fixture(scope="module")
-def static_exports(weights, tmp_path_factory) -> dict[str, Path]:
-    return static_exports_of(weights, tmp_path_factory.mktemp("static"))
 
 
 def test_metadata_travels_in_both_exports(static_exports):

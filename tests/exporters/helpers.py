@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from detect import export
+from detect.errors import UserError
 from detect.models import build_model
 from detect.models.safe_io import save_checkpoint
 from detect.models.weights import load_model, weights_payload
@@ -61,3 +62,17 @@ def static_exports_of(weights: Path, folder: Path) -> dict[str, Path]:
         return run_export(weights, folder, "--include", "torchscript", "onnx", "--opset", "12")
     finally:
         blocked.undo()
+
+
+def assert_static_batches_cut_and_padded(inference, model) -> None:
+    """A static 2 x 3 x 64 x 96 export (`inference`) of `model`: three images run as a full batch and a padded one and
+    equal the model's outputs; another image shape is one line."""
+    assert inference.fixed_shape == (64, 96) and inference.batch == 2
+    images = torch.rand(3, 3, 64, 96, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        expected = model.predict(images)
+    got = inference(images)
+    assert got.dtype == torch.float32 and got.shape == expected.shape
+    assert (got - expected).abs().max() < 1e-4
+    with pytest.raises(UserError, match="takes 64x96 images only, got 64x64"):
+        inference(torch.rand(2, 3, 64, 64))

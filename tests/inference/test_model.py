@@ -18,6 +18,7 @@ from detect.exporters.torchscript import ExportSettings, export_metadata, traced
 from detect.inference.model import TorchInference, load_inference_model, square_input_size
 from detect.inference.runtimes.onnx_model import OnnxInference
 from detect.models import build_model
+from tests.exporters.helpers import assert_static_batches_cut_and_padded
 
 NAMES = ["cat", "dog", "bird"]
 
@@ -108,15 +109,7 @@ def test_a_static_onnx_cuts_and_pads_any_batch_to_its_own(static_onnx):
     inference = load_inference_model(path, backends.select("cpu"))
     assert isinstance(inference, OnnxInference)
     assert inference.names == tuple(NAMES) and inference.stride == 32
-    assert inference.fixed_shape == (64, 96) and inference.batch == 2
-    images = torch.rand(3, 3, 64, 96, generator=torch.Generator().manual_seed(3))  # 2 + 1 padded
-    with torch.no_grad():
-        expected = model.predict(images)
-    got = inference(images)
-    assert got.dtype == torch.float32 and got.shape == expected.shape
-    assert (got - expected).abs().max() < 1e-4
-    with pytest.raises(UserError, match="takes 64x96 images only, got 64x64"):
-        inference(torch.rand(2, 3, 64, 64))
+    assert_static_batches_cut_and_padded(inference, model)
     with pytest.raises(UserError, match="validation letterboxes to squares"):
         square_input_size(inference, 640)
 

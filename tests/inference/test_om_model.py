@@ -17,15 +17,10 @@ from detect.errors import UserError
 from detect.inference.model import load_inference_model, to_detections
 from tests import ais_bench_standin
 from tests.data.helpers import write_sample, write_yaml
-from tests.exporters.helpers import IMGSZ, NAMES, eager, run_export, tiny_weights
+from tests.exporters.helpers import IMGSZ, NAMES, eager, run_export
 from tests.npu_standin import npu_backend
 
 select = backends.select  # the real one, before a test stands the NPU in
-
-
-@pytest.fixture(scope="module")
-def weights(tmp_path_factory) -> Path:
-    return tiny_weights(tmp_path_factory.mktemp("weights"))
 
 
 def export_om(weights: Path, folder: Path, monkeypatch, *options: str) -> Path:

@@ -18,7 +18,7 @@ from detect.exporters.torchscript import ExportSettings, export_metadata, traced
 from detect.inference.model import load_inference_model
 from detect.inference.runtimes.openvino_model import OpenVinoInference
 from detect.models.weights import load_model
-from tests.exporters.helpers import NAMES, tiny_weights
+from tests.exporters.helpers import NAMES, assert_static_batches_cut_and_padded, tiny_weights
 
 # find_spec, not importorskip: a bare `import openvino` sends its telemetry (detect/backend/openvino_runtime.py).
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("openvino") is None,
@@ -43,15 +43,7 @@ def test_a_static_ir_cuts_and_pads_any_batch_to_its_own(static_ir):
     inference = load_inference_model(xml, CPU)
     assert isinstance(inference, OpenVinoInference)
     assert inference.names == tuple(NAMES) and inference.stride == 32 and inference.nms is None
-    assert inference.fixed_shape == (64, 96) and inference.batch == 2
-    images = torch.rand(3, 3, 64, 96, generator=torch.Generator().manual_seed(3))  # 2 + 1 padded
-    with torch.no_grad():
-        expected = model.predict(images)
-    got = inference(images)
-    assert got.dtype == torch.float32 and got.shape == expected.shape
-    assert (got - expected).abs().max() < 1e-4
-    with pytest.raises(UserError, match="takes 64x96 images only, got 64x64"):
-        inference(torch.rand(2, 3, 64, 64))
+    assert_static_batches_cut_and_padded(inference, model)
 
 
 def test_the_exports_folder_names_its_ir_and_what_cannot_work_is_one_line(static_ir, tmp_path):

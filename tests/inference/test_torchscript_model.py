@@ -9,14 +9,9 @@ import torch
 from detect import backend as backends
 from detect.errors import UserError
 from detect.inference.model import load_inference_model
-from tests.exporters.helpers import IMGSZ, NAMES, eager, run_export, tiny_weights
+from tests.exporters.helpers import IMGSZ, NAMES, eager, run_export
 
 CPU = backends.select("cpu")
-
-
-@pytest.fixture(scope="module")
-def weights(tmp_path_factory):
-    return tiny_weights(tmp_path_factory.mktemp("weights"))
 
 
 def test_a_static_torchscript_takes_its_batch_and_shape(weights, tmp_path):
