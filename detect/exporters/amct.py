@@ -13,13 +13,12 @@ Ascend/samples python/level1_single_api/9_amct/amct_onnx/resnet-101/src/resnet-1
 
 from __future__ import annotations
 
-import json
 import logging
 import tempfile
 from pathlib import Path
 
 from detect.errors import UserError
-from detect.exporters.int8 import calibration_set, float_nodes
+from detect.exporters.int8 import calibration_set, carry_int8_metadata, float_nodes
 from detect.exporters.onnx_export import INPUT_NAME, import_onnx
 from detect.exporters.torchscript import ExportSettings
 
@@ -65,9 +64,7 @@ def calibrate_amct(onnx_path: Path, data: str, calib_images: int, settings: Expo
             raise UserError(f"AMCT's save_model wrote no deploy model ({written.name}) for {onnx_path}")
         deploy = onnx.load(str(written))
     # atc and the .om's metadata file (om.py) read the ONNX's metadata: the deploy model carries the fp32 one's.
-    del deploy.metadata_props[:]
-    deploy.metadata_props.extend(model.metadata_props)
-    deploy.metadata_props.add(key="int8", value=json.dumps(True))
+    carry_int8_metadata(model, deploy)
     path = onnx_path.with_name(f"{onnx_path.stem}-int8-amct.onnx")
     onnx.save(deploy, str(path))
     return path

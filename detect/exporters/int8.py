@@ -32,11 +32,6 @@ CALIB_CHUNK_IMAGES = 8
 STEM_CONVS = 2
 
 
-def _calibration_method(quantization):
-    """Min-max ranges: percentile and entropy calibration were no better on yolov5n and 5-12x slower (docs/deploy.md)."""
-    return quantization.CalibrationMethod.MinMax
-
-
 def _quantization():
     """onnxruntime.quantization, or one line naming what to install."""
     try:
@@ -93,33 +88,34 @@ def _walk(start: list, step, conv_reached: str | None = None) -> dict[str, None]
     return seen
 
 
-def head_nodes(model) -> tuple[list[str], list[str]]:
-    """Names of the Detect head's output convolutions (the Convs whose output is reshaped into anchors) and of
-    every node from them to the graph's output (the convolutions, the decode, NMS when the graph has it)."""
+def _users(model):
+    """node -> the nodes that read one of its outputs."""
     consumers: dict[str, list] = {}
     for node in model.graph.node:
         for name in node.input:
             consumers.setdefault(name, []).append(node)
-    convs = [node for node in model.graph.node if node.op_type == "Conv"
-             and any(user.op_type == "Reshape" for user in consumers.get(node.output[0], []))]
-    after = _walk(convs, lambda node: [user for output in node.output for user in consumers.get(output, [])])
-    return [node.name for node in convs], list(after)
+    return lambda node: [user for output in node.output for user in consumers.get(output, [])]
+
+
+def head_nodes(model) -> tuple[list[str], list[str]]:
+    """Names of the Detect head's output convolutions (the Convs whose output is reshaped into anchors) and of
+    every node from them to the graph's output (the convolutions, the decode, NMS when the graph has it)."""
+    users = _users(model)
+    convs = [node for node in model.graph.node
+             if node.op_type == "Conv" and any(user.op_type == "Reshape" for user in users(node))]
+    return [node.name for node in convs], list(_walk(convs, users))
 
 
 def float_nodes(model) -> tuple[list[str], list[str]]:
     """The convolutions and all nodes that stay float: the first STEM_CONVS convolutions and their activations, the
     convolutions (with activations) whose output the Detect head reads, and the head (head_nodes)."""
-    consumers: dict[str, list] = {}
     producers = {output: node for node in model.graph.node for output in node.output}
-    for node in model.graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
     head_convs, head = head_nodes(model)
     head = set(head)
     by_name = {node.name: node for node in model.graph.node}
     stem = [node for node in model.graph.node if node.op_type == "Conv"][:STEM_CONVS]
     # forward from each stem conv to the next Conv (its SiLU), back from each head conv to the Conv that feeds it
-    kept = _walk(stem, lambda node: [user for output in node.output for user in consumers.get(output, [])], "skip")
+    kept = _walk(stem, _users(model), "skip")
     feeders = [producers[by_name[name].input[0]] for name in head_convs]
     kept.update(_walk(feeders, lambda node: [producers[name] for name in node.input if name in producers], "keep"))
     names = [node.name for node in model.graph.node if node.name in kept or node.name in head]  # graph order
@@ -164,11 +160,17 @@ def quantize_onnx(onnx_path: Path, data: str, calib_images: int, settings: Expor
     quantization.quantize_static(
         model, output, _strided_reader(batches), quant_format=quantization.QuantFormat.QDQ, per_channel=True,
         activation_type=quantization.QuantType.QUInt8, weight_type=quantization.QuantType.QInt8,
-        nodes_to_exclude=kept, calibrate_method=_calibration_method(quantization),
+        # min-max ranges: percentile and entropy calibration were no better on yolov5n and 5-12x slower (docs/deploy.md)
+        nodes_to_exclude=kept, calibrate_method=quantization.CalibrationMethod.MinMax,
         extra_options={"CalibStridedMinMax": chunk})
     quantized = onnx.load(str(output))
-    del quantized.metadata_props[:]
-    quantized.metadata_props.extend(model.metadata_props)
-    quantized.metadata_props.add(key="int8", value=json.dumps(True))
+    carry_int8_metadata(model, quantized)
     onnx.save(quantized, str(output))
     return output
+
+
+def carry_int8_metadata(source, quantized) -> None:
+    """Give the quantized ONNX model `quantized` the metadata_props of its fp32 `source`, plus "int8": true."""
+    del quantized.metadata_props[:]
+    quantized.metadata_props.extend(source.metadata_props)
+    quantized.metadata_props.add(key="int8", value=json.dumps(True))
