@@ -147,8 +147,9 @@ def silent_ranks(context: DistContext) -> list[int] | None:
 
 def collective_failure(context: DistContext, error: BaseException, timeout_s: float) -> UserError | None:
     """The one line for a collective that ended because other ranks went silent or away; None for other errors."""
+    # gloo's words vary with where it waited: "Timed out waiting ...", "Application timeout caused pair closure", ...
     failed = isinstance(error, dist.DistError) or isinstance(error, RuntimeError) and any(
-        sign in str(error) for sign in ("Timed out", "timed out", "Connection closed", "Connection reset", "gloo"))
+        sign in str(error).lower() for sign in ("timed out", "timeout", "connection closed", "connection reset", "gloo"))
     if not context.distributed or not failed:
         return None
     silent = silent_ranks(context)

@@ -184,6 +184,8 @@ def _forward_backward(train_model: nn.Module, criterion: Criterion, scaler: torc
     # Gradients are all-reduced only on the micro-step that ends an accumulation (DDP no_sync before it).
     no_sync = context.distributed and not sync
     with train_model.no_sync() if no_sync else contextlib.nullcontext():
+        if context.distributed:
+            entering("DDP's forward (its broadcast of rank 0's BatchNorm buffers)")
         with backend.autocast():
             loss, items = criterion(train_model(images), targets)
         # One host sync per step: the ranks must agree to skip (or DDP's backward would wait forever), to stop and to
