@@ -27,24 +27,25 @@ for round in $(seq "$rounds"); do
     done
 done
 
-# The network alone, both files interleaved so that other jobs slow both alike: ms per image (min and median of
-# 20 runs after 3 warm-ups) at 1 and 2 onnxruntime threads.
+# The network alone: ms per image (min and median of 20 runs after 3 warm-ups) at 1 and 2 onnxruntime threads, each
+# file in a block of its own (a session's spinning threads slow any session run between its runs), the blocks
+# alternated over 2 rounds so that other jobs slow both files alike.
 python - "$out/yolov5n.onnx" "$out/yolov5n-int8.onnx" <<'PY' | tee "$out/session.txt"
 import statistics, sys, time
 import numpy as np, onnxruntime
-for threads in (1, 2):
-    sessions = []
-    for path in sys.argv[1:]:
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads
-        sessions.append(onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"]))
-    image = np.random.default_rng(0).random((1, 3, 640, 640), dtype=np.float32)
-    times = [[] for _ in sessions]
-    for _ in range(23):
-        for session, spent in zip(sessions, times):
-            start = time.perf_counter()
-            session.run(None, {"images": image})
-            spent.append((time.perf_counter() - start) * 1000)
-    for path, spent in zip(sys.argv[1:], times):
-        print(f"{threads} thread(s) {path}: min {min(spent[3:]):.1f} median {statistics.median(spent[3:]):.1f} ms")
+image = np.random.default_rng(0).random((1, 3, 640, 640), dtype=np.float32)
+for round in (1, 2):
+    for threads in (1, 2):
+        for path in sys.argv[1:]:
+            options = onnxruntime.SessionOptions()
+            options.intra_op_num_threads = threads
+            session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+            spent = []
+            for _ in range(23):
+                start = time.perf_counter()
+                session.run(None, {"images": image})
+                spent.append((time.perf_counter() - start) * 1000)
+            print(f"round {round}, {threads} thread(s) {path}: min {min(spent[3:]):.1f} "
+                  f"median {statistics.median(spent[3:]):.1f} ms")
+            del session
 PY
