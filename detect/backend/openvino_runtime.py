@@ -16,6 +16,7 @@ from detect.errors import UserError
 TELEMETRY_PACKAGE = "openvino_telemetry"
 # An export keeps its metadata in the IR as rt_info["detect"][key], each value the JSON text of its ONNX's metadata.
 RT_INFO_SECTION = "detect"
+FOLDER_SUFFIX = "_openvino_model"  # an export's folder, <stem>_openvino_model/<stem>.xml (ultralytics' layout)
 
 
 def import_openvino(purpose: str) -> ModuleType:

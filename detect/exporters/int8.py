@@ -100,7 +100,10 @@ def _users(model):
 def head_nodes(model) -> tuple[list[str], list[str]]:
     """Names of the Detect head's output convolutions (the Convs whose output is reshaped into anchors) and of
     every node from them to the graph's output (the convolutions, the decode, NMS when the graph has it)."""
-    users = _users(model)
+    return _head(model, _users(model))
+
+
+def _head(model, users) -> tuple[list[str], list[str]]:
     convs = [node for node in model.graph.node
              if node.op_type == "Conv" and any(user.op_type == "Reshape" for user in users(node))]
     return [node.name for node in convs], list(_walk(convs, users))
@@ -110,12 +113,13 @@ def float_nodes(model) -> tuple[list[str], list[str]]:
     """The convolutions and all nodes that stay float: the first STEM_CONVS convolutions and their activations, the
     convolutions (with activations) whose output the Detect head reads, and the head (head_nodes)."""
     producers = {output: node for node in model.graph.node for output in node.output}
-    head_convs, head = head_nodes(model)
+    users = _users(model)
+    head_convs, head = _head(model, users)
     head = set(head)
     by_name = {node.name: node for node in model.graph.node}
     stem = [node for node in model.graph.node if node.op_type == "Conv"][:STEM_CONVS]
     # forward from each stem conv to the next Conv (its SiLU), back from each head conv to the Conv that feeds it
-    kept = _walk(stem, _users(model), "skip")
+    kept = _walk(stem, users, "skip")
     feeders = [producers[by_name[name].input[0]] for name in head_convs]
     kept.update(_walk(feeders, lambda node: [producers[name] for name in node.input if name in producers], "keep"))
     names = [node.name for node in model.graph.node if node.name in kept or node.name in head]  # graph order

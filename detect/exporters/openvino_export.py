@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from detect.backend.openvino_runtime import RT_INFO_SECTION, import_openvino
+from detect.backend.openvino_runtime import FOLDER_SUFFIX, RT_INFO_SECTION, import_openvino
 from detect.exporters.torchscript import ExportSettings
 
 
 def openvino_folder(onnx_path: Path) -> Path:
-    """Where the IR of `onnx_path` goes: <stem>_openvino_model/ beside it (ultralytics' layout)."""
-    return onnx_path.with_name(f"{onnx_path.stem}_openvino_model")
+    """Where the IR of `onnx_path` goes: <stem>_openvino_model/ beside it."""
+    return onnx_path.with_name(f"{onnx_path.stem}{FOLDER_SUFFIX}")
 
 
 def export_openvino(onnx_path: Path, settings: ExportSettings) -> Path:

@@ -32,6 +32,14 @@ def decoded_value(text: str) -> Any:
     return text
 
 
+def existing_file(path: str | Path, kind: str) -> Path:
+    """`path` as a Path; a UserError naming `kind` ("ONNX", "OM", ...) when no file is there."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{kind} file not found: {path}")
+    return path
+
+
 @dataclasses.dataclass
 class GraphNms:
     """The NMS an export carries in its graph (`detect.export --nms`): its thresholds are fixed at export."""
@@ -48,11 +56,12 @@ class GraphNms:
         score -1), kept above `conf_threshold`, of `classes` and at most `max_det`: what ops.nms would return."""
         if not self.warned:
             self.warned = self._warn_if_different(conf_threshold, iou_threshold, max_det, agnostic)
+        output = output.float()
+        wanted = None if classes is None else torch.tensor(list(classes), dtype=output.dtype, device=output.device)
         results = []
-        for rows in output.float():
+        for rows in output:
             keep = rows[:, 4] > conf_threshold
-            if classes is not None:
-                wanted = torch.tensor(list(classes), dtype=rows.dtype, device=rows.device)
+            if wanted is not None:
                 keep &= (rows[:, 5:6] == wanted).any(dim=1)
             results.append(rows[keep][:max_det])
         return results

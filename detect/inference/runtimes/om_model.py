@@ -17,7 +17,7 @@ import numpy as np
 
 from detect.backend import Backend
 from detect.errors import UserError
-from detect.inference.exported import ExportedModel, ExportInfo
+from detect.inference.exported import ExportedModel, ExportInfo, existing_file
 
 LOGGER = logging.getLogger(__name__)
 METADATA_SUFFIX = ".om.json"  # written by exporters/om.py beside the .om
@@ -52,9 +52,7 @@ class OmInference(ExportedModel):
     the dtype the .om declares (fp16 where ATC made it so) and outputs come back as float32."""
 
     def __init__(self, path: str | Path, backend: Backend) -> None:
-        self.path = Path(path)
-        if not self.path.is_file():
-            raise UserError(f"OM file not found: {self.path}")
+        self.path = existing_file(path, "OM")
         device_id = backend.offline_model_device()
         info = _metadata(self.path)
         self.session = _infer_session()(device_id, str(self.path))

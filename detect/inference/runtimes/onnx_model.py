@@ -9,7 +9,7 @@ import numpy as np
 
 from detect.backend import Backend
 from detect.errors import UserError
-from detect.inference.exported import ExportedModel, ExportInfo
+from detect.inference.exported import ExportedModel, ExportInfo, existing_file
 
 LOGGER = logging.getLogger(__name__)
 
@@ -46,9 +46,7 @@ class OnnxInference(ExportedModel):
     """An exported ONNX in onnxruntime; names, stride and NMS-in-graph from its metadata_props."""
 
     def __init__(self, path: str | Path, backend: Backend) -> None:
-        self.path = Path(path)
-        if not self.path.is_file():
-            raise UserError(f"ONNX file not found: {self.path}")
+        self.path = existing_file(path, "ONNX")
         self.session = _session(self.path, backend)
         LOGGER.info("%s runs in onnxruntime on %s", self.path, self.session.get_providers()[0])
         graph_input = self.session.get_inputs()[0]

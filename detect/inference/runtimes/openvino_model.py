@@ -8,13 +8,12 @@ from pathlib import Path
 import numpy as np
 
 from detect.backend import Backend
-from detect.backend.openvino_runtime import RT_INFO_SECTION, import_openvino, shared_core
+from detect.backend.openvino_runtime import FOLDER_SUFFIX, RT_INFO_SECTION, import_openvino, shared_core
 from detect.errors import UserError
-from detect.inference.exported import ExportedModel, ExportInfo
+from detect.inference.exported import ExportedModel, ExportInfo, existing_file
 
 LOGGER = logging.getLogger(__name__)
 
-FOLDER_SUFFIX = "_openvino_model"  # the export's folder, <stem>_openvino_model/<stem>.xml
 INPUT_TYPES = {"f32": np.float32, "f16": np.float16}  # OpenVINO's element type names of the inputs an export has
 
 
@@ -37,9 +36,7 @@ class OpenVinoInference(ExportedModel):
     """An OpenVINO IR compiled once for the CPU; names, stride and NMS-in-graph from its rt_info."""
 
     def __init__(self, path: str | Path, backend: Backend) -> None:
-        self.path = Path(path)
-        if not self.path.is_file():
-            raise UserError(f"OpenVINO file not found: {self.path}")
+        self.path = existing_file(path, "OpenVINO")
         purpose = f"running {self.path}"
         openvino, core = import_openvino(purpose), shared_core(purpose)
         try:

@@ -11,7 +11,7 @@ import torch
 
 from detect.backend import Backend
 from detect.errors import UserError
-from detect.inference.exported import ExportedModel, ExportInfo
+from detect.inference.exported import ExportedModel, ExportInfo, existing_file
 
 METADATA_FILE = "detect.json"  # the archive's extra file that exporters/torchscript.py writes
 
@@ -21,9 +21,7 @@ class TorchScriptInference(ExportedModel):
     pickled Python objects. Names, stride and input shape come from its extra file detect.json."""
 
     def __init__(self, path: str | Path, backend: Backend) -> None:
-        self.path, self.device = Path(path), backend.device
-        if not self.path.is_file():
-            raise UserError(f"TorchScript file not found: {self.path}")
+        self.path, self.device = existing_file(path, "TorchScript"), backend.device
         extra = {METADATA_FILE: ""}
         try:
             with warnings.catch_warnings():
