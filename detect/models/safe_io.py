@@ -4,9 +4,11 @@ every checkpoint reader refuses first (TorchScript), and how a refusal names wha
 from __future__ import annotations
 
 import _compat_pickle  # pickle's own table of the Python 2 names that protocol 2 writes
+import errno
 import os
 import pickle
-import tempfile
+import shutil
+import uuid
 import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -51,23 +53,47 @@ def _refuse_modules(value: Any, key: str) -> None:
 
 
 def save_checkpoint(path: Path | str, payload: dict) -> Path:
-    """Write payload to path atomically: a temp file in the same folder, fsync, then os.replace."""
+    """Write payload to path atomically: a temp file in the same folder, fsync, then os.replace. The file's mode
+    follows the umask, as any file the user writes; a full disk is a UserError and leaves the previous file whole."""
     path = Path(path)
     for key, value in payload.items():
         _refuse_modules(value, str(key))
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
-        with os.fdopen(handle, "wb") as file:
+        # os.open applies the umask to 0o666 (mkstemp would make it 0600 whatever the umask).
+        with os.fdopen(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as file:
             torch.save(payload, file)
             file.flush()
             os.fsync(file.fileno())
         # os.replace is atomic on one filesystem: readers see the old file or the new one, never half of one.
         os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+    except BaseException as error:
+        temporary.unlink(missing_ok=True)
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise _disk_full(path, payload) from None
         raise
     return path
+
+
+def _disk_full(path: Path, payload: dict) -> UserError:
+    """The one line for a checkpoint that did not fit on its disk: the folder, about what it needs and has."""
+    needed = _tensor_bytes(payload)
+    free = shutil.disk_usage(path.parent).free
+    kept = f"the previous {path.name} is unchanged" if path.is_file() else f"no {path.name} was written"
+    return UserError(f"no space left in {path.parent} for {path.name}: it needs about {needed / 2**20:.1f} MB, "
+                     f"{free / 2**20:.1f} MB are free; {kept} (free some space, then resume)")
+
+
+def _tensor_bytes(value: Any) -> int:
+    """The bytes of the tensors in a payload: what its file takes, within the pickle's few kB."""
+    if isinstance(value, torch.Tensor):
+        return value.nbytes
+    if isinstance(value, dict):
+        return sum(_tensor_bytes(inner) for inner in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_tensor_bytes(inner) for inner in value)
+    return 0
 
 
 ZIP_MAGIC = b"PK\x03\x04"  # the first bytes by which torch.load takes a file for a zip archive (_is_zipfile)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import random
+import stat
 import subprocess
 from pathlib import Path
 
@@ -36,14 +38,49 @@ def test_failed_write_keeps_the_old_file(tmp_path: Path, monkeypatch) -> None:
     path = save_checkpoint(tmp_path / "last.pt", {"epoch": 1})
 
     def broken_save(*args, **kwargs):
-        raise OSError("disk full")
+        raise OSError("an I/O error")
 
     monkeypatch.setattr(torch, "save", broken_save)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(OSError, match="an I/O error"):
         save_checkpoint(path, {"epoch": 2})
     monkeypatch.undo()
     assert load_checkpoint(path)["epoch"] == 1
     assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
+
+
+def _fills_the_disk_after(size: int, error: int):
+    """torch.save writing `size` bytes, then failing as a full disk (ENOSPC) or a full quota (EDQUOT) does."""
+
+    def save(payload, file) -> None:
+        file.write(b"\0" * size)
+        raise OSError(error, os.strerror(error))
+
+    return save
+
+
+@pytest.mark.parametrize("failing", [errno.ENOSPC, errno.EDQUOT])
+def test_a_full_disk_is_one_line_naming_the_folder_and_the_space(tmp_path: Path, monkeypatch, failing) -> None:
+    path = save_checkpoint(tmp_path / "weights" / "last.pt", {"epoch": 1})
+    payload = {"epoch": 2, "model": {"weight": torch.zeros(1024, 1024)}}  # 4 MB of tensors
+    monkeypatch.setattr(torch, "save", _fills_the_disk_after(1000, failing))
+    with pytest.raises(UserError) as raised:
+        save_checkpoint(path, payload)
+    message = str(raised.value)
+    assert message.startswith(f"no space left in {path.parent} for last.pt: it needs about 4.0 MB, ")
+    assert message.endswith("MB are free; the previous last.pt is unchanged (free some space, then resume)")
+    monkeypatch.undo()
+    assert load_checkpoint(path)["epoch"] == 1
+    assert [entry.name for entry in path.parent.iterdir()] == ["last.pt"]  # the partial temp file is gone
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_checkpoints_follow_the_umask(tmp_path: Path, umask: int) -> None:
+    previous = os.umask(umask)
+    try:
+        path = save_checkpoint(tmp_path / f"{umask:o}.pt", {"epoch": 1})
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
 
 
 class Foreign:
