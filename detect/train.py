@@ -99,6 +99,16 @@ def _run_args(args: argparse.Namespace) -> FitResult | EvolveResult:
     return evolve(settings, trials, sampler, storage)
 
 
+def _evolve_alone(devices: backends.DeviceRequest) -> None:
+    """--evolve runs each trial in one process (as yolov5, which refuses it under DDP): several ranks would each ask
+    the study for a trial and train one job with mixed hyps. Processes that share a study spread it over devices."""
+    ranks = int(os.environ.get("WORLD_SIZE", "1"))
+    if ranks > 1 or len(devices.indices) > 1:
+        where = f"{ranks} torchrun ranks" if ranks > 1 else f"--device {','.join(map(str, devices.indices))}"
+        raise UserError(f"--evolve runs each trial in one process, not on {where}: start one process per device "
+                        "(--device N), each with the same command, and they share the study")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the flags; `--device 0,1,...` outside torchrun starts one rank per device (torch's elastic launcher),
     each running this same command line; anything else trains in this process."""
@@ -107,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> None:
         devices = backends.parse_devices(getattr(args, "device", TrainSettings.device))
+        if args.evolve is not None:
+            _evolve_alone(devices)
         if len(devices.indices) > 1 and "WORLD_SIZE" not in os.environ:
             launch_ranks(argv, devices)
         else:

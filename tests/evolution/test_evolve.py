@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import os
 import signal
 import subprocess
 import sys
@@ -209,3 +210,28 @@ def test_a_missing_val_folder_fails_before_the_first_trial(data, tmp_path, monke
     with pytest.raises(UserError, match=r"no_val\.yaml: 'val' names .*images/gone, which does not exist"):
         evolve(settings_for(broken, tmp_path), 2)
     assert not stand_in.calls
+
+
+def test_evolve_on_a_device_list_is_refused_in_one_line(data, tmp_path, capsys):
+    from detect import train
+
+    args = ["--cfg", "yolov5n.yaml", "--data", str(data), "--device", "0,1", "--evolve", "2", "--project",
+            str(tmp_path)]
+    assert train.main(args) == 2
+    assert capsys.readouterr().err == ("error: --evolve runs each trial in one process, not on --device 0,1: start one "
+                                       "process per device (--device N), each with the same command, and they share "
+                                       "the study\n")
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_evolve_under_torchrun_is_refused_on_every_rank_before_any_trial(data, tmp_path):
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
+               "detect.train", "--cfg", "yolov5n.yaml", "--data", str(data), "--imgsz", "64", "--epochs", "1",
+               "--device", "cpu", "--evolve", "2", "--project", str(tmp_path / "runs")]
+    finished = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+    output = finished.stdout + finished.stderr
+    assert finished.returncode != 0
+    assert output.count("error: --evolve runs each trial in one process, not on 2 torchrun ranks: ") == 2, output
+    assert not (tmp_path / "runs").exists()  # no study, no trial
