@@ -192,7 +192,8 @@ def run(main: Callable[[], int | None]) -> int:
         print(f"error: {user_message(error)}", file=sys.stderr)
         return 2
     except Interrupted as stopped:
-        print(stopped, file=sys.stderr)
+        if str(stopped):  # a torchrun job's line comes from its main rank alone
+            print(stopped, file=sys.stderr)
         _end_at_once_on_ctrl_c()
         return stopped.exit_code
     except (KeyboardInterrupt, Exception) as error:  # also clean-up that a Ctrl-C cut short failing in turn

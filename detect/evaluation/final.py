@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from detect.backend import Backend
 from detect.data import Loader
 from detect.data.categories import is_coco
 from detect.evaluation.evaluator import CocoEvaluator, Metrics
-from detect.evaluation.loop import EvalSettings, Gather, evaluate
+from detect.evaluation.loop import EvalSettings, RankExchange, evaluate
 from detect.evaluation.outputs import ValOutputs
 from detect.evaluation.report import metrics_table
 from detect.inference.model import TorchInference
@@ -21,10 +22,11 @@ LOGGER = logging.getLogger(__name__)
 
 def final_evaluation(model: DetectionModel, weights: Path, loader: Loader, evaluator: CocoEvaluator | None,
                      backend: Backend, save_dir: Path, progress: bool = True, plots: bool = True,
-                     gather: Gather | None = None) -> Metrics | None:
+                     exchange: RankExchange | None = None, stop: Callable[[], bool] | None = None) -> Metrics | None:
     """`model` (read from `weights`) fused, in fp32, NMS IoU 0.65 on COCO (the published numbers) else 0.6; the PR
     curve, confusion matrix and predictions grid into save_dir (unless not `plots`), the per-class table logged.
-    With `gather`, `loader` is this rank's shard and the rank holding `evaluator` scores and writes (evaluate)."""
+    With `exchange`, `loader` is this rank's shard and the rank holding `evaluator` scores and writes; `stop` ends the
+    pass early (evaluate)."""
     predict = TorchInference(model, backend)
     split = loader.split
     settings = EvalSettings(iou_threshold=0.65 if is_coco(split.names) else 0.6)
@@ -32,7 +34,7 @@ def final_evaluation(model: DetectionModel, weights: Path, loader: Loader, evalu
     if evaluator is not None:
         evaluator.reset()
     result = evaluate(predict, loader, backend, evaluator, settings, progress=progress,
-                      on_image=outputs.add if outputs else None, gather=gather)
+                      on_image=outputs.add if outputs else None, exchange=exchange, stop=stop)
     if result is None:
         return None
     outputs.finish(result.metrics)

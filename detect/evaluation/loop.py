@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 import torch
 from tqdm import tqdm
@@ -119,19 +120,35 @@ class ShardPredictions:
     problems: tuple[str, ...]
     images: int
     seconds: dict[str, float]  # total wall seconds per stage
+    stopped: bool = False  # a stop was asked before the loader's end
 
 
-# Sends this process's ShardPredictions to the process that scores: every shard in rank order there, None elsewhere.
-Gather = Callable[[ShardPredictions], "list[ShardPredictions] | None"]
+class EvaluationStopped(Exception):
+    """A pass cut short because a stop was asked (a signal) on some process of the job."""
+
+
+class RankExchange(Protocol):
+    """How the ranks of a job share one pass: each predicts its shard of the batches, then they agree whether any was
+    stopped, and the shards go to the rank that scores."""
+
+    def any_stopped(self, stopped: bool) -> bool:
+        """Whether this rank or another one was stopped (every rank calls it once per pass)."""
+
+    def gather(self, shard: ShardPredictions) -> list[ShardPredictions] | None:
+        """Every rank's shard in rank order on the scoring rank; None elsewhere."""
 
 
 @torch.no_grad()
 def predict_shard(predict: Predict, loader: Loader, backend: Backend, settings: EvalSettings = EvalSettings(), *,
-                  progress: bool = True) -> ShardPredictions:
-    """Detections (original-image pixels, on the CPU) of every image `loader` yields."""
+                  progress: bool = True, stop: Callable[[], bool] | None = None) -> ShardPredictions:
+    """Detections (original-image pixels, on the CPU) of every image `loader` yields; when `stop()` turns true, the
+    pass ends after the batch at hand (`stopped`)."""
     clock, images, unusable, batches = _Clock(backend), 0, set(), []
     problems: dict[str, None] = {}  # a dict keeps the lines in first-seen order without repeats
     for batch in tqdm(loader, desc="val", disable=not progress, leave=False):
+        if stop is not None and stop():
+            return ShardPredictions(tuple(batches), frozenset(unusable), tuple(problems), images, dict(clock.totals),
+                                    stopped=True)
         problems.update(dict.fromkeys(batch.problems))
         unusable.update(batch.unusable_ids)
         scored = []
@@ -173,17 +190,22 @@ def score(predictions: ShardPredictions, evaluator: CocoEvaluator,
 
 def evaluate(predict: Predict, loader: Loader, backend: Backend, evaluator: CocoEvaluator | None,
              settings: EvalSettings = EvalSettings(), *, progress: bool = True,
-             on_image: Callable[[ImageDetections], None] | None = None, gather: Gather | None = None) -> EvalResult | None:
+             on_image: Callable[[ImageDetections], None] | None = None, exchange: RankExchange | None = None,
+             stop: Callable[[], bool] | None = None) -> EvalResult | None:
     """Score `predict` (e.g. an eval-mode model's `predict`, on the backend's device) over `loader`; `on_image` sees
-    every scored image's boxes. With `gather`, `loader` is this rank's shard of the split and the rank that gets
-    every shard scores them (it alone needs `evaluator`); the others return None.
+    every scored image's boxes. With `exchange`, `loader` is this rank's shard of the split and the rank that gets
+    every shard scores them (it alone needs `evaluator`); the others return None. When `stop()` turns true on any
+    rank, each ends its shard after the batch at hand and the pass raises EvaluationStopped on every rank.
 
     An image the loader could not read (a grey placeholder in `batch.unusable_ids`) is left out of the scores
     and of `on_image`, and named in the result's problems; an image the loader never yields counts as missed.
     """
-    predictions = predict_shard(predict, loader, backend, settings, progress=progress)
-    if gather is not None:
-        shards = gather(predictions)
+    predictions = predict_shard(predict, loader, backend, settings, progress=progress, stop=stop)
+    stopped = predictions.stopped if exchange is None else exchange.any_stopped(predictions.stopped)
+    if stopped:
+        raise EvaluationStopped
+    if exchange is not None:
+        shards = exchange.gather(predictions)
         if shards is None:
             return None
         predictions = merge_shards(shards)

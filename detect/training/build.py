@@ -33,6 +33,7 @@ from detect.evaluation.evaluator import CocoEvaluator
 from detect.evaluation.loop import build_evaluator
 from detect.inference.sample_images import sample_images
 from detect.models import DetectionModel, ModelSpec, build_model, load_model_spec, model_max_stride
+from detect.models.safe_io import save_checkpoint
 from detect.models.weights import load_model, model_from_state, model_state, restore_model_state
 from detect.ops.anchors import check_anchors, evolve_anchors, label_sizes
 from detect.training.distributed import (
@@ -95,6 +96,10 @@ class Run:
             counters=self.counters, settings=self.settings, hyp=self.hyp,
             optimizer=parts.optimizer.state_dict() if full else None, scaler=parts.scaler.state_dict() if full else None,
             scheduler=self.scheduler.state_dict() if full else None, rng=rng_state(self.backend) if full else None)
+
+    def save_last(self) -> None:
+        """last.pt: the run where the counters stand, with all a resume needs (main rank)."""
+        save_checkpoint(self.folder.last_path, self.checkpoint(full=True).to_payload())
 
 
 def select_backend(settings: TrainSettings, context: DistContext) -> backends.Backend:

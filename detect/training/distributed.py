@@ -13,6 +13,7 @@ the store, under no collective's deadline.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -24,7 +25,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import torch
@@ -40,7 +41,9 @@ HEARTBEAT_S = 2.0  # each rank writes that it is alive this often
 SILENT_AFTER_S = 4 * HEARTBEAT_S  # a rank whose last heartbeat is older is silent
 LOCAL_WORK_TIMEOUT = datetime.timedelta(hours=24)  # what patient_barrier waits, at most
 STORE_READ_TIMEOUT = datetime.timedelta(seconds=5)  # reading the heartbeats after a failure
+BARRIER_POLL_S = 0.2  # how often patient_barrier looks whether every rank has come
 _waiting_in = ["the process group's start"]  # the collective this process last entered (for collective_failure)
+_groups_joined = [0]  # process groups this process joined: only its first can be an elastic restart's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +75,7 @@ class DistContext:
     # shared, whichever rank holds the job's run folder (training/resume.py, resume_point).
     main_rank: int = 0
     store: JobStore | None = None  # after init_process_group
+    heartbeat: Heartbeat | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def is_main(self) -> bool:
@@ -110,25 +114,59 @@ def init_process_group(context: DistContext, backend_name: str, timeout_s: float
         raise UserError("WORLD_SIZE > 1 but MASTER_ADDR/MASTER_PORT are not set: launch with torchrun") from None
     timeout = datetime.timedelta(seconds=timeout_s)
     agent_hosts_store = environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-    store = dist.TCPStore(host, port, context.world_size, is_master=context.rank == 0 and not agent_hosts_store,
-                          timeout=timeout)
-    attempt, restarts = join_attempt(store, context, timeout)
-    dist.init_process_group(backend=backend_name, store=dist.PrefixStore(f"detect/{attempt}/", store),
-                            rank=context.rank, world_size=context.world_size, timeout=timeout)
+    # A script that trains twice in one job (every --evolve trial after the first) starts a new run each time: only a
+    # process's first group can continue an elastic restart.
+    first_group = _groups_joined[0] == 0
+    _groups_joined[0] += 1
+    with _signals_end_at_once():
+        store = dist.TCPStore(host, port, context.world_size, is_master=context.rank == 0 and not agent_hosts_store,
+                              timeout=timeout)
+        attempt, restarts = join_attempt(store, context if first_group else dataclasses.replace(context, restart_count=0),
+                                         timeout, new_process=first_group)
+        dist.init_process_group(backend=backend_name, store=dist.PrefixStore(f"detect/{attempt}/", store),
+                                rank=context.rank, world_size=context.world_size, timeout=timeout)
     job = JobStore(host, port, f"detect/{attempt}/")
-    threading.Thread(target=_heartbeat, args=(job, context.rank), name="detect-heartbeat", daemon=True).start()
-    return dataclasses.replace(context, restart_count=restarts, store=job)
+    return dataclasses.replace(context, restart_count=restarts, store=job, heartbeat=Heartbeat(job, context.rank))
 
 
-def _heartbeat(job: JobStore, rank: int) -> None:
-    """Write this rank's wall time into the store every HEARTBEAT_S (a thread: a frozen process stops writing)."""
-    try:
-        store = job.client(datetime.timedelta(seconds=30))
-        while True:
-            store.set(f"alive/{rank}", str(time.time()))
-            time.sleep(HEARTBEAT_S)
-    except Exception:  # noqa: BLE001 - the store went away: the job is ending, and the failure is reported elsewhere
+@contextlib.contextmanager
+def _signals_end_at_once() -> Iterator[None]:
+    """SIGTERM and SIGINT end the process at once in the body: joining the group waits in C++ for ranks that may never
+    come (one that failed to start), and a Python handler would run only when that wait ends (--dist-timeout)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
         return
+    previous = {number: signal.signal(number, signal.SIG_DFL) for number in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+class Heartbeat:
+    """A thread that writes this rank's wall time into the job's store every HEARTBEAT_S (a frozen process stops
+    writing), over a connection of its own, until stopped."""
+
+    def __init__(self, job: JobStore, rank: int) -> None:
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._beat, args=(job, rank), name="detect-heartbeat", daemon=True)
+        self.thread.start()
+
+    def _beat(self, job: JobStore, rank: int) -> None:
+        try:
+            store = job.client(datetime.timedelta(seconds=30))
+            while True:
+                store.set(f"alive/{rank}", str(time.time()))
+                if self.stopped.wait(HEARTBEAT_S):
+                    return
+        except Exception:  # noqa: BLE001 - the store went away: the job is ending, and the failure is reported elsewhere
+            return
+
+    def stop(self) -> None:
+        """End the thread (its store connection closes with it)."""
+        self.stopped.set()
+        self.thread.join(HEARTBEAT_S)
 
 
 def silent_ranks(context: DistContext) -> list[int] | None:
@@ -177,25 +215,34 @@ def patient_barrier(context: DistContext, name: str) -> None:
         return
     store = context.store.client(LOCAL_WORK_TIMEOUT)
     store.set(f"barrier/{name}/{context.rank}", "1")
-    store.wait([f"barrier/{name}/{rank}" for rank in range(context.world_size)], LOCAL_WORK_TIMEOUT)
+    keys = [f"barrier/{name}/{rank}" for rank in range(context.world_size)]
+    deadline = time.monotonic() + LOCAL_WORK_TIMEOUT.total_seconds()
+    # In slices: a signal handler (SIGTERM ends the set-up at once) runs only when the store's call returns.
+    while not store.check(keys):
+        if time.monotonic() > deadline:
+            raise dist.DistStoreError(f"rank {context.rank} waited {LOCAL_WORK_TIMEOUT} at the barrier {name!r}")
+        time.sleep(BARRIER_POLL_S)
 
 
-def join_attempt(store: dist.Store, context: DistContext, timeout: datetime.timedelta) -> tuple[str, int]:
+def join_attempt(store: dist.Store, context: DistContext, timeout: datetime.timedelta,
+                 new_process: bool = True) -> tuple[str, int]:
     """A name for this attempt of the job (its store keys' prefix) and the job's restart count, the same on every rank.
 
     torchrun's agent store outlives a restart, and a rank that read the dead attempt's keys (its peers' addresses)
     would try to connect to them; TORCHELASTIC_RESTART_COUNT counts only the restarts this node's own workers caused
     (a node restarted for another node's failure keeps 0). So rank 0 names each attempt afresh, counts its starts
     in the store, and answers every rank's one-time nonce under that name; a rank that read a dead attempt's name
-    gets no answer and reads the name again.
+    gets no answer and reads the name again. A process's later groups (`new_process` False: it trains again) are not
+    starts of the job.
     """
     if context.rank == 0:
-        attempt, starts = uuid.uuid4().hex, store.add("detect/starts", 1)
+        attempt = uuid.uuid4().hex
+        earlier_starts = store.add("detect/starts", 1) - 1 if new_process else 0
         store.set("detect/attempt", attempt)
         joined = [f"detect/{attempt}/joined/{rank}" for rank in range(1, context.world_size)]
         store.wait(joined, timeout)
         reports = [json.loads(store.get(key)) for key in joined]
-        restarts = max([starts - 1, context.restart_count, *(report["restarts"] for report in reports)])
+        restarts = max([earlier_starts, context.restart_count, *(report["restarts"] for report in reports)])
         for report in reports:
             store.set(f"detect/{attempt}/answer/{report['nonce']}", str(restarts))
         return attempt, restarts
@@ -213,7 +260,9 @@ def join_attempt(store: dist.Store, context: DistContext, timeout: datetime.time
 
 
 def destroy_process_group(context: DistContext) -> None:
-    """Leave the process group, if this process joined one."""
+    """Leave the process group, if this process joined one, and stop its heartbeat."""
+    if context.heartbeat is not None:
+        context.heartbeat.stop()
     if context.distributed and dist.is_initialized():
         dist.destroy_process_group()
 
@@ -257,12 +306,14 @@ def all_gather_objects(context: DistContext, value: Any) -> list[Any]:
     return gathered
 
 
-def any_rank(context: DistContext, flags: torch.Tensor) -> torch.Tensor:
-    """Each of `flags` (a 1-D bool tensor on the backend's device) true where it is true on any rank."""
+def any_rank(context: DistContext, flags: torch.Tensor,
+             collective: str = "the step's all-reduce of its flags (non-finite loss, stop, save)") -> torch.Tensor:
+    """Each of `flags` (a 1-D bool tensor on the backend's device) true where it is true on any rank; `collective`
+    names the wait for collective_failure."""
     if not context.distributed:
         return flags
     value = flags.to(torch.int32)
-    entering("the step's all-reduce of its flags (non-finite loss, stop, save)")
+    entering(collective)
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
     return value.bool()
 

@@ -15,16 +15,16 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
 
 from detect.backend.profiler import ProfileSchedule, find_trace, format_summary, summarize
 from detect.data import Batch
 from detect.data.plots import plot_batch
-from detect.errors import UserError
+from detect.errors import Interrupted, UserError
 from detect.evaluation.evaluator import Metrics
 from detect.models.safe_io import save_checkpoint
 from detect.training.build import Run
+from detect.training.loop import Control
 from detect.training.results import epoch_line
 
 LOGGER = logging.getLogger(__name__)
@@ -87,31 +87,40 @@ class HookList:
 
 
 class SignalStop(Hook):
-    """SIGTERM (what a scheduler or a cloud sends before it takes the machine) and SIGINT (Ctrl-C) ask every rank to
-    stop at the next step boundary, where last.pt is written; a second Ctrl-C ends at once (a checkpoint being written
-    stays whole: it is renamed into place). Handlers are Python's main-thread business: elsewhere nothing is caught."""
+    """SIGTERM (what a scheduler or a cloud sends before it takes the machine, and torchrun to every process of its
+    job) and SIGINT (Ctrl-C): during the run's set-up they end it at once (Interrupted); once it trains, they ask
+    every rank to stop at the next step boundary or validation batch, where last.pt is written. A second Ctrl-C ends
+    at once (a checkpoint being written stays whole: it is renamed into place). Handlers are Python's main-thread
+    business: elsewhere nothing is caught."""
 
     def __init__(self) -> None:
-        self.previous: dict[int, Any] = {}
+        self.control: Control | None = None
+
+    @contextlib.contextmanager
+    def handling(self) -> Iterator[None]:
+        """The handlers in place for the body (the whole run: set-up, training, final evaluation), then the old ones."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {number: signal.signal(number, self.receive) for number in SIGNALS}
+        try:
+            yield
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
 
     def before_train(self, run: Run) -> None:
-        if threading.current_thread() is threading.main_thread():
-            self.previous = {number: signal.signal(number, self._receiver(run)) for number in SIGNALS}
+        self.control = run.control
 
-    @staticmethod
-    def _receiver(run: Run):
-        def receive(number: int, _frame: object = None) -> None:
-            if run.control.stop_signal is None:
-                run.control.stop_signal = number
-                LOGGER.warning("%s: stopping at the next step boundary (Ctrl-C again to end at once)",
-                               signal.Signals(number).name)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-
-        return receive
-
-    def after_train(self, run: Run, metrics: Metrics | None) -> None:
-        for number, handler in self.previous.items():
-            signal.signal(number, handler)
+    def receive(self, number: int, _frame: object = None) -> None:
+        name = signal.Signals(number).name
+        if self.control is None:  # the set-up (label check, caches, model) holds nothing a resume needs
+            raise Interrupted(f"{name} during the run's set-up: stopped before the first step (nothing saved)", number)
+        if self.control.stop_signal is None:
+            self.control.stop_signal = number
+            LOGGER.warning("%s: stopping at the next step boundary or validation batch (Ctrl-C again to end at once)",
+                           name)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class TimedSave(Hook):
@@ -198,7 +207,7 @@ class Checkpointer(Hook):
 
     def after_step(self, run: Run, index: int) -> None:
         if run.control.save_now:
-            save_checkpoint(run.folder.last_path, run.checkpoint(full=True).to_payload())
+            run.save_last()
             LOGGER.info("saved %s at epoch %d, batch %d/%d", run.folder.last_path, run.counters.epoch + 1,
                         run.counters.batch, len(run.train_loader))
 
@@ -207,7 +216,7 @@ class Checkpointer(Hook):
         if settings.nosave and epoch + 1 != settings.epochs:
             return
         with run.phases.time("saves"):
-            save_checkpoint(folder.last_path, run.checkpoint(full=True).to_payload())
+            run.save_last()
             weights_only = run.checkpoint(full=False).to_payload()
             if run.counters.best_epoch == epoch:
                 save_checkpoint(folder.best_path, weights_only)
@@ -231,9 +240,10 @@ class EarlyStopping(Hook):
         return stop
 
 
-def run_hooks(run: Run, profile: ProfileSchedule | None, callbacks: Sequence[Hook]) -> HookList:
-    """The run's hooks on this rank, in calling order: the trainer's own, then the user's callbacks."""
-    hooks: list[Hook] = [SignalStop()]
+def run_hooks(run: Run, profile: ProfileSchedule | None, callbacks: Sequence[Hook], signals: SignalStop) -> HookList:
+    """The run's hooks on this rank, in calling order: the trainer's own (`signals` already handling), then the
+    user's callbacks."""
+    hooks: list[Hook] = [signals]
     if run.context.is_main:
         settings = run.settings
         hooks += [FirstBatchPlots()] if not settings.noplots else []

@@ -94,6 +94,10 @@ class Control:
     stopped: bool = False
     end_training: bool = False
 
+    def stop_asked(self) -> bool:
+        """Whether a stop was asked on this rank (what a validation pass checks after each batch)."""
+        return self.stop_signal is not None
+
 
 class StepHooks(Protocol):
     """What the epoch loop calls around each step (the trainer's hook list, training/hooks.py)."""
@@ -216,7 +220,8 @@ def train_one_epoch(train_model: nn.Module, criterion: Criterion, optimizer: tor
                     hooks: StepHooks = NO_HOOKS, show_progress: bool = True) -> EpochStats:
     """Train over one pass of `loader` from batch control.counters.batch (a run resumed inside the epoch). At a step
     boundary that a hook asked for (every rank agrees), the counters record where the epoch stands and the after_step
-    hooks see control.save_now; a stop then ends the epoch early (control.stopped)."""
+    hooks see control.save_now; a stop then ends the epoch early (control.stopped). At the epoch's end the counters
+    hold its last batch and sums (Counters.end_epoch starts the next one)."""
     counters = control.counters
     train_model.train()
     loader.set_epoch(epoch, start_batch=counters.batch)
@@ -270,8 +275,9 @@ def train_one_epoch(train_model: nn.Module, criterion: Criterion, optimizer: tor
             next_postfix = time.perf_counter() + POSTFIX_SECONDS
     backend.synchronize()
     counters.nonfinite_steps += nonfinite
-    if not control.stopped:
-        counters.end_epoch()
+    if not control.stopped:  # every batch done; the trainer ends the epoch once it is validated
+        counters.batch, counters.epoch_steps, counters.epoch_images = len(loader), steps, images
+        counters.epoch_loss_sum = loss_sum.tolist()
     means = (loss_sum / max(steps, 1)).tolist()
     return EpochStats(losses=(means[0], means[1], means[2]), images=images, seconds=time.perf_counter() - started,
                       learning_rates=tuple(group["lr"] for group in optimizer.param_groups),

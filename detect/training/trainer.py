@@ -10,17 +10,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from detect import backend as backends
 from detect.backend.profiler import ProfileSchedule
 from detect.errors import Interrupted
 from detect.evaluation.evaluator import Metrics
 from detect.evaluation.final import final_evaluation
-from detect.evaluation.loop import EvalSettings, Gather, ShardPredictions, evaluate
+from detect.evaluation.loop import EvalSettings, EvaluationStopped, ShardPredictions, evaluate
 from detect.models import DetectionModel
 from detect.models.weights import load_model, model_from_state, model_state
 from detect.training.build import Run, build_run
 from detect.training.distributed import (
     DistContext,
+    any_rank,
     broadcast_object,
     broadcast_tensors,
     collective_failure,
@@ -28,7 +31,7 @@ from detect.training.distributed import (
     gather_objects,
     replicas_in_sync,
 )
-from detect.training.hooks import Hook, HookList, run_hooks
+from detect.training.hooks import Hook, HookList, SignalStop, run_hooks
 from detect.training.loop import EpochStats, train_one_epoch
 from detect.training.results import epoch_row
 from detect.training.settings import TrainSettings
@@ -47,6 +50,28 @@ class FitResult:
     epochs_run: int
 
 
+@dataclasses.dataclass(frozen=True)
+class JobExchange:
+    """The ranks of a torchrun job sharing a validation pass (evaluation.loop.RankExchange): flags agreed by an
+    all-reduce on the backend's device, the shards gathered to the main rank."""
+
+    context: DistContext
+    device: torch.device
+
+    @classmethod
+    def of(cls, context: DistContext, device: torch.device) -> JobExchange | None:
+        """The exchange of a job; None in one process, which has nothing to share."""
+        return cls(context, device) if context.distributed else None
+
+    def any_stopped(self, stopped: bool) -> bool:
+        flags = torch.tensor([stopped], device=self.device)
+        return bool(any_rank(self.context, flags, "the all-reduce that ends a validation pass")[0])
+
+    def gather(self, shard: ShardPredictions) -> list[ShardPredictions] | None:
+        shards = gather_objects(self.context, shard)
+        return shards if self.context.is_main else None
+
+
 class Trainer:
     """One training run; every rank builds one, the main rank alone evaluates and writes."""
 
@@ -62,30 +87,35 @@ class Trainer:
         self.problems: list[str] = []
 
     def fit(self) -> FitResult:
-        """Train the run's epochs (from where a resumed run stopped); returns where the results are."""
-        run = build_run(self.settings, self.context, self.resume, self.resume_overrides)
-        hooks = run_hooks(run, self.profile, self.callbacks)
-        first_epoch, result = run.counters.epoch, None
-        try:
-            hooks.before_train()
-            self.train_epochs(run, hooks)
-            result = self.finish(run, run.counters.epoch - first_epoch)
-        except RuntimeError as error:  # a collective that timed out or lost its peers: one line, not a traceback
-            failure = collective_failure(run.context, error, run.settings.dist_timeout)
-            if failure is None:
-                raise
-            raise failure from None
-        finally:
-            hooks.after_train(result.metrics if result else None)
-            destroy_process_group(run.context)
+        """Train the run's epochs (from where a resumed run stopped); returns where the results are. SIGTERM and
+        Ctrl-C are handled from the start: during the set-up they end it at once, then at the next step boundary or
+        validation batch (SignalStop)."""
+        signals = SignalStop()
+        with signals.handling():
+            run = build_run(self.settings, self.context, self.resume, self.resume_overrides)
+            hooks = run_hooks(run, self.profile, self.callbacks, signals)
+            first_epoch, result = run.counters.epoch, None
+            try:
+                hooks.before_train()
+                self.train_epochs(run, hooks)
+                result = self.finish(run, run.counters.epoch - first_epoch)
+            except RuntimeError as error:  # a collective that timed out or lost its peers: one line, not a traceback
+                failure = collective_failure(run.context, error, run.settings.dist_timeout)
+                if failure is None:
+                    raise
+                raise failure from None
+            finally:
+                hooks.after_train(result.metrics if result else None)
+                destroy_process_group(run.context)
         if run.context.is_main:
             LOGGER.info("%s", run.phases.line())
             LOGGER.info("results saved to %s", run.folder.save_dir)
         return result
 
     def train_epochs(self, run: Run, hooks: HookList) -> None:
-        """Epoch by epoch: train, step the schedule, validate, end the epoch, until the last epoch or an early stop;
-        a signal stops at the next step boundary with last.pt written (Interrupted)."""
+        """Epoch by epoch: train, validate, end the epoch (counters, schedule, hooks), until the last epoch or an early
+        stop. A signal stops at the next step boundary, or at the next batch of the validation, with last.pt written
+        (Interrupted)."""
         parts, control = run.parts, run.control
         for epoch in range(run.counters.epoch, run.settings.epochs):
             hooks.before_epoch(epoch)
@@ -95,10 +125,12 @@ class Trainer:
                     run.backend, context=run.context, plan=run.plan, epoch=epoch, epochs=run.settings.epochs,
                     control=control, hooks=hooks, show_progress=run.context.is_main and run.settings.progress)
             if control.stopped:
-                raise self.stopped(run, epoch)
-            run.scheduler.step()
+                raise self.stopped(run, f"at epoch {epoch + 1}, batch {run.counters.batch}/{len(run.train_loader)}")
             with run.phases.time("validation"):
                 metrics = self.validate(run, epoch)
+            # Ended only once validated: a run stopped in validation resumes at its last batch and validates it.
+            run.counters.end_epoch()
+            run.scheduler.step()
             hooks.after_epoch(epoch, self.end_epoch(run, epoch, stats, metrics))
             run.backend.reset_peak_memory()
             if broadcast_object(run.context, control.end_training):
@@ -106,33 +138,27 @@ class Trainer:
 
     def validate(self, run: Run, epoch: int) -> Metrics | None:
         """COCO metrics of the EMA weights (every epoch, or only the last with --noval): each rank predicts its shard
-        of the val batches, the main rank scores them all (None elsewhere)."""
+        of the val batches, the main rank scores them all (None elsewhere). A stop asked meanwhile ends the pass at the
+        next batch, with last.pt written at the epoch's last batch (Interrupted)."""
         validation, context = run.validation, run.context
         if run.settings.noval and epoch + 1 != run.settings.epochs:
             return None
         broadcast_tensors(context, validation.model.state_dict().values())  # the main rank's EMA weights
         if validation.evaluator is not None:
             validation.evaluator.reset()
-        with run.backend.autocast():  # fp16 on accelerators when AMP is on, as yolov5 validates during training
-            result = evaluate(validation.model.predict, validation.loader, run.backend, validation.evaluator,
-                              EvalSettings(), progress=run.settings.progress and context.is_main,
-                              gather=self.gather(context))
+        try:
+            with run.backend.autocast():  # fp16 on accelerators when AMP is on, as yolov5 validates during training
+                result = evaluate(validation.model.predict, validation.loader, run.backend, validation.evaluator,
+                                  EvalSettings(), progress=run.settings.progress and context.is_main,
+                                  exchange=JobExchange.of(context, run.backend.device), stop=run.control.stop_asked)
+        except EvaluationStopped:
+            if context.is_main:
+                run.save_last()  # the epoch's last batch: a resume validates the epoch and goes on
+            raise self.stopped(run, f"in epoch {epoch + 1}'s validation") from None
         if result is None:
             return None
         self.problems.extend(result.problems)
         return result.metrics
-
-    @staticmethod
-    def gather(context: DistContext) -> Gather | None:
-        """How a rank's val predictions reach the main rank (nothing to gather in one process)."""
-        if not context.distributed:
-            return None
-
-        def to_main(shard: ShardPredictions) -> list[ShardPredictions] | None:
-            shards = gather_objects(context, shard)
-            return shards if context.is_main else None
-
-        return to_main
 
     def end_epoch(self, run: Run, epoch: int, stats: EpochStats, metrics: Metrics | None) -> dict[str, float]:
         """Gather the ranks' problems and, on the main rank, count a new best; the epoch's results.csv row."""
@@ -146,10 +172,11 @@ class Trainer:
         return epoch_row(epoch, stats, metrics, backends.host_memory_stats().peak_bytes, device_peak)
 
     @staticmethod
-    def stopped(run: Run, epoch: int) -> Interrupted:
-        """The one line a run stopped by a signal ends with, and its exit code."""
-        message = (f"stopped at epoch {epoch + 1}, batch {run.counters.batch}/{len(run.train_loader)}; resume with: "
-                   f"python -m detect.train --resume {run.folder.save_dir}")
+    def stopped(run: Run, where: str) -> Interrupted:
+        """The one line a run stopped with last.pt written ends with (printed by the main rank alone), and its exit
+        code."""
+        message = (f"stopped {where}; resume with: python -m detect.train --resume {run.folder.save_dir}"
+                   if run.context.is_main else "")
         return Interrupted(message, run.control.stop_signal or signal.SIGTERM)
 
     def finish(self, run: Run, epochs_run: int) -> FitResult:
@@ -166,13 +193,27 @@ class Trainer:
         metrics = None
         if weights is not None:
             with run.phases.time("final evaluation"):
-                metrics = final_evaluation(*weights, run.validation.loader, run.validation.evaluator, run.backend,
-                                           folder.save_dir, progress=run.settings.progress and context.is_main,
-                                           plots=not run.settings.noplots, gather=self.gather(context))
+                metrics = self.final_evaluation(run, *weights)
         if not context.is_main:
             return FitResult(folder.save_dir, None, None, None, epochs_run)
         folder.write_problems(self.problems, run.train_loader.split)
         return FitResult(folder.save_dir, best, last, metrics, epochs_run)
+
+    @staticmethod
+    def final_evaluation(run: Run, model: DetectionModel, weights: Path) -> Metrics | None:
+        """The final evaluation of `weights` on every rank's shard (the main rank's metrics); a stop asked meanwhile
+        ends it at the next batch (Interrupted: the training is done and saved)."""
+        context, settings = run.context, run.settings
+        try:
+            return final_evaluation(model, weights, run.validation.loader, run.validation.evaluator, run.backend,
+                                    run.folder.save_dir, progress=settings.progress and context.is_main,
+                                    plots=not settings.noplots, exchange=JobExchange.of(context, run.backend.device),
+                                    stop=run.control.stop_asked)
+        except EvaluationStopped:
+            message = (f"stopped in the final evaluation; the {settings.epochs} epochs are trained and saved: score "
+                       f"them with python -m detect.val --weights {weights} --data {settings.data} --imgsz "
+                       f"{settings.imgsz}") if context.is_main else ""
+            raise Interrupted(message, run.control.stop_signal or signal.SIGTERM) from None
 
     @staticmethod
     def final_weights(run: Run, path: Path | None) -> tuple[DetectionModel, Path] | None:

@@ -17,7 +17,7 @@ from detect.evaluation.final import final_evaluation
 from detect.evaluation.loop import build_evaluator
 from detect.models.weights import load_model
 from detect.training.distributed import DistContext, destroy_process_group, init_process_group
-from detect.training.trainer import Trainer
+from detect.training.trainer import JobExchange
 
 
 def main(weights: str, data: str, imgsz: int, batch: int, out: str) -> None:
@@ -27,7 +27,7 @@ def main(weights: str, data: str, imgsz: int, batch: int, out: str) -> None:
                               world_size=context.world_size)
     evaluator = build_evaluator(loader.split) if context.is_main else None
     metrics = final_evaluation(load_model(weights), Path(weights), loader, evaluator, cpu, Path(out), progress=False,
-                               gather=Trainer.gather(context))
+                               exchange=JobExchange.of(context, cpu.device))
     if context.is_main:
         values = {key: value.tolist() if isinstance(value, np.ndarray) else value
                   for key, value in dataclasses.asdict(metrics).items()}

@@ -86,3 +86,20 @@ def test_an_elastic_restart_resumes_from_last_checkpoint(data, tmp_path):
         epochs_logged = [int(row["epoch"]) for row in csv.DictReader(handle)]
     assert epochs_logged == list(range(epochs))  # the epoch cut short is logged once, after the restart
     assert TrainingCheckpoint.load(tmp_path / "exp" / "weights" / "last.pt").counters.epoch == epochs
+
+
+def test_a_job_that_trains_twice_makes_two_runs_and_leaves_no_heartbeat_behind(data, tmp_path):
+    out, project = tmp_path / "threads", tmp_path / "runs"
+    out.mkdir()
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               str(Path(__file__).with_name("train_twice.py")), str(out), str(data), str(project)]
+    repo = Path(__file__).resolve().parents[2]
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=repo, check=False,
+                              env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(repo)})
+    assert finished.returncode == 0, (finished.stdout + finished.stderr)[-3000:]
+    assert sorted(path.name for path in project.iterdir()) == ["exp", "exp2"]  # the second is a new run, not a resume
+    for run in ("exp", "exp2"):
+        assert TrainingCheckpoint.load(project / run / "weights" / "last.pt").counters.epoch == 1
+    for rank in (0, 1):
+        after_each = (out / f"rank{rank}.txt").read_text().splitlines()
+        assert len(after_each) == 2 and not any("detect-heartbeat" in threads for threads in after_each), after_each

@@ -224,6 +224,7 @@ def test_non_finite_losses_skip_steps_then_stop_the_run(data, tmp_path, monkeypa
 
     before = [parameter.detach().clone() for parameter in run.model.parameters()]
     stats = one_epoch(nan_on_second_call, 0)
+    run.counters.end_epoch()
     assert stats.nonfinite_steps == 1 and run.counters.nonfinite_steps == 1
     assert all(torch.isfinite(parameter).all() for parameter in run.model.parameters())
     assert any(not torch.equal(a, b) for a, b in zip(before, run.model.parameters()))
