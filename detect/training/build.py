@@ -251,6 +251,8 @@ def _model_and_ema(settings: TrainSettings, hyp: Hyp, loader: Loader, backend: b
     ema = ModelEMA(model) if context.is_main else None
     if point is None and context.is_main and not settings.noautoanchor:
         autoanchor(model, loader.records, settings.imgsz, hyp.anchor_t, settings.seed, source.anchors_to_compute)
+    # The others wait here, not in a collective under --dist-timeout; DDP's first broadcast then gives them the anchors.
+    patient_barrier(context, "AutoAnchor")
     if settings.sync_bn and not context.distributed:
         LOGGER.warning("--sync-bn does nothing in a single process (launch with torchrun)")
     return model, ema
@@ -310,12 +312,14 @@ def _amp_checked(backend: backends.Backend, model: DetectionModel, settings: Tra
         model.eval()
         check = check_amp(model.predict, image_batch(sample_images()[0], settings.imgsz, backend.device), backend)
         model.train()
+    patient_barrier(context, "AMP check")
     check = broadcast_object(context, check)
     if check.agrees:
         LOGGER.info("AMP check: autocast agrees with fp32 (%s)", check)
         return backend
-    LOGGER.warning("AMP check: autocast's predictions differ from fp32's (%s): training in fp32 (--amp forces AMP)",
-                   check)
+    if context.is_main:  # the job's one verdict: one line, not one per rank
+        LOGGER.warning("AMP check: autocast's predictions differ from fp32's (%s): training in fp32 (--amp forces "
+                       "AMP)", check)
     return select_backend(dataclasses.replace(settings, amp=False), context)
 
 
@@ -373,5 +377,6 @@ def build_run(settings: TrainSettings, context: DistContext, resume: bool | str 
         if point is None and not settings.noplots:
             with phases.time("plots"):
                 plot_label_stats(train_loader.records, train_loader.names, folder.save_dir / "labels.png")
+    patient_barrier(context, "labels.png")  # the others wait here, not in the first step's collectives
     return Run(settings, hyp, context, backend, folder, train_loader, model, parts, plan, scheduler,
                Control(counters), validation, phases)

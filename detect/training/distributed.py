@@ -7,8 +7,8 @@ starts DDP ranks itself), which runs the same command line once per device. When
 torchrun's agent stops the others within its monitor interval and names the failed rank; a rank that hangs instead
 is caught by the process group's timeout (--dist-timeout), which every collective inherits: the rank that waited
 then names the ranks that went silent (their heartbeats in the job's store stopped) and the collective it waited in,
-and ends (collective_failure). Rank-local work of any length (label checks, caches) waits at patient_barrier, through
-the store, under no collective's deadline.
+and ends (collective_failure). Rank-local work of any length (label checks, caches; the main rank's AutoAnchor, AMP
+check and labels.png) waits at patient_barrier, through the store, under no collective's deadline.
 """
 
 from __future__ import annotations

@@ -155,7 +155,8 @@ class FirstBatchPlots(Hook):
 
 class Profiler(Hook):
     """--profile: this process's first epoch under the backend's profiler, a step per batch; it ends with the epoch's
-    last step, so validation stays out of the trace, and its summary is logged."""
+    last step, so validation stays out of the trace, and its summary is logged. Under torchrun the main rank's alone:
+    the other ranks run the same steps unprofiled."""
 
     def __init__(self, schedule: ProfileSchedule) -> None:
         self.schedule, self.profiler, self.stack = schedule, None, contextlib.ExitStack()
