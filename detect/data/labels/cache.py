@@ -1,5 +1,6 @@
 """The label-check cache: flat numpy arrays in one .npz, keyed by a hash of the split's file list, every file's size
-and mtime, the class count and CACHE_VERSION; never trusted stale."""
+and mtime, the class count and CACHE_VERSION, with a checksum of its contents; never trusted stale or corrupt. Also
+where a dataset's caches go (cache_path): beside it, or in a cache folder when it is read-only."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ import json
 import logging
 import os
 import stat
-import zipfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -20,7 +20,8 @@ from detect.data.labels.checked import CheckedImages
 LOGGER = logging.getLogger(__name__)
 
 # Bump when check.py changes what it accepts or stores, or the file layout changes: every old cache is then rebuilt.
-CACHE_VERSION = "detect-labels-3"  # 3: flat arrays in an .npz (was json); 2: a non-finite value skips the image
+CACHE_VERSION = "detect-labels-4"  # 4: a checksum; 3: flat arrays in an .npz (was json); 2: a non-finite value skips
+# the image
 # stat() is a round trip on a network filesystem (about 1 ms on NFS): this many in flight at once keep 236k stats
 # (118k images and their labels) to seconds there; on a local disk they cost the same as a plain loop.
 STAT_THREADS = 32
@@ -61,8 +62,19 @@ def folder_writable(folder: Path) -> bool:
     return bool(mode & stat.S_IWUSR) and os.access(folder, os.W_OK)
 
 
+def checksum(key: str, problems: str, arrays: Mapping[str, np.ndarray]) -> str:
+    """sha256 of the key, the problems' json and each array's name, dtype, shape and bytes."""
+    digest = hashlib.sha256(f"{CACHE_VERSION}|{key}|{problems}".encode("utf-8", "surrogateescape"))
+    for name in ARRAYS:
+        array = np.ascontiguousarray(arrays[name])
+        digest.update(f"|{name}|{array.dtype.str}|{array.shape}|".encode())
+        digest.update(array.data)
+    return digest.hexdigest()
+
+
 def read_cache(path: Path, expected: str) -> CheckedImages | None:
-    """The cached check if the cache exists, parses and matches `expected`; else None (rebuild)."""
+    """The cached check if the cache exists, parses, matches `expected` and its checksum; else None (rebuild).
+    Never raises: any unreadable or corrupt file is one warning line and a new check."""
     if not path.is_file():
         return None
     try:
@@ -70,9 +82,13 @@ def read_cache(path: Path, expected: str) -> CheckedImages | None:
             if str(data["version"]) != CACHE_VERSION or str(data["key"]) != expected:
                 LOGGER.info("%s: stale label cache, rebuilding", path)
                 return None
-            return CheckedImages(**{name: data[name] for name in ARRAYS}, problems=json.loads(str(data["problems"])))
-    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as error:
-        LOGGER.warning("%s: unreadable label cache (%s), rebuilding", path, error)
+            arrays, problems = {name: data[name] for name in ARRAYS}, str(data["problems"])
+            if str(data["checksum"]) != checksum(expected, problems, arrays):
+                raise ValueError("its checksum does not match its contents")
+            return CheckedImages(**arrays, problems=json.loads(problems))
+    except Exception as error:  # noqa: BLE001 (a corrupt zip or .npy header fails numpy's parsers in any way)
+        reason = (str(error).splitlines() or [""])[0]
+        LOGGER.warning("%s: unreadable label cache (%s: %s), rebuilding", path, type(error).__name__, reason)
         return None
 
 
@@ -82,10 +98,11 @@ def write_cache(path: Path, key: str, checked: CheckedImages) -> bool:
         LOGGER.warning("%s: folder is not writable, running without a label cache", path.parent)
         return False
     temporary = path.with_name(path.name + f".{os.getpid()}.tmp")
+    arrays, problems = {name: getattr(checked, name) for name in ARRAYS}, json.dumps(checked.problems)
     try:
         with open(temporary, "wb") as handle:
-            np.savez(handle, version=np.array(CACHE_VERSION), key=np.array(key),
-                     problems=np.array(json.dumps(checked.problems)), **{name: getattr(checked, name) for name in ARRAYS})
+            np.savez(handle, version=np.array(CACHE_VERSION), key=np.array(key), problems=np.array(problems),
+                     checksum=np.array(checksum(key, problems, arrays)), **arrays)
         os.replace(temporary, path)
     except OSError as error:
         LOGGER.warning("%s: cannot write the label cache (%s), running without it", path, error)
