@@ -4,6 +4,7 @@ where a dataset's caches go (cache_path): beside it, or in a cache folder when i
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -15,18 +16,20 @@ from pathlib import Path
 
 import numpy as np
 
+from detect.data.data_config import user_cache
 from detect.data.labels.checked import CheckedImages
 
 LOGGER = logging.getLogger(__name__)
 
 # Bump when check.py changes what it accepts or stores, or the file layout changes: every old cache is then rebuilt.
-CACHE_VERSION = "detect-labels-4"  # 4: a checksum; 3: flat arrays in an .npz (was json); 2: a non-finite value skips
-# the image
+# 4: a checksum of the contents; 3: flat arrays in an .npz (was json); 2: a non-finite value skips the image.
+CACHE_VERSION = "detect-labels-4"
 # stat() is a round trip on a network filesystem (about 1 ms on NFS): this many in flight at once keep 236k stats
 # (118k images and their labels) to seconds there; on a local disk they cost the same as a plain loop.
 STAT_THREADS = 32
 STAT_CHUNK = 4096
 ARRAYS = ("widths", "heights", "offsets", "rows", "crowd", "background")
+CACHE_DIR_VARIABLE = "DETECT_CACHE_DIR"  # where caches go, as --cache-dir (which wins)
 
 
 def _stat_chunk(files: Sequence[str]) -> np.ndarray:
@@ -72,6 +75,29 @@ def checksum(key: str, problems: str, arrays: Mapping[str, np.ndarray]) -> str:
     return digest.hexdigest()
 
 
+def cache_root(data_folder: Path, cache_dir: str | Path | None = None) -> Path | None:
+    """The folder for caches of the data in `data_folder`: `cache_dir` (--cache-dir), else $DETECT_CACHE_DIR, else
+    None (beside the data) while `data_folder` is writable, else the user cache (data_config.user_cache)."""
+    cache_dir = cache_dir or os.environ.get(CACHE_DIR_VARIABLE) or None
+    if cache_dir is None:
+        return None if folder_writable(data_folder) else user_cache()
+    return Path(cache_dir).expanduser()
+
+
+def relocated(usual: Path, root: Path | None) -> Path:
+    """`usual` (a cache's place beside the data) itself without a root, else root/<name>-<hash of usual><suffixes>:
+    one per dataset split or image folder however many share the root, its name still readable."""
+    if root is None:
+        return usual
+    stem, dot, suffixes = usual.name.partition(".")
+    return root / f"{stem}-{hashlib.sha256(os.fsencode(usual)).hexdigest()[:12]}{dot}{suffixes}"
+
+
+def cache_path(usual: Path, cache_dir: str | Path | None = None) -> Path:
+    """Where a cache whose usual place is `usual`, beside the data, goes (cache_root, relocated)."""
+    return relocated(usual, cache_root(usual.parent, cache_dir))
+
+
 def read_cache(path: Path, expected: str) -> CheckedImages | None:
     """The cached check if the cache exists, parses, matches `expected` and its checksum; else None (rebuild).
     Never raises: any unreadable or corrupt file is one warning line and a new check."""
@@ -93,9 +119,12 @@ def read_cache(path: Path, expected: str) -> CheckedImages | None:
 
 
 def write_cache(path: Path, key: str, checked: CheckedImages) -> bool:
-    """Write atomically (temp + rename); a read-only folder gives a warning and no cache."""
+    """Write atomically (temp + rename), making its folder; a read-only folder gives a warning and no cache."""
+    with contextlib.suppress(OSError):  # a folder that cannot be made is named by the warning below
+        path.parent.mkdir(parents=True, exist_ok=True)
     if not folder_writable(path.parent):
-        LOGGER.warning("%s: folder is not writable, running without a label cache", path.parent)
+        LOGGER.warning("%s: folder is not writable, running without a label cache (--cache-dir or %s can name a "
+                       "writable one)", path.parent, CACHE_DIR_VARIABLE)
         return False
     temporary = path.with_name(path.name + f".{os.getpid()}.tmp")
     arrays, problems = {name: getattr(checked, name) for name in ARRAYS}, json.dumps(checked.problems)
