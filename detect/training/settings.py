@@ -61,7 +61,7 @@ class TrainSettings(Settings):
     optimizer: str = option("SGD", choices=("SGD", "Adam", "AdamW"))
     cache: str | None = option(None, "decoded images in RAM (--cache, --cache ram) or as .npy beside the images "
                                      "(--cache disk)", choices=CACHE_CHOICES, const="ram")
-    cache_dir: str | None = option(None, CACHE_DIR_HELP, again_on_resume=True)
+    cache_dir: str | None = option(None, CACHE_DIR_HELP + "; also --cache disk's .npy files", again_on_resume=True)
     single_cls: bool = option(False, "train every class as one class, 'item'")
     rect: bool = option(False, "rectangular batches in aspect-ratio order (no mosaic; many shapes)")
     amp: bool | None = option(None, "mixed precision (default: on for accelerators, off on the CPU)")

@@ -30,8 +30,8 @@ STAT_THREADS = 32
 STAT_CHUNK = 4096
 ARRAYS = ("widths", "heights", "offsets", "rows", "crowd", "background")
 CACHE_DIR_VARIABLE = "DETECT_CACHE_DIR"  # where caches go, as --cache-dir (which wins)
-CACHE_DIR_HELP = (f"folder for the label cache and --cache disk's .npy files (default: ${CACHE_DIR_VARIABLE}, else beside "
-                  "the data, or $XDG_CACHE_HOME/detect when its folder is read-only)")
+CACHE_DIR_HELP = (f"folder for the label cache (default: ${CACHE_DIR_VARIABLE}, else beside the labels, or "
+                  "$XDG_CACHE_HOME/detect when their folder is read-only)")
 
 
 def _stat_chunk(files: Sequence[str]) -> np.ndarray:

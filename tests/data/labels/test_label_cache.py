@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from detect.data import load_data_config, load_split
+from detect.data.__main__ import main as data_main
 from detect.data.data_config import DataConfig
 from detect.data.labels.cache import ARRAYS, CACHE_DIR_VARIABLE, read_cache
 from tests.data.helpers import simple_dataset, write_sample
@@ -101,3 +102,10 @@ def test_no_writable_cache_folder_warns_and_runs_without_cache(read_only: DataCo
         split = load_split(read_only, "train")
     assert "not writable" in caplog.text and split.cache_state == "not written" and len(split.records) == 7
     assert not list((tmp_path / "xdg" / "detect").iterdir())
+
+
+def test_the_data_cli_takes_cache_dir(tmp_path: Path) -> None:
+    data = simple_dataset(tmp_path / "data", count=2)
+    assert data_main(["--data", str(data), "--cache-dir", str(tmp_path / "caches")]) == 0
+    assert len(list((tmp_path / "caches").glob("train-*.detect.cache"))) == 1
+    assert not list((tmp_path / "data").rglob("*.detect.cache"))
