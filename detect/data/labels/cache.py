@@ -103,9 +103,9 @@ def cache_path(usual: Path, cache_dir: str | Path | None = None) -> Path:
 def read_cache(path: Path, expected: str) -> CheckedImages | None:
     """The cached check if the cache exists, parses, matches `expected` and its checksum; else None (rebuild).
     Never raises: any unreadable or corrupt file is one warning line and a new check."""
-    if not path.is_file():
-        return None
     try:
+        if not path.is_file():
+            return None
         with np.load(path, allow_pickle=False) as data:
             if str(data["version"]) != CACHE_VERSION or str(data["key"]) != expected:
                 LOGGER.info("%s: stale label cache, rebuilding", path)
@@ -114,7 +114,8 @@ def read_cache(path: Path, expected: str) -> CheckedImages | None:
             if str(data["checksum"]) != checksum(expected, problems, arrays):
                 raise ValueError("its checksum does not match its contents")
             return CheckedImages(**arrays, problems=json.loads(problems))
-    except Exception as error:  # noqa: BLE001 (a corrupt zip or .npy header fails numpy's parsers in any way)
+    except Exception as error:  # noqa: BLE001 (a corrupt zip or .npy header fails zipfile's or numpy's parser in
+        # any way: NotImplementedError, TokenError, ...)
         reason = (str(error).splitlines() or [""])[0]
         LOGGER.warning("%s: unreadable label cache (%s: %s), rebuilding", path, type(error).__name__, reason)
         return None
