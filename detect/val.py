@@ -11,6 +11,7 @@ from detect import backend as backends
 from detect import cli
 from detect.config import NON_NEGATIVE, POSITIVE, UNIT, Settings, option, options_from_dict
 from detect.data.data_config import SPLITS
+from detect.data.labels.cache import CACHE_DIR_HELP
 from detect.data.loader import Loader
 from detect.errors import UserError
 from detect.evaluation.evaluator import BACKENDS
@@ -55,6 +56,7 @@ class ValSettings(Settings):
     max_det: int = option(EvalSettings.max_det, "maximum detections per image", bound=POSITIVE)
     device: str = option("auto", backends.SPEC_HELP)
     workers: int | None = option(None, "data loader workers (default: by CPU count)", bound=NON_NEGATIVE)
+    cache_dir: str | None = option(None, CACHE_DIR_HELP)
     half: bool = option(False, "fp16 inference (accelerators only)")
     save_json: bool = option(False, "write predictions.json (COCO results) to the run folder, and ground_truth.json "
                                      "when the labels are YOLO txt files (docs/usage.md, Evaluation)")
@@ -99,7 +101,8 @@ def _prepare(settings: ValSettings, weights: str, imgsz: int) -> tuple[backends.
     backend.set_device()
     split = settings.task if settings.task in SPLITS else "val"
     predict, loader = prepare_scoring(weights, settings.data, split, imgsz, settings.batch_size, settings.workers,
-                                      backend, half=settings.half, augment=settings.augment)
+                                      backend, half=settings.half, augment=settings.augment,
+                                      cache_dir=settings.cache_dir)
     return backend, predict, loader
 
 

@@ -184,3 +184,12 @@ class OnnxStandIn:
     """What val sees of an exported model (OnnxInference): no PyTorch model behind it."""
 
     names, stride, fixed_shape = ("a", "b", "c"), 32, None
+
+
+def test_cache_dir_holds_the_label_cache(tiny_run):
+    tmp_path, data, weights = tiny_run
+    code = val.main(["--weights", str(weights), "--data", str(data), "--imgsz", "64", "--device", "cpu", "--workers",
+                     "0", "--project", str(tmp_path / "runs"), "--no-progress", "--cache-dir", str(tmp_path / "caches")])
+    assert code == 0
+    assert len(list((tmp_path / "caches").glob("train-*.detect.cache"))) == 1
+    assert not list((tmp_path / "data").rglob("*.detect.cache"))

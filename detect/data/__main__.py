@@ -13,6 +13,7 @@ from detect.data import (
     load_data_config,
     load_split,
 )
+from detect.data.labels.cache import CACHE_DIR_HELP
 from detect.data.plots import plot_batch, plot_label_stats
 
 
@@ -25,6 +26,7 @@ class DataSettings(Settings):
     imgsz: int = option(640, "image size of the batch plot", bound=POSITIVE)
     batch_size: int = option(16, "images in the batch plot", bound=POSITIVE)
     plots: str | None = option(None, "folder for labels.png and train_batch.png")
+    cache_dir: str | None = option(None, CACHE_DIR_HELP)
 
 
 parse_args = cli.settings_reader(DataSettings, "python -m detect.data", __doc__)
@@ -33,7 +35,7 @@ parse_args = cli.settings_reader(DataSettings, "python -m detect.data", __doc__)
 def check(settings: DataSettings) -> None:
     """Check every split (each logs its table); with --plots, plot the labels and one augmented batch."""
     config = load_data_config(settings.data)
-    splits = {name: load_split(config, name) for name in config.splits}
+    splits = {name: load_split(config, name, cache_dir=settings.cache_dir) for name in config.splits}
     if settings.plots is not None and "train" in splits:
         folder = Path(settings.plots)
         folder.mkdir(parents=True, exist_ok=True)
@@ -41,7 +43,7 @@ def check(settings: DataSettings) -> None:
         print(plot_label_stats(train.records, train.names, folder / "labels.png"))
         augmentation = AugmentSettings.from_hyp(load_hyp(settings.hyp))
         loader = build_train_loader(config, augmentation, settings.imgsz, settings.batch_size, workers=0, seed=0,
-                                    pin_memory=False)
+                                    pin_memory=False, checked=train)
         print(plot_batch(next(iter(loader)), train.names, folder / "train_batch.png"))
 
 

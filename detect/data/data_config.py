@@ -63,13 +63,17 @@ def _names_list(names: list[str] | dict[int, str], nc: int | None, source: Path)
 def builtin_root(name: str) -> Path:
     """Where built-in dataset `name` is generated: $DETECT_DATA_DIR/name, else the user cache's detect/name."""
     # Never inside the package (site-packages may be read-only or shared) nor the working directory, so an
-    # editable checkout and a wheel behave the same. The cache is $XDG_CACHE_HOME or ~/.cache (XDG base
-    # directory spec, which ignores a relative XDG_CACHE_HOME).
+    # editable checkout and a wheel behave the same.
     chosen = os.environ.get(DATA_DIR_VARIABLE)
     if chosen:
         return Path(chosen).expanduser().resolve() / name
+    return user_cache() / name
+
+
+def user_cache() -> Path:
+    """$XDG_CACHE_HOME/detect, else ~/.cache/detect (the XDG base directory spec ignores a relative XDG_CACHE_HOME)."""
     cache = os.environ.get("XDG_CACHE_HOME", "")
-    return (Path(cache) if Path(cache).is_absolute() else Path.home() / ".cache") / "detect" / name
+    return (Path(cache) if Path(cache).is_absolute() else Path.home() / ".cache") / "detect"
 
 
 def _resolve_root(raw: str | None, source: Path) -> Path:

@@ -20,6 +20,7 @@ from detect.data.batch import Batch, collate
 from detect.data.data_config import DataConfig
 from detect.data.datasets import RectTrainDataset, TrainDataset, ValDataset
 from detect.data.images.cache import build_image_cache
+from detect.data.images.ram_cache import NodeShare
 from detect.data.labels.split import LabelledSplit, load_split
 from detect.data.records import RecordTable
 from detect.data.sampling import EpochBatchSampler, RectBatches, ShuffledBatches, ShuffleSampler, ValShard
@@ -144,11 +145,14 @@ def _loader_options(workers: int, pin_memory: bool, prefetch_factor: int) -> dic
 def build_train_loader(data_config: DataConfig, augmentation: AugmentSettings, imgsz: int, batch_size: int,
                        workers: int, seed: int, rank: int = 0, world_size: int = 1, cache: str | None = None,
                        pin_memory: bool = True, prefetch_factor: int = 2, split: str = "train",
-                       single_class: bool = False, rect: bool = False, stride: int = 32) -> Loader:
+                       single_class: bool = False, rect: bool = False, stride: int = 32,
+                       cache_dir: str | Path | None = None, checked: LabelledSplit | None = None,
+                       share: NodeShare | None = None) -> Loader:
     """Augmented imgsz x imgsz batches of batch_size per rank, drop_last (one shape), reshuffled by set_epoch;
-    with `rect`, aspect-ratio batches of one shape each (RectTrainDataset, RectBatchSampler)."""
-    labelled = load_split(data_config, split, single_class)
-    cached = build_image_cache(labelled.records, imgsz, cache)
+    with `rect`, aspect-ratio batches of one shape each (RectTrainDataset, RectBatchSampler). `checked`: the split
+    as load_split gave it (else checked here); `cache_dir` and `share`: where caches go (build_image_cache)."""
+    labelled = checked or load_split(data_config, split, single_class, cache_dir)
+    cached = build_image_cache(labelled.records, imgsz, cache, cache_dir, share)
     options = _loader_options(workers, pin_memory, prefetch_factor)
     if rect:
         dataset = RectTrainDataset(labelled.records, augmentation, imgsz, seed, batch_size, stride, cached)
@@ -173,10 +177,12 @@ def build_train_loader(data_config: DataConfig, augmentation: AugmentSettings, i
 def build_val_loader(data_config: DataConfig, split: str = "val", imgsz: int = 640, batch_size: int = 32,
                      workers: int | None = None, stride: int = 32, rect: bool = True, pin_memory: bool = True,
                      prefetch_factor: int = 2, single_class: bool = False, rank: int = 0,
-                     world_size: int = 1) -> Loader:
+                     world_size: int = 1, cache_dir: str | Path | None = None,
+                     checked: LabelledSplit | None = None) -> Loader:
     """Letterboxed rectangular batches of the whole split in aspect order; with `world_size` ranks, this rank's
-    whole batches of them (sampling.ValShard)."""
-    labelled = load_split(data_config, split, single_class)
+    whole batches of them (sampling.ValShard). `checked`: the split as load_split gave it (else checked here, its
+    label cache in `cache_dir` when given)."""
+    labelled = checked or load_split(data_config, split, single_class, cache_dir)
     dataset = ValDataset(labelled.records, imgsz, batch_size, stride, rect=rect)
     workers = default_workers() if workers is None else workers
     batching = ({"batch_size": batch_size, "shuffle": False} if world_size == 1 else

@@ -16,15 +16,15 @@ from detect.inference.tta import augment_model
 
 def prepare_scoring(weights: str | Path, data: str, split: str, imgsz: int, batch_size: int, workers: int | None,
                     backend: Backend, *, half: bool = False, augment: bool = False,
-                    rect: bool | None = None) -> tuple[Predict, Loader]:
+                    rect: bool | None = None, cache_dir: str | None = None) -> tuple[Predict, Loader]:
     """The model's predict (fused, fp32 unless `half`: YOLOV5-FACTS.md; an export in its runtime; with `augment`,
     test-time augmentation) and the loader of `split`. Rectangular batches where the model takes them, unless
-    `rect` is False (square letterboxes, as a static export needs)."""
+    `rect` is False (square letterboxes, as a static export needs). `cache_dir`: the label cache's folder."""
     model = load_inference_model(weights, backend, half)
     data_config = load_data_config(data)
     loader = build_val_loader(data_config, split, square_input_size(model, imgsz), batch_size, workers,
                               stride=model.stride, rect=model.fixed_shape is None and rect is not False,
-                              pin_memory=backend.device.type != "cpu")
+                              pin_memory=backend.device.type != "cpu", cache_dir=cache_dir)
     if len(data_config.names) != len(model.names):
         raise UserError(f"the model predicts {len(model.names)} classes but {data} has {len(data_config.names)}")
     return augment_model(model) if augment else model, loader

@@ -19,13 +19,16 @@ from detect.data import (
     AugmentSettings,
     DataConfig,
     ImageRecord,
+    LabelledSplit,
     Loader,
     build_train_loader,
     build_val_loader,
     load_data_config,
+    load_split,
 )
 from detect.data.data_config import check_sources
 from detect.data.device_batch import multi_scale_sizes
+from detect.data.images.ram_cache import NodeShare
 from detect.data.loader import default_workers
 from detect.data.plots import plot_label_stats
 from detect.errors import UserError
@@ -39,6 +42,7 @@ from detect.ops.anchors import check_anchors, evolve_anchors, label_sizes
 from detect.training.distributed import (
     DistContext,
     broadcast_object,
+    gather_objects,
     host_cores,
     init_process_group,
     one_voice,
@@ -222,19 +226,34 @@ def loader_workers(settings: TrainSettings, context: DistContext, cores: list[in
     return min(settings.workers, share, settings.batch_size // context.world_size)
 
 
+def _checked_split(settings: TrainSettings, data: DataConfig, split: str, context: DistContext) -> LabelledSplit:
+    """This rank's check of `split`: each node's first rank checks it and writes the label cache while the node's
+    other ranks wait, then they load that cache; the main rank says which ranks wrote it and which loaded it."""
+    found = None
+    for first in (True, False):  # each node's local rank 0, then the others
+        if (context.local_rank == 0) == first:
+            found = load_split(data, split, settings.single_cls, settings.cache_dir)
+        patient_barrier(context, f"{split} labels/{'first' if first else 'others'}")
+    states = gather_objects(context, found.cache_state)
+    if context.distributed and context.is_main:
+        by_state = {state: [str(rank) for rank, other in enumerate(states) if other == state] for state in states}
+        LOGGER.info("%s labels: cache %s", split, "; ".join(
+            f"{state} on rank{'s' * (len(ranks) > 1)} {', '.join(ranks)}" for state, ranks in by_state.items()))
+    return found
+
+
 def _train_loader(settings: TrainSettings, data: DataConfig, hyp: Hyp, backend: backends.Backend,
                   context: DistContext, workers: int) -> Loader:
-    """This rank's loader; rank 0 checks the labels first so the others read its cache."""
-    loaders = []
-    for turn in (True, False):  # rank 0's turn, then everyone else's
-        if context.is_main == turn:
-            loaders.append(build_train_loader(
-                data, AugmentSettings.from_hyp(hyp), settings.imgsz, settings.batch_size // context.world_size,
-                workers, settings.seed, rank=context.rank, world_size=context.world_size,
-                cache=settings.cache, pin_memory=backend.device.type != "cpu", single_class=settings.single_cls,
-                rect=settings.rect))
-        patient_barrier(context, f"train labels/{'main' if turn else 'others'}")
-    return loaders[0]
+    """This rank's loader: the labels checked once a node (_checked_split), then every rank's image cache at once,
+    the ranks of a node filling one --cache ram buffer together."""
+    checked = _checked_split(settings, data, "train", context)
+    share = NodeShare(context.local_rank, context.local_world_size, lambda name: patient_barrier(context, name),
+                      f"{context.store.prefix.strip('/').replace('/', '-')}-train") if context.distributed else None
+    return build_train_loader(
+        data, AugmentSettings.from_hyp(hyp), settings.imgsz, settings.batch_size // context.world_size, workers,
+        settings.seed, rank=context.rank, world_size=context.world_size, cache=settings.cache,
+        pin_memory=backend.device.type != "cpu", single_class=settings.single_cls, rect=settings.rect,
+        cache_dir=settings.cache_dir, checked=checked, share=share)
 
 
 def _model_and_ema(settings: TrainSettings, hyp: Hyp, loader: Loader, backend: backends.Backend,
@@ -274,17 +293,12 @@ def _restore(checkpoint: TrainingCheckpoint, model: DetectionModel, parts: Train
 def _validation(settings: TrainSettings, data: DataConfig, model: DetectionModel, ema: ModelEMA | None,
                 backend: backends.Backend, context: DistContext, folder: RunFolder, first_epoch: int,
                 workers: int) -> Validation:
-    """This rank's val loader shard (twice the rank's batch, as yolov5; the main rank checks the labels first so the
-    others read its cache) and weights; the main rank's evaluator and results log."""
-    loaders = []
-    for turn in (True, False):  # the main rank's turn, then everyone else's
-        if context.is_main == turn:
-            loaders.append(build_val_loader(
-                data, "val", settings.imgsz, 2 * (settings.batch_size // context.world_size),
-                workers, stride=model.max_stride, pin_memory=backend.device.type != "cpu",
-                single_class=settings.single_cls, rank=context.rank, world_size=context.world_size))
-        patient_barrier(context, f"val labels/{'main' if turn else 'others'}")
-    loader = loaders[0]
+    """This rank's val loader shard (twice the rank's batch, as yolov5; the labels checked once a node:
+    _checked_split) and weights; the main rank's evaluator and results log."""
+    loader = build_val_loader(
+        data, "val", settings.imgsz, 2 * (settings.batch_size // context.world_size), workers,
+        stride=model.max_stride, pin_memory=backend.device.type != "cpu", single_class=settings.single_cls,
+        rank=context.rank, world_size=context.world_size, checked=_checked_split(settings, data, "val", context))
     if ema is None:
         return Validation(loader, copy.deepcopy(model).eval().requires_grad_(False), None, None)
     return Validation(loader, ema.module, build_evaluator(loader.split),

@@ -15,7 +15,7 @@ from tests.evaluation.test_evaluator import perfect_detections, tiny_dataset
 def test_txt_rows_and_confusion_matrix_of_exact_detections(tmp_path: Path) -> None:
     records = tiny_dataset()
     split = LabelledSplit(records=records, names=["cat", "dog", "bird"], coco_json=None, category_ids=None,
-                          counts={}, details_file=None)
+                          counts={}, details_file=None, cache_state="loaded")
     outputs = ValOutputs(tmp_path, split, save_txt=True, save_conf=True, plots=True)
     for record, detections in zip(records, perfect_detections(records).values()):
         info = LetterboxInfo(original=(record.height, record.width), gain=1.0, pad=(0.0, 0.0))

@@ -1,10 +1,16 @@
-"""A data yaml's splits are checked with the other inputs: a missing folder stops train before any work."""
+"""A data yaml's splits are checked with the other inputs: a missing folder stops train before any work; under
+torchrun each node's first rank checks the labels while the node's other ranks wait for its cache."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import pytest
 
 from detect import train
+from detect.training import build
+from detect.training.distributed import DistContext
+from detect.training.settings import TrainSettings
 from tests.data.helpers import write_yaml
 from tests.training.helpers import tiny_dataset, train_args
 
@@ -21,3 +27,16 @@ def test_a_missing_split_folder_is_one_line_before_the_label_check(tmp_path, cap
     assert f"{data}: '{split}' names {root / 'images' / 'missing'}, which does not exist" in err
     assert not (tmp_path / "runs").exists()  # no run folder, and no label check (its cache) of either split
     assert not list(root.rglob("*.cache"))
+
+
+@pytest.mark.parametrize(("rank", "local_rank", "first"), [(0, 0, True), (1, 0, True), (1, 1, False), (3, 1, False)])
+def test_each_nodes_first_rank_checks_the_labels_while_its_others_wait(monkeypatch, rank, local_rank, first):
+    # Two nodes of two ranks: ranks 0 and 2 check at once (each node writes its own cache), 1 and 3 then load it.
+    events = []
+    monkeypatch.setattr(build, "patient_barrier", lambda context, name: events.append(name))
+    monkeypatch.setattr(build, "load_split", lambda *args: events.append("check") or SimpleNamespace(cache_state="x"))
+    monkeypatch.setattr(build, "gather_objects", lambda context, value: [value] * context.world_size)
+    context = DistContext(rank=rank, world_size=4, local_rank=local_rank, local_world_size=2)
+    build._checked_split(TrainSettings(), None, "train", context)
+    order = ["check", "train labels/first", "train labels/others"]
+    assert events == (order if first else [order[1], order[0], order[2]])

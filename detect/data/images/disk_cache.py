@@ -1,7 +1,9 @@
-"""`--cache disk`: each image decoded and resized once into a .npy beside it, read from there on every later use."""
+"""`--cache disk`: each image decoded and resized once into a .npy beside it (or in a cache folder when the images'
+folder is read-only), read from there on every later use."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -11,15 +13,20 @@ from pathlib import Path
 import numpy as np
 
 from detect.data.images.load import load_resized, resized_shapes
+from detect.data.labels.cache import cache_root, folder_writable, relocated
 from detect.data.records import RecordTable
 from detect.errors import UserError
 
 LOGGER = logging.getLogger(__name__)
 
 
-def npy_path(image: str, imgsz: int) -> str:
-    """<image file>.<imgsz>.npy beside the image: one per size, and a.jpg and a.png never share one."""
-    return f"{image}.{imgsz}.npy"
+def npy_path(image: str, imgsz: int, root: str | None = None) -> str:
+    """<image file>.<imgsz>.npy beside the image (one per size, and a.jpg and a.png never share one); with a cache
+    `root`, in its folder for the image's folder (labels.cache.relocated: <folder name>-<hash>)."""
+    if root is None:
+        return f"{image}.{imgsz}.npy"
+    folder, name = os.path.split(image)
+    return os.path.join(relocated(Path(folder), Path(root)), f"{name}.{imgsz}.npy")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -27,30 +34,33 @@ class DiskImages:
     """Images by index, from their .npy (written on the first read, reused across runs). A .npy older than its image
     or of the wrong shape is stale and rewritten; where it cannot be written the decoded image is used as it is.
 
-    paths (N,) bytes, shapes (N, 2) int64 (h, w) after the resize to imgsz.
+    paths (N,) bytes, shapes (N, 2) int64 (h, w) after the resize to imgsz; root: the cache folder (None: beside).
     """
 
     paths: np.ndarray
     shapes: np.ndarray
     imgsz: int
     augment: bool
+    root: str | None = None
 
     def __len__(self) -> int:
         return len(self.paths)
 
     def __getitem__(self, index: int) -> np.ndarray:
         image = os.fsdecode(self.paths[index])
-        cached, shape = npy_path(image, self.imgsz), (*(int(side) for side in self.shapes[index]), 3)
+        cached, shape = npy_path(image, self.imgsz, self.root), (*(int(side) for side in self.shapes[index]), 3)
         try:
             if os.stat(cached).st_mtime_ns >= os.stat(image).st_mtime_ns:
                 stored = np.load(cached, allow_pickle=False)
                 if stored.shape == shape and stored.dtype == np.uint8:
                     return stored
-        except (OSError, ValueError):  # missing, cut short or not a .npy: rebuilt below
-            pass
+        except Exception as error:  # noqa: BLE001 (missing, cut short, not a .npy: numpy's parser fails in any way)
+            LOGGER.debug("%s: rebuilt (%s)", cached, error)
         decoded = load_resized(Path(image), self.imgsz, self.augment)
         temporary = f"{cached}.{os.getpid()}.tmp"  # atomic: ranks and workers may write the same image at once
         try:
+            if self.root is not None:
+                os.makedirs(os.path.dirname(cached), exist_ok=True)
             with open(temporary, "wb") as handle:
                 np.save(handle, decoded, allow_pickle=False)
             os.replace(temporary, cached)
@@ -64,26 +74,36 @@ class DiskImages:
         return dataclasses.replace(self, paths=self.paths[indices], shapes=self.shapes[indices])
 
 
-def _written_bytes(paths: np.ndarray, imgsz: int) -> int:
+def _written_bytes(paths: np.ndarray, imgsz: int, root: str | None) -> int:
     """Bytes of the .npy files already there."""
     total = 0
     for path in paths:
         try:
-            total += os.stat(npy_path(os.fsdecode(path), imgsz)).st_size
+            total += os.stat(npy_path(os.fsdecode(path), imgsz, root)).st_size
         except OSError:
             pass
     return total
 
 
-def disk_images(records: RecordTable, imgsz: int, augment: bool) -> DiskImages:
-    """The .npy store of `records` at `imgsz`; one UserError when the disk cannot hold it, a warning when the first
-    image's folder is read-only."""
-    folder = os.path.dirname(os.fsdecode(records.paths[0])) or "."
+def disk_images(records: RecordTable, imgsz: int, augment: bool, cache_dir: str | Path | None = None) -> DiskImages:
+    """The .npy store of `records` at `imgsz`: beside the images, or in a cache folder when `cache_dir`
+    (--cache-dir) or $DETECT_CACHE_DIR names one or the first image's folder is read-only (labels.cache.cache_root);
+    one UserError when its disk cannot hold them, a warning when it cannot be written."""
+    beside = Path(os.fsdecode(records.paths[0])).parent
+    root = cache_root(beside, cache_dir)
+    folder = beside if root is None else root
+    with contextlib.suppress(OSError):  # a folder that cannot be made is named by the warning below
+        folder.mkdir(parents=True, exist_ok=True)
     heights, widths = resized_shapes(records.heights, records.widths, imgsz)
-    needed, free = int((heights * widths * 3).sum()), shutil.disk_usage(folder).free
-    if needed > free and needed - _written_bytes(records.paths, imgsz) > free:  # stat every .npy only when short
-        raise UserError(f"--cache disk needs {needed / 2**30:.1f} GiB beside the {len(records)} images at {imgsz}, "
-                        f"but only {free / 2**30:.1f} GiB is free there; free some or run without --cache")
-    if not os.access(folder, os.W_OK):
+    stored = None if root is None else str(root)
+    if not folder_writable(folder):
         LOGGER.warning("--cache disk: %s is not writable, images are decoded on every read", folder)
-    return DiskImages(records.paths, np.stack([heights, widths], 1), imgsz, augment)
+    else:
+        needed, free = int((heights * widths * 3).sum()), shutil.disk_usage(folder).free
+        if needed > free and needed - _written_bytes(records.paths, imgsz, stored) > free:  # stat .npy only if short
+            raise UserError(f"--cache disk needs {needed / 2**30:.1f} GiB for the {len(records)} images at {imgsz} "
+                            f"in {folder}, but only {free / 2**30:.1f} GiB is free there; free some or run without "
+                            "--cache")
+        if root is not None:
+            LOGGER.info("--cache disk: .npy files in %s", folder)
+    return DiskImages(records.paths, np.stack([heights, widths], 1), imgsz, augment, stored)

@@ -1,31 +1,37 @@
 """The label-check cache: flat numpy arrays in one .npz, keyed by a hash of the split's file list, every file's size
-and mtime, the class count and CACHE_VERSION; never trusted stale."""
+and mtime, the class count and CACHE_VERSION, with a checksum of its contents; never trusted stale or corrupt. Also
+where a dataset's caches go (cache_path): beside it, or in a cache folder when it is read-only."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import stat
-import zipfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
+from detect.data.data_config import user_cache
 from detect.data.labels.checked import CheckedImages
 
 LOGGER = logging.getLogger(__name__)
 
 # Bump when check.py changes what it accepts or stores, or the file layout changes: every old cache is then rebuilt.
-CACHE_VERSION = "detect-labels-3"  # 3: flat arrays in an .npz (was json); 2: a non-finite value skips the image
+# 4: a checksum of the contents; 3: flat arrays in an .npz (was json); 2: a non-finite value skips the image.
+CACHE_VERSION = "detect-labels-4"
 # stat() is a round trip on a network filesystem (about 1 ms on NFS): this many in flight at once keep 236k stats
 # (118k images and their labels) to seconds there; on a local disk they cost the same as a plain loop.
 STAT_THREADS = 32
 STAT_CHUNK = 4096
 ARRAYS = ("widths", "heights", "offsets", "rows", "crowd", "background")
+CACHE_DIR_VARIABLE = "DETECT_CACHE_DIR"  # where caches go, as --cache-dir (which wins)
+CACHE_DIR_HELP = (f"folder for the label cache (default: ${CACHE_DIR_VARIABLE}, else beside the labels, or "
+                  "$XDG_CACHE_HOME/detect when their folder is read-only)")
 
 
 def _stat_chunk(files: Sequence[str]) -> np.ndarray:
@@ -61,31 +67,74 @@ def folder_writable(folder: Path) -> bool:
     return bool(mode & stat.S_IWUSR) and os.access(folder, os.W_OK)
 
 
+def checksum(key: str, problems: str, arrays: Mapping[str, np.ndarray]) -> str:
+    """sha256 of the key, the problems' json and each array's name, dtype, shape and bytes."""
+    digest = hashlib.sha256(f"{CACHE_VERSION}|{key}|{problems}".encode("utf-8", "surrogateescape"))
+    for name in ARRAYS:
+        array = np.ascontiguousarray(arrays[name])
+        digest.update(f"|{name}|{array.dtype.str}|{array.shape}|".encode())
+        digest.update(array.data)
+    return digest.hexdigest()
+
+
+def cache_root(data_folder: Path, cache_dir: str | Path | None = None) -> Path | None:
+    """The folder for caches of the data in `data_folder`: `cache_dir` (--cache-dir), else $DETECT_CACHE_DIR, else
+    None (beside the data) while `data_folder` is writable, else the user cache (data_config.user_cache)."""
+    cache_dir = cache_dir or os.environ.get(CACHE_DIR_VARIABLE) or None
+    if cache_dir is None:
+        return None if folder_writable(data_folder) else user_cache()
+    return Path(cache_dir).expanduser()
+
+
+def relocated(usual: Path, root: Path | None) -> Path:
+    """`usual` (a cache's place beside the data) itself without a root, else root/<name>-<hash of usual><suffixes>:
+    one per dataset split or image folder however many share the root, its name still readable."""
+    if root is None:
+        return usual
+    stem, dot, suffixes = usual.name.partition(".")
+    return root / f"{stem}-{hashlib.sha256(os.fsencode(usual)).hexdigest()[:12]}{dot}{suffixes}"
+
+
+def cache_path(usual: Path, cache_dir: str | Path | None = None) -> Path:
+    """Where a cache whose usual place is `usual`, beside the data, goes (cache_root, relocated)."""
+    return relocated(usual, cache_root(usual.parent, cache_dir))
+
+
 def read_cache(path: Path, expected: str) -> CheckedImages | None:
-    """The cached check if the cache exists, parses and matches `expected`; else None (rebuild)."""
-    if not path.is_file():
-        return None
+    """The cached check if the cache exists, parses, matches `expected` and its checksum; else None (rebuild).
+    Never raises: any unreadable or corrupt file is one warning line and a new check."""
     try:
+        if not path.is_file():
+            return None
         with np.load(path, allow_pickle=False) as data:
             if str(data["version"]) != CACHE_VERSION or str(data["key"]) != expected:
                 LOGGER.info("%s: stale label cache, rebuilding", path)
                 return None
-            return CheckedImages(**{name: data[name] for name in ARRAYS}, problems=json.loads(str(data["problems"])))
-    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as error:
-        LOGGER.warning("%s: unreadable label cache (%s), rebuilding", path, error)
+            arrays, problems = {name: data[name] for name in ARRAYS}, str(data["problems"])
+            if str(data["checksum"]) != checksum(expected, problems, arrays):
+                raise ValueError("its checksum does not match its contents")
+            return CheckedImages(**arrays, problems=json.loads(problems))
+    except Exception as error:  # noqa: BLE001 (a corrupt zip or .npy header fails zipfile's or numpy's parser in
+        # any way: NotImplementedError, TokenError, ...)
+        reason = (str(error).splitlines() or [""])[0]
+        LOGGER.warning("%s: unreadable label cache (%s: %s), rebuilding", path, type(error).__name__, reason)
         return None
 
 
 def write_cache(path: Path, key: str, checked: CheckedImages) -> bool:
-    """Write atomically (temp + rename); a read-only folder gives a warning and no cache."""
+    """Write atomically (temp + rename), making its folder; a read-only folder gives a warning and no cache."""
+    with contextlib.suppress(OSError):  # a folder that cannot be made is named by the warning below
+        path.parent.mkdir(parents=True, exist_ok=True)
     if not folder_writable(path.parent):
-        LOGGER.warning("%s: folder is not writable, running without a label cache", path.parent)
+        LOGGER.warning("%s: folder is not writable, running without a label cache (--cache-dir or %s can name a "
+                       "writable one)", path.parent, CACHE_DIR_VARIABLE)
         return False
     temporary = path.with_name(path.name + f".{os.getpid()}.tmp")
+    arrays, problems = {name: getattr(checked, name) for name in ARRAYS}, json.dumps(checked.problems)
     try:
         with open(temporary, "wb") as handle:
-            np.savez(handle, version=np.array(CACHE_VERSION), key=np.array(key),
-                     problems=np.array(json.dumps(checked.problems)), **{name: getattr(checked, name) for name in ARRAYS})
+            np.savez(handle, version=np.array(CACHE_VERSION), key=np.array(key), problems=np.array(problems),
+                     checksum=np.array(checksum(key, problems, arrays)), **arrays)
         os.replace(temporary, path)
     except OSError as error:
         LOGGER.warning("%s: cannot write the label cache (%s), running without it", path, error)

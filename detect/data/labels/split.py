@@ -5,12 +5,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
-import hashlib
 import logging
 import multiprocessing
 import os
 import signal
-import tempfile
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from itertools import repeat
 from pathlib import Path
@@ -49,6 +47,7 @@ class LabelledSplit:
     category_ids: list[int] | None
     counts: dict[str, int]
     details_file: Path | None
+    cache_state: str  # the label cache: "loaded", "written" or "not written"
 
 
 def list_images(source: Path) -> list[str]:
@@ -109,11 +108,11 @@ def _checker_start() -> None:
 
 
 def _write_details(cache_file: Path, details: list[str]) -> Path | None:
+    """The label-check details beside the label cache (cache_path put both where they can be written)."""
     target = cache_file.with_suffix(".problems.txt")
-    if not label_cache.folder_writable(cache_file.parent):  # e.g. a read-only dataset: the temp folder, with
-        # the dataset's path hashed into the name so that two datasets' details never overwrite each other
-        digest = hashlib.sha1(str(cache_file).encode()).hexdigest()[:8]
-        target = Path(tempfile.gettempdir()) / f"{cache_file.stem}-{digest}.problems.txt"
+    if not label_cache.folder_writable(target.parent):
+        LOGGER.warning("%s: folder is not writable, the label-check details are not written", target.parent)
+        return None
     try:
         target.write_text("\n".join(details) + "\n")
     except OSError as error:
@@ -143,9 +142,11 @@ def as_single_class(split: LabelledSplit) -> LabelledSplit:
     return dataclasses.replace(split, records=records, names=["item"], coco_json=None, category_ids=None)
 
 
-def load_split(config: DataConfig, split: str = "train", single_class: bool = False) -> LabelledSplit:
+def load_split(config: DataConfig, split: str = "train", single_class: bool = False,
+               cache_dir: str | Path | None = None) -> LabelledSplit:
     """Check (or load from cache) every image of `split`; one clear UserError if none is usable. With
-    `single_class` the labels are checked against the yaml's classes, then all become class 0 (as_single_class)."""
+    `single_class` the labels are checked against the yaml's classes, then all become class 0 (as_single_class).
+    The label cache sits beside the labels, or in `cache_dir` (--cache-dir) or the user cache (cache_path)."""
     if config.builtin is not None:
         # imported here: only built-in datasets need the generator
         from detect.data.builtin import ensure_builtin
@@ -161,11 +162,12 @@ def load_split(config: DataConfig, split: str = "train", single_class: bool = Fa
         labels: list[str | None] = [None] * len(images)
         empty = (np.zeros((0, 5), np.float32), np.zeros(0, bool))
         given = [coco.rows.get(os.path.basename(image), empty) for image in images]
-        cache_file, key_files = json_file.with_name(f"{json_file.stem}.{split}{CACHE_SUFFIX}"), [*images, str(json_file)]
+        usual, key_files = json_file.with_name(f"{json_file.stem}.{split}{CACHE_SUFFIX}"), [*images, str(json_file)]
     else:
         coco, labels, given = None, [label_path_for(image) for image in images], [None] * len(images)
         label_folder = Path(labels[0]).parent
-        cache_file, key_files = label_folder.with_name(label_folder.name + CACHE_SUFFIX), images + labels
+        usual, key_files = label_folder.with_name(label_folder.name + CACHE_SUFFIX), images + labels
+    cache_file = label_cache.cache_path(usual, cache_dir)
     key = label_cache.fingerprint(key_files, config.num_classes)
     checked = label_cache.read_cache(cache_file, key)
     cache_state = "loaded"
@@ -184,5 +186,6 @@ def load_split(config: DataConfig, split: str = "train", single_class: bool = Fa
     usable = checked.usable
     records = table if usable.all() else table.take(np.flatnonzero(usable))
     labelled = LabelledSplit(records=records, names=list(config.names), coco_json=json_file,
-                             category_ids=coco.category_ids if coco else None, counts=counts, details_file=details_file)
+                             category_ids=coco.category_ids if coco else None, counts=counts, details_file=details_file,
+                             cache_state=cache_state)
     return as_single_class(labelled) if single_class else labelled
