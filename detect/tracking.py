@@ -67,9 +67,13 @@ def tracking_hooks(mlflow: bool) -> list[Hook]:
     return [MlflowLogger()] if mlflow or os.environ.get("MLFLOW_TRACKING_URI") else []
 
 
-def _first_line(error: BaseException) -> str:
+def _first_sentence(error: BaseException) -> str:
+    """The error's type and the first sentence of its message (MLflow's go on for lines)."""
     text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0][:200]}" if text else type(error).__name__
+    if not text:
+        return type(error).__name__
+    sentence = text.splitlines()[0].split(". ")[0]
+    return f"{type(error).__name__}: {sentence[:200]}{'...' if len(sentence) > 200 else ''}"
 
 
 class MlflowLogger(Hook):
@@ -139,7 +143,7 @@ class MlflowLogger(Hook):
                 self.client.log_batch(self.run_id, params=[self.entities.Param(key, str(value)[:6000])
                                                            for key, value in params.items()])
         except Exception as error:  # noqa: BLE001 - whatever the store says, training goes on
-            self._warn(f"MLflow: cannot track in {uri} ({_first_line(error)}); {STORES_THAT_WORK}; training goes on "
+            self._warn(f"MLflow: cannot track in {uri} ({_first_sentence(error)}); {STORES_THAT_WORK}; training goes on "
                        "without tracking")
             return
         run.tracking[RUN_ID] = self.run_id
@@ -192,7 +196,7 @@ class MlflowLogger(Hook):
             try:
                 event()
             except Exception as error:  # noqa: BLE001 - whatever the server or the network does, training goes on
-                self._warn(f"MLflow: {_first_line(error)}; tracking stops for this run (training goes on)")
+                self._warn(f"MLflow: {_first_sentence(error)}; tracking stops for this run (training goes on)")
 
     def _warn(self, message: str) -> None:
         if not self.warned:
