@@ -146,6 +146,7 @@ class StopInSecondEpoch(Hook):
 def test_a_resumed_run_continues_its_mlflow_run(data, tmp_path, monkeypatch):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(tmp_path)  # where MLflow puts the artifacts of a SQLite store's new experiment (./mlruns)
     with pytest.raises(Interrupted):
         train.run(callbacks=[StopInSecondEpoch()], **_options(data, tmp_path / "runs", epochs=3, noplots=True))
     save_dir = tmp_path / "runs" / "exp"

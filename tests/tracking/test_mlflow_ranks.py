@@ -116,8 +116,10 @@ def _val_of_last(data: Path, last: Path, tmp_path: Path) -> tuple[float, float]:
 def test_two_ranks_track_one_run_from_the_writing_rank(data, tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     project = tmp_path / "runs"
-    output, noted = _finished(_torchrun(train_args(data, project), tmp_path, REPO, MLFLOW_TRACKING_URI=uri), tmp_path)
-    assert noted == {0: {"import-mlflow"}, 1: set()}, noted
+    # In tmp_path: MLflow puts the artifacts of a SQLite store's new experiment in ./mlruns.
+    output, noted = _finished(_torchrun(train_args(data, project), tmp_path, tmp_path, MLFLOW_TRACKING_URI=uri),
+                              tmp_path)
+    assert noted == {0: {"import-mlflow", "mkdir-mlruns"}, 1: set()}, noted
     client, run = _the_run(uri, project, output)
     with open(project / "exp" / "results.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
