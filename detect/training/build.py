@@ -87,6 +87,7 @@ class Run:
     control: Control  # the loop's channel to the hooks, with the counters the epochs advance
     validation: Validation
     phases: PhaseTimes
+    tracking: dict[str, str] = dataclasses.field(default_factory=dict)  # experiment trackers' ids, kept in last.pt
 
     @property
     def counters(self) -> Counters:
@@ -99,7 +100,8 @@ class Run:
             model=model_state(self.model), ema=model_state(ema.module), ema_updates=ema.updates,
             counters=self.counters, settings=self.settings, hyp=self.hyp,
             optimizer=parts.optimizer.state_dict() if full else None, scaler=parts.scaler.state_dict() if full else None,
-            scheduler=self.scheduler.state_dict() if full else None, rng=rng_state(self.backend) if full else None)
+            scheduler=self.scheduler.state_dict() if full else None, rng=rng_state(self.backend) if full else None,
+            tracking=dict(self.tracking) if full else {})
 
     def save_last(self) -> None:
         """last.pt: the run where the counters stand, with all a resume needs (main rank)."""
@@ -393,4 +395,4 @@ def build_run(settings: TrainSettings, context: DistContext, resume: bool | str 
                 plot_label_stats(train_loader.records, train_loader.names, folder.save_dir / "labels.png")
     patient_barrier(context, "labels.png")  # the others wait here, not in the first step's collectives
     return Run(settings, hyp, context, backend, folder, train_loader, model, parts, plan, scheduler,
-               Control(counters), validation, phases)
+               Control(counters), validation, phases, dict(point.checkpoint.tracking) if point else {})

@@ -75,7 +75,8 @@ def restore_rng_state(state: dict[str, Any], backend: Backend) -> None:
 @dataclasses.dataclass
 class TrainingCheckpoint:
     """What last.pt, best.pt and epoch<N>.pt hold. The model entries are models/weights.py's model_state (what every
-    weights reader loads); last.pt alone holds the optimizer, scaler, scheduler and RNG states a resume needs."""
+    weights reader loads); last.pt alone holds the optimizer, scaler, scheduler and RNG states a resume needs, and the
+    trackers' run ids when the run is tracked (an optional entry: files without it read as before)."""
 
     FORMAT: ClassVar[str] = "detect-train-1"  # the payload layout; a new layout gets a new name and a reader here
 
@@ -89,6 +90,7 @@ class TrainingCheckpoint:
     scaler: dict | None = None
     scheduler: dict | None = None
     rng: dict | None = None
+    tracking: dict[str, str] = dataclasses.field(default_factory=dict)  # experiment trackers' ids of the run
     date: str = dataclasses.field(
         default_factory=lambda: datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
 
@@ -105,6 +107,7 @@ class TrainingCheckpoint:
             "optimizer": self.optimizer, "scaler": self.scaler, "scheduler": self.scheduler,
             "progress": dataclasses.asdict(self.counters), "rng": self.rng,
             "config": {"settings": self.settings.to_dict(), "hyp": dataclasses.asdict(self.hyp)},
+            **({"tracking": dict(self.tracking)} if self.tracking else {}),
         }
 
     @classmethod
@@ -119,7 +122,8 @@ class TrainingCheckpoint:
                    counters=Counters(**payload["progress"]),
                    settings=TrainSettings.from_dict(config["settings"], f"{source} (stored settings)"),
                    hyp=from_mapping(Hyp, config["hyp"], f"{source} (stored hyp)"), optimizer=payload["optimizer"],
-                   scaler=payload["scaler"], scheduler=payload["scheduler"], rng=payload["rng"], date=payload["date"])
+                   scaler=payload["scaler"], scheduler=payload["scheduler"], rng=payload["rng"],
+                   tracking=dict(payload.get("tracking", {})), date=payload["date"])
 
     @classmethod
     def load(cls, path: Path) -> TrainingCheckpoint:
