@@ -21,6 +21,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.numeric)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def user_cache_of_the_session(tmp_path_factory):
+    """The user cache (label caches of read-only data such as the shared coco128, the built-in dataset) in a folder of
+    the test session, for the tests and the processes they start: never the developer's ~/.cache, and never moved
+    by a DETECT_CACHE_DIR or DETECT_DATA_DIR in their shell."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+    patch.delenv("DETECT_CACHE_DIR", raising=False)
+    patch.delenv("DETECT_DATA_DIR", raising=False)
+    yield
+    patch.undo()
+
+
 @pytest.fixture(scope="module")
 def weights(tmp_path_factory) -> Path:
     """An untrained 3-class yolov5n checkpoint (tests/exporters/helpers.py)."""
