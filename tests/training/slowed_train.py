@@ -4,7 +4,8 @@ stage slowed down so that a test can send a signal while the run is in it.
 SLOWED names the stage: `validation` (each batch of a validation pass, from pass number SLOWED_PASS on, counting
 from 1 per process), `check` (each image of the label check, in a process pool however small the split) or `save`
 (each checkpoint written); SLOWED_SECONDS how long each call waits (default 0.5). The file MARKER is created each
-time the slowed stage is entered."""
+time the slowed stage is entered; with HOLD set, the stage then waits until the file HOLD exists (a test holds the
+run there until it is ready)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from detect.training import build, hooks
 
 MARKER = Path(os.environ.get("MARKER", "marker"))
 SECONDS = float(os.environ.get("SLOWED_SECONDS", "0.5"))
+HOLD = Path(os.environ["HOLD"]) if os.environ.get("HOLD") else None
 check_image = check.check_image
 
 
@@ -29,6 +31,8 @@ def slowed(function):
 
     def wrapper(*args, **kwargs):
         MARKER.touch()
+        while HOLD is not None and not HOLD.exists():
+            time.sleep(0.05)
         time.sleep(SECONDS)
         return function(*args, **kwargs)
 
