@@ -1,14 +1,12 @@
 """torch.distributed as the trainer uses it: one DistContext, collectives that do nothing at world size 1, each rank's
 host cores (--cpu-affinity), and the launch of one rank per device of `--device 0,1,2,3` outside torchrun.
 
-Launched by torchrun (one node or many), which sets RANK, WORLD_SIZE and LOCAL_RANK, or by `launch_ranks` (torch's
-elastic launcher, torch.distributed.launcher.api, what torchrun runs: yolov5 falls back to DataParallel here, ultralytics
-starts DDP ranks itself), which runs the same command line once per device. When a worker process dies,
-torchrun's agent stops the others within its monitor interval and names the failed rank; a rank that hangs instead
-is caught by the process group's timeout (--dist-timeout), which every collective inherits: the rank that waited
-then names the ranks that went silent (their heartbeats in the job's store stopped) and the collective it waited in,
-and ends (collective_failure). Rank-local work of any length (label checks, caches; the main rank's AutoAnchor, AMP
-check and labels.png) waits at patient_barrier, through the store, under no collective's deadline.
+Launched by torchrun (one node or many), or by `launch_ranks` (torch's elastic launcher, what torchrun runs: yolov5
+falls back to DataParallel here), which runs the same command line once per device. When a worker process dies,
+torchrun's agent stops the others within its monitor interval and names it; a rank that hangs instead is caught by
+--dist-timeout, which every collective inherits: the rank that waited names the ranks whose heartbeats in the job's
+store stopped and the collective it waited in (collective_failure). Rank-local work of any length (label checks,
+caches; the main rank's AutoAnchor, AMP check and labels.png) waits at patient_barrier, under no deadline.
 """
 
 from __future__ import annotations
@@ -118,7 +116,8 @@ def init_process_group(context: DistContext, backend_name: str, timeout_s: float
     # process's first group can continue an elastic restart.
     first_group = _groups_joined[0] == 0
     _groups_joined[0] += 1
-    with _signals_end_at_once():
+    # The join waits in C++ for ranks that may never come, where no Python handler runs: a signal ends it at once.
+    with stop_signals_handled_by(signal.SIG_DFL):
         store = dist.TCPStore(host, port, context.world_size, is_master=context.rank == 0 and not agent_hosts_store,
                               timeout=timeout)
         attempt, restarts = join_attempt(store, context if first_group else dataclasses.replace(context, restart_count=0),
@@ -130,23 +129,21 @@ def init_process_group(context: DistContext, backend_name: str, timeout_s: float
 
 
 @contextlib.contextmanager
-def _signals_end_at_once() -> Iterator[None]:
-    """SIGTERM and SIGINT end the process at once in the body: joining the group waits in C++ for ranks that may never
-    come (one that failed to start), and a Python handler would run only when that wait ends (--dist-timeout)."""
+def stop_signals_handled_by(handler: Any) -> Iterator[None]:
+    """SIGTERM and SIGINT handled by `handler` (a function, or signal.SIG_DFL) in the body (main thread only)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {number: signal.signal(number, signal.SIG_DFL) for number in (signal.SIGTERM, signal.SIGINT)}
+    previous = {number: signal.signal(number, handler) for number in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
+        for number, before in previous.items():
+            signal.signal(number, before)
 
 
 class Heartbeat:
-    """A thread that writes this rank's wall time into the job's store every HEARTBEAT_S (a frozen process stops
-    writing), over a connection of its own, until stopped."""
+    """A thread writing this rank's wall time into the job's store every HEARTBEAT_S over its own connection."""
 
     def __init__(self, job: JobStore, rank: int) -> None:
         self.stopped = threading.Event()
@@ -209,15 +206,14 @@ def entering(collective: str) -> None:
 
 
 def patient_barrier(context: DistContext, name: str) -> None:
-    """Wait for every rank, through the store and under no collective's deadline: around rank-local work of any
-    length (a label check of COCO takes minutes), which must not trip --dist-timeout."""
+    """Wait for every rank through the store, under no collective's deadline: around rank-local work of any length."""
     if not context.distributed:
         return
     store = context.store.client(LOCAL_WORK_TIMEOUT)
     store.set(f"barrier/{name}/{context.rank}", "1")
     keys = [f"barrier/{name}/{rank}" for rank in range(context.world_size)]
     deadline = time.monotonic() + LOCAL_WORK_TIMEOUT.total_seconds()
-    # In slices: a signal handler (SIGTERM ends the set-up at once) runs only when the store's call returns.
+    # Polled: a signal handler (SIGTERM ends the set-up at once) would run only when a store.wait returned.
     while not store.check(keys):
         if time.monotonic() > deadline:
             raise dist.DistStoreError(f"rank {context.rank} waited {LOCAL_WORK_TIMEOUT} at the barrier {name!r}")
@@ -345,9 +341,8 @@ def host_cores(spec: str, device: str, backend: Backend, context: DistContext) -
 
 
 def one_voice(context: DistContext) -> None:
-    """Info lines from the main rank only, the others' warnings and errors: set again once the main rank is known,
-    which after an elastic restart on storage that is not shared may be another than RANK 0 (training/resume.py).
-    A single process keeps the logging it has."""
+    """Info lines from the main rank only, the others' warnings and errors: set again once the main rank is known
+    (after an elastic restart on storage that is not shared, maybe not RANK 0). One process keeps its logging."""
     if context.distributed:
         logging.getLogger().setLevel(logging.INFO if context.is_main else logging.WARNING)
 
@@ -368,8 +363,7 @@ MONITOR_INTERVAL_S = 1.0  # how often the launcher looks at its ranks: a failed 
 
 
 def _free_port() -> int:
-    """A TCP port free on the loopback right now, for the rendezvous of this one-node job."""
-    with socket.socket() as probe:
+    with socket.socket() as probe:  # a port free on the loopback now, for this one-node job's rendezvous
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
 
@@ -387,8 +381,8 @@ def _failure_line(error: Exception) -> str:
 
 
 def launch_ranks(argv: list[str], devices: DeviceRequest) -> None:
-    """Run `python -m detect.train argv` as len(devices.indices) ranks on this machine and wait for them; a failed
-    rank ends the others and raises UserError naming it (its own error line is on the console above)."""
+    """Run `python -m detect.train argv` as one rank per device on this machine; a failed rank ends the others and
+    raises UserError naming it (its own error line is above)."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 

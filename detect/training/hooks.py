@@ -13,9 +13,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
-import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from detect.backend.profiler import ProfileSchedule, find_trace, format_summary, summarize
 from detect.data import Batch
@@ -24,11 +23,11 @@ from detect.errors import Interrupted, UserError
 from detect.evaluation.evaluator import Metrics
 from detect.models.safe_io import save_checkpoint
 from detect.training.build import Run
+from detect.training.distributed import stop_signals_handled_by
 from detect.training.loop import Control
 from detect.training.results import epoch_line
 
 LOGGER = logging.getLogger(__name__)
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class Hook:
@@ -96,18 +95,9 @@ class SignalStop(Hook):
     def __init__(self) -> None:
         self.control: Control | None = None
 
-    @contextlib.contextmanager
-    def handling(self) -> Iterator[None]:
+    def handling(self) -> contextlib.AbstractContextManager[None]:
         """The handlers in place for the body (the whole run: set-up, training, final evaluation), then the old ones."""
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        previous = {number: signal.signal(number, self.receive) for number in SIGNALS}
-        try:
-            yield
-        finally:
-            for number, handler in previous.items():
-                signal.signal(number, handler)
+        return stop_signals_handled_by(self.receive)
 
     def before_train(self, run: Run) -> None:
         self.control = run.control
