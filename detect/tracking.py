@@ -102,7 +102,7 @@ class MlflowLogger(Hook):
         files = [path for path in sorted(folder.save_dir.iterdir()) if path.suffix in ARTIFACT_SUFFIXES]
         if folder.best_path.is_file():
             files.append(folder.best_path)
-        status = "KILLED" if run.control.stopped else "FINISHED" if metrics is not None else "FAILED"
+        status = "KILLED" if run.control.stop_asked() else "FINISHED" if metrics is not None else "FAILED"
         for path in files:
             self._put(lambda path=path: self.client.log_artifact(self.run_id, str(path)))
         self._put(lambda: self.client.set_terminated(self.run_id, status=status))

@@ -123,12 +123,13 @@ def _wait(path: Path, process: subprocess.Popen, timeout: float = 180) -> None:
         time.sleep(0.05)
 
 
-def _stop(process: subprocess.Popen, job: str, whole_job: bool) -> tuple[str, float]:
-    """SIGTERM to the process, or to every process of the job (torchrun, its workers, theirs); the output and how
-    long the process took to end."""
+def _stop(process: subprocess.Popen, job: str, whole_job: bool,
+          sent_signal: signal.Signals = signal.SIGTERM) -> tuple[str, float]:
+    """SIGTERM (or `sent_signal`) to the process, or to every process of the job (torchrun, its workers, theirs: a
+    scheduler's SIGTERM, a terminal's Ctrl-C); the output and how long the process took to end."""
     sent = time.monotonic()
     for pid in _our_processes(job) if whole_job else [process.pid]:
-        os.kill(pid, signal.SIGTERM)
+        os.kill(pid, sent_signal)
     output = process.communicate(timeout=120)[0]
     return output, time.monotonic() - sent
 
@@ -159,14 +160,19 @@ def test_sigterm_ends_one_process_within_5_s_wherever_it_lands(data, tmp_path, s
 
 
 @pytest.mark.slow
-def test_sigterm_to_a_torchrun_job_in_validation_ends_every_rank_once_and_no_restart(data, tmp_path):
+@pytest.mark.parametrize("sent_signal, whole_job", [
+    (signal.SIGTERM, True),  # a scheduler (Slurm) signals every process of the job
+    (signal.SIGINT, False),  # a terminal's Ctrl-C reaches torchrun alone (its ranks have sessions of their own)
+])
+def test_a_signal_to_a_torchrun_job_in_validation_ends_every_rank_once_and_no_restart(data, tmp_path, sent_signal,
+                                                                                         whole_job):
     args = train_args(data, tmp_path / "runs", "--workers", "1", epochs=3)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                "--max_restarts", "1", str(HARNESS), *args]
     process, marker, job = _start(command, tmp_path, "validation", SLOWED_SECONDS="2")
     _wait(marker, process)
     time.sleep(0.3)
-    output, seconds = _stop(process, job, whole_job=True)
+    output, seconds = _stop(process, job, whole_job=whole_job, sent_signal=sent_signal)
     assert seconds < STOP_WITHIN_S + 2, (seconds, output[-3000:])  # torchrun itself ends a moment after its ranks
     assert process.returncode != 0 and "resuming from" not in output, output[-3000:]  # no restart
     resume_lines = [line for line in output.splitlines() if "resume with:" in line]

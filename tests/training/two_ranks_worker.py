@@ -169,8 +169,8 @@ def main(options_path: str, records: str, patches: list[str]) -> int:
     if "save-due" in patches:
         save_always_due()
     own_hooks = trainer.run_hooks
-    trainer.run_hooks = lambda run, profile, callbacks: HookList(
-        run, [*own_hooks(run, profile, callbacks).hooks, Witness(records)])
+    trainer.run_hooks = lambda run, profile, callbacks, signals: HookList(
+        run, [*own_hooks(run, profile, callbacks, signals).hooks, Witness(records)])
     options = json.loads(Path(options_path).read_text())
     profile = options.pop("profile", None)
 
