@@ -124,7 +124,8 @@ def _glob(pattern: str) -> Listing:
     levels; 2^40 paths for two such links): '**' goes through files.walk, which never loops."""
     parts = Path(pattern).parts
     if "**" not in parts:
-        return Listing(sorted(match for match in glob.glob(pattern) if _is_media(match) and not os.path.isdir(match)))
+        matches = (match for match in glob.glob(pattern) if _is_media(match) and not os.path.isdir(match))
+        return Listing(sorted(matches, key=Path))
     literal = next(index for index, part in enumerate(parts) if glob.has_magic(part))
     base, rest = Path(*parts[:literal]) if literal else Path("."), parts[literal:]
     found = walk(str(base), _is_media)
@@ -132,7 +133,7 @@ def _glob(pattern: str) -> Listing:
     def matches(file: str) -> bool:
         return _glob_match(Path(file).relative_to(base).parts, rest)
 
-    return Listing(sorted(filter(matches, found.files)),
+    return Listing(list(filter(matches, found.files)),  # in Path order, as the walk lists them
                    [(file, why) for file, why in found.skipped if why.startswith(UNREADABLE_FOLDER) or matches(file)])
 
 
