@@ -93,12 +93,15 @@ def predict_args(weights: Path, source: Path | str, project: Path) -> list[str]:
             "--project", str(project)]
 
 
-def test_a_fifo_as_the_only_source_is_exit_2_in_one_line(weights, tmp_path):
-    """Case 8: hung for ever (cv2.imread opened the FIFO and waited for a writer)."""
-    os.mkfifo(tmp_path / "camera.jpg")
-    finished = run_cli("detect.predict", *predict_args(weights, tmp_path / "camera.jpg", tmp_path / "runs"), timeout=60)
+@pytest.mark.parametrize("name, message", [("camera.jpg", f"{NOT_REGULAR} (FIFO)"),
+                                           ("clip.mp4", f"{NOT_REGULAR} (FIFO)"),
+                                           ("cameras.streams", f"cannot read it ({NOT_REGULAR} (FIFO))")])
+def test_a_fifo_as_the_only_source_is_exit_2_in_one_line(weights, tmp_path, name, message):
+    """Case 8: hung for ever (cv2.imread, FFmpeg or read_text opened the FIFO and waited for a writer)."""
+    os.mkfifo(tmp_path / name)
+    finished = run_cli("detect.predict", *predict_args(weights, tmp_path / name, tmp_path / "runs"), timeout=60)
     assert finished.returncode == 2
-    assert finished.stdout == f"error: --source {tmp_path / 'camera.jpg'}: {NOT_REGULAR} (FIFO)\n"
+    assert finished.stdout == f"error: --source {tmp_path / name}: {message}\n"
     assert not (tmp_path / "runs").exists()
 
 
