@@ -3,10 +3,13 @@ naming each broken or looping link, unreadable folder and special file it skips.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import socket
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +27,11 @@ from detect.data.images.files import (
     require_file,
     walk,
 )
+from detect.data.images.load import read_image
+from detect.data.labels.check import check_image
 from detect.errors import UserError
+from detect.inference import detector
+from detect.inference.media import load_image
 
 
 def jpeg(name: str) -> bool:
@@ -152,3 +159,38 @@ def test_a_walk_that_is_not_recursive_lists_one_folder(tmp_path):
     listing = walk(str(tmp_path), jpeg, recursive=False)
     assert listing.files == [str(tmp_path / "a.jpg")]
     assert listing.skipped == [(str(tmp_path / "c.jpg"), f"{NOT_REGULAR} (FIFO)")]
+
+
+@contextlib.contextmanager
+def released_if_opened(fifo: Path, after: float = 10.0) -> Iterator[None]:
+    """If the code under test opens `fifo` (it must not), a writer frees it every `after` s: the test then fails
+    instead of hanging."""
+    stop = threading.Event()
+
+    def free() -> None:
+        while not stop.wait(after):
+            os.close(os.open(fifo, os.O_WRONLY))  # waits for a reader, then gives it an end of file
+
+    thread = threading.Thread(target=free, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        while thread.is_alive():  # its writer may wait for a reader that never came: be that reader
+            os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+            thread.join(0.1)
+
+
+def test_every_reader_of_a_user_image_refuses_a_fifo_without_opening_it(tmp_path):
+    fifo = tmp_path / "x.jpg"
+    os.mkfifo(fifo)
+    with released_if_opened(fifo):
+        with pytest.raises(OSError, match=r"not a regular file \(FIFO\)"):
+            read_image(fifo)  # training and val loaders, hub, annotate
+        with pytest.raises(OSError, match=r"not a regular file \(FIFO\)"):
+            load_image(fifo)  # the Detector API
+        with pytest.raises(UserError, match=r"x.jpg: OSError: not a regular file \(FIFO\)"):
+            detector._as_array(str(fifo))
+        result = check_image(str(fifo), None, 1)  # the label check
+    assert result.skipped == f"{NOT_REGULAR} (FIFO)" and result.details == [f"{fifo}: {NOT_REGULAR} (FIFO)"]
