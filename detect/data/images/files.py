@@ -63,10 +63,11 @@ def file_problem(path: str | os.PathLike) -> str | None:
 
 
 def require_file(path: str | os.PathLike) -> None:
-    """OSError naming the problem unless `path` is a regular file we may read (file_problem)."""
-    problem = file_problem(path)
-    if problem is not None:
-        raise OSError(problem)
+    """stat's own OSError for a path that is not there (as the reader would raise it), or an OSError naming what the
+    path is when it is not a regular file (a FIFO, socket, device or folder)."""
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise OSError(f"{NOT_REGULAR} ({_kind(mode)})")
 
 
 @dataclasses.dataclass
