@@ -73,13 +73,15 @@ def list_sources(source: str) -> list[Path]:
         listings = [_expand(line.strip(), path.parent) for line in text.splitlines() if line.strip()]
     else:
         listings = [_expand(source, None)]
-    readable, unreadable = [], [entry for listing in listings for entry in listing.skipped]
-    for file in (file for listing in listings for file in listing.files):
-        problem = file_problem(file)
-        if problem is None:
-            readable.append(Path(file))
-        else:
-            unreadable.append((file, problem))
+    readable, unreadable = [], []
+    for listing in listings:
+        unreadable += listing.skipped
+        for file in listing.files:
+            problem = file_problem(file)
+            if problem is None:
+                readable.append(Path(file))
+            else:
+                unreadable.append((file, problem))
     if not readable:
         raise UserError(_nothing_readable(source, unreadable))
     if unreadable:

@@ -155,7 +155,7 @@ def validate_rows(rows: np.ndarray, crowd: np.ndarray, num_classes: int, result:
     result.rows, result.crowd = rows, crowd
 
 
-def _not_regular(image: str, label_file: str | None, result: CheckResult) -> bool:
+def _unopenable(image: str, label_file: str | None, result: CheckResult) -> bool:
     """True (problem recorded) when the image, or a label file that is there, is not a regular file we may read
     (files.file_problem): missing, a broken or looping link, a FIFO named x.jpg or x.txt, which would block the
     check for ever."""
@@ -175,7 +175,7 @@ def check_image(
 ) -> CheckResult:
     """Check an image and its labels: a YOLO txt file, or `given` (rows, crowd) from a COCO json."""
     path, result = Path(image), CheckResult(path=image)
-    if _not_regular(image, label_file, result):
+    if _unopenable(image, label_file, result):
         return result
     size = _image_size(path, result)
     if size is None:
