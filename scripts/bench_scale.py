@@ -66,7 +66,7 @@ def load(args: argparse.Namespace) -> dict:
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     after = rss_mb()
-    images = list_images(config.splits["train"][0])
+    images = list_images(config.splits["train"][0]).files
     files = images + [label_path_for(image) for image in images]
     start = time.perf_counter()
     label_cache.fingerprint(files, config.num_classes)

@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import fnmatch
 import glob
+import logging
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import cv2
 import numpy as np
 
+from detect.data.images.files import UNREADABLE_FOLDER, Listing, file_problem, require_file, walk
 from detect.data.images.load import read_failure
 from detect.data.labels.check import decode_truncated_jpeg
 from detect.data.records import IMAGE_SUFFIXES
 from detect.errors import UserError
 
+LOGGER = logging.getLogger(__name__)
+NAMED = 3  # paths the line of skipped files names before "and N more"
 VIDEO_SUFFIXES = (".asf", ".avi", ".gif", ".m4v", ".mkv", ".mov", ".mp4", ".mpeg", ".mpg", ".ts", ".webm", ".wmv")
 
 
@@ -47,40 +54,120 @@ class Frame:
         return self.origin or str(self.path)
 
 
-def _media(paths: list[Path]) -> list[Path]:
-    return sorted(path for path in paths if path.suffix.lower() in IMAGE_SUFFIXES + VIDEO_SUFFIXES)
+def _is_media(name: str) -> bool:
+    return os.path.splitext(name)[1].lower() in IMAGE_SUFFIXES + VIDEO_SUFFIXES
 
 
 def list_sources(source: str) -> list[Path]:
     """The files `source` names: a file; a folder's images and videos (not recursive); a glob's matches; or each
     line of a .txt list, itself a file, folder or glob (relative to the list's folder). Files named one by one are
-    kept whatever their suffix; a listed file that is missing is reported when it is read."""
+    kept whatever their suffix. What cannot be read (missing, a broken or looping link, a FIFO, socket or device:
+    files.file_problem; an unreadable folder) is left out in one line naming the first few; none left is a
+    UserError with the count and the first."""
     path = Path(source)
     if path.suffix == ".txt" and path.is_file():
-        lines = [line.strip() for line in path.read_text().splitlines() if line.strip()]
-        files = [file for line in lines for file in _expand(line, path.parent)]
+        try:
+            text = path.read_text(errors="replace")
+        except OSError as error:
+            raise UserError(f"--source {source}: cannot read the list ({error.strerror or error})") from None
+        listings = [_expand(line.strip(), path.parent) for line in text.splitlines() if line.strip()]
     else:
-        files = _expand(source, None)
-    if not files:
-        raise UserError(f"--source {source}: no images or videos in it ({', '.join(IMAGE_SUFFIXES + VIDEO_SUFFIXES)})")
-    return files
+        listings = [_expand(source, None)]
+    readable, unreadable = [], []
+    for listing in listings:
+        unreadable += listing.skipped
+        for file in listing.files:
+            problem = file_problem(file)
+            if problem is None:
+                readable.append(Path(file))
+            else:
+                unreadable.append((file, problem))
+    if not readable:
+        raise UserError(_nothing_readable(source, unreadable))
+    if unreadable:
+        named = ", ".join(f"{file}: {why}" for file, why in unreadable[:NAMED])
+        more = f" and {len(unreadable) - NAMED} more" if len(unreadable) > NAMED else ""
+        LOGGER.warning("--source %s: %d of %d skipped (%s): %s%s", source, len(unreadable),
+                       len(unreadable) + len(readable), _reasons(unreadable), named, more)
+    return readable
 
 
-def _expand(entry: str, folder: Path | None) -> list[Path]:
+def _reasons(unreadable: list[tuple[str, str]]) -> str:
+    """'9998 no such file, 2 broken link': how many of each reason."""
+    return ", ".join(f"{count} {why}" for why, count in collections.Counter(why for _, why in unreadable).items())
+
+
+def _nothing_readable(source: str, unreadable: list[tuple[str, str]]) -> str:
+    """The one line for a source with no file that can be read."""
+    if not unreadable:
+        return f"--source {source}: no images or videos in it ({', '.join(IMAGE_SUFFIXES + VIDEO_SUFFIXES)})"
+    (first, why), count = unreadable[0], len(unreadable)
+    if count == 1:
+        return f"--source {source}: {why}" if first == source else f"--source {source}: {first}: {why}"
+    reasons = collections.Counter(why for _, why in unreadable)
+    first = first if len(reasons) == 1 else f"{first}: {why}"
+    return f"--source {source}: none of its {count} files can be read ({_reasons(unreadable)}; the first: {first})"
+
+
+def _expand(entry: str, folder: Path | None) -> Listing:
     """A file, a folder's media or a glob's media; `folder` is the .txt list's folder, None for --source itself."""
     path = folder / entry if folder is not None and not Path(entry).is_absolute() else Path(entry)
-    if path.is_dir():
-        return _media([item for item in path.iterdir() if item.is_file()])
-    if glob.has_magic(entry) and not path.exists():
-        return _media([Path(match) for match in glob.glob(str(path), recursive=True) if Path(match).is_file()])
-    if path.exists() or folder is not None:
-        return [path]
+    if os.path.isdir(path):
+        return walk(str(path), _is_media, recursive=False)
+    if glob.has_magic(entry) and not os.path.lexists(path):
+        return _glob(str(path))
+    if os.path.lexists(path) or folder is not None:
+        return Listing([str(path)])
     raise UserError(f"--source {entry}: no such file or folder, and no glob pattern")
+
+
+def _glob(pattern: str) -> Listing:
+    """A glob's images and videos, sorted. Python's glob follows a link loop under '**' until the path is too long (40
+    levels; 2^40 paths for two such links): '**' goes through files.walk, which never loops."""
+    parts = Path(pattern).parts
+    if "**" not in parts:
+        matches = (match for match in glob.glob(pattern) if _is_media(match) and not os.path.isdir(match))
+        return Listing(sorted(matches, key=Path))
+    literal = next(index for index, part in enumerate(parts) if glob.has_magic(part))
+    base, rest = Path(*parts[:literal]) if literal else Path("."), parts[literal:]
+    found = walk(str(base), _is_media)
+
+    def matches(file: str) -> bool:
+        return _glob_match(Path(file).relative_to(base).parts, rest)
+
+    return Listing(list(filter(matches, found.files)),  # in Path order, as the walk lists them
+                   [(file, why) for file, why in found.skipped if why.startswith(UNREADABLE_FOLDER) or matches(file)])
+
+
+def _glob_match(parts: tuple[str, ...], pattern: tuple[str, ...]) -> bool:
+    """Whether path parts match glob parts as glob does: '**' any number of folders, '*' never a leading '.'."""
+    pattern = tuple(part for index, part in enumerate(pattern) if part != "**" or pattern[index - 1:index] != ("**",))
+
+    def closed(states: set[int]) -> set[int]:  # '**' may match no folder at all
+        return states | {index + 1 for index in states if pattern[index:index + 1] == ("**",)}
+
+    states = closed({0})
+    for part in parts:
+        following = set()
+        for index in states - {len(pattern)}:
+            wanted = pattern[index]
+            if part.startswith(".") and not wanted.startswith("."):
+                continue
+            if wanted == "**":
+                following.add(index)
+            elif fnmatch.fnmatchcase(part, wanted):
+                following.add(index + 1)
+        states = closed(following)
+    return len(pattern) in states
 
 
 def _video_frames(path: Path, vid_stride: int) -> Iterator[Frame]:
     """Every vid_stride-th frame (the vid_stride-th, the 2 vid_stride-th, ... as yolov5's LoadImages); the frames
     skipped are grabbed, not decoded."""
+    problem = file_problem(path)  # FFmpeg would block for ever on a FIFO
+    if problem is not None:
+        yield Frame(path, None, count=0, problem=f"{path}: {problem}")
+        return
     capture = cv2.VideoCapture(str(path))
     try:
         if not capture.isOpened():
@@ -121,7 +208,9 @@ def file_frames(files: list[Path], vid_stride: int = 1, origins: dict[Path, str]
 
 
 def load_image(path: Path) -> np.ndarray:
-    """(h, w, 3) uint8 BGR, EXIF rotation applied; a JPEG cut short is decoded as far as it goes, as in training."""
+    """(h, w, 3) uint8 BGR, EXIF rotation applied; a JPEG cut short is decoded as far as it goes, as in training. An
+    OSError for a path that is not a regular file (a FIFO would block the decoder for ever)."""
+    require_file(path)
     image = cv2.imread(str(path), cv2.IMREAD_COLOR)
     if image is None:
         image = decode_truncated_jpeg(path.read_bytes())

@@ -13,6 +13,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from detect.data.images.files import require_file
 from detect.data.records import IMAGE_SUFFIXES
 from detect.errors import UserError
 from detect.inference.media import VIDEO_SUFFIXES, Frame, file_frames, list_sources
@@ -61,6 +62,7 @@ def open_source(source: str, vid_stride: int = 1) -> Source:
 def _stream_list(path: str) -> list[str | int]:
     """A .streams file's lines: URLs and webcam indices, one a line."""
     try:
+        require_file(path)  # a FIFO would block the read for ever
         lines = [line.strip() for line in Path(path).read_text().splitlines() if line.strip()]
     except OSError as error:
         raise UserError(f"--source {path}: cannot read it ({error.strerror or error})") from None

@@ -22,8 +22,9 @@ from detect.data.labels.checked import CheckedImages
 LOGGER = logging.getLogger(__name__)
 
 # Bump when check.py changes what it accepts or stores, or the file layout changes: every old cache is then rebuilt.
+# 5: a label file that is there but cannot be read (a broken link, a FIFO) skips its image (was: background);
 # 4: a checksum of the contents; 3: flat arrays in an .npz (was json); 2: a non-finite value skips the image.
-CACHE_VERSION = "detect-labels-4"
+CACHE_VERSION = "detect-labels-5"
 # stat() is a round trip on a network filesystem (about 1 ms on NFS): this many in flight at once keep 236k stats
 # (118k images and their labels) to seconds there; on a local disk they cost the same as a plain loop.
 STAT_THREADS = 32

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import cv2
 import numpy as np
 from PIL import Image
 
+from detect.data.images.files import file_problem
 from detect.ops.boxes import clip_boxes, xywh_to_xyxy, xyxy_to_xywh
 
 # Problem names (the summary table and the tests use these exact strings).
@@ -24,6 +26,7 @@ OUTSIDE = "coordinates outside [0,1]"
 ZERO_AREA = "zero-area box"
 DUPLICATE = "duplicate rows"
 MISSING_LABELS = "missing label file"
+UNREADABLE_LABELS = "unreadable label file"
 TRUNCATED_USED = "truncated JPEG, decodable, used"
 
 MIN_SIDE = 10  # pixels; yolov5 rejects images with a side under 10
@@ -152,22 +155,44 @@ def validate_rows(rows: np.ndarray, crowd: np.ndarray, num_classes: int, result:
     result.rows, result.crowd = rows, crowd
 
 
+def _unopenable(image: str, label_file: str | None, result: CheckResult) -> bool:
+    """True (problem recorded) when the image, or a label file that is there, is not a regular file we may read
+    (files.file_problem): missing, a broken or looping link, a FIFO named x.jpg or x.txt, which would block the
+    check for ever."""
+    problem = file_problem(image)
+    if problem is not None:
+        result.skipped, result.details = problem, [f"{image}: {problem}"]
+        return True
+    problem = file_problem(label_file) if label_file is not None and os.path.lexists(label_file) else None
+    if problem is not None:
+        result.skipped, result.details = UNREADABLE_LABELS, [f"{label_file}: {problem}"]
+        return True
+    return False
+
+
 def check_image(
     image: str, label_file: str | None, num_classes: int, given: tuple[np.ndarray, np.ndarray] | None = None
 ) -> CheckResult:
     """Check an image and its labels: a YOLO txt file, or `given` (rows, crowd) from a COCO json."""
     path, result = Path(image), CheckResult(path=image)
+    if _unopenable(image, label_file, result):
+        return result
     size = _image_size(path, result)
     if size is None:
         return result
     result.width, result.height = size
     if given is not None:
         rows, crowd = given
-    elif label_file is None or not Path(label_file).is_file():
+    elif label_file is None or not os.path.lexists(label_file):
         result.background, result.notes = True, result.notes + [MISSING_LABELS]
         return result
     else:
-        parsed, problem, detail = parse_label_text(Path(label_file).read_text(errors="replace"), num_classes)
+        try:
+            text = Path(label_file).read_text(errors="replace")
+        except OSError as error:
+            result.skipped, result.details = UNREADABLE_LABELS, [f"{label_file}: {error.strerror or error}"]
+            return result
+        parsed, problem, detail = parse_label_text(text, num_classes)
         if parsed is None:
             result.skipped, result.details = problem, [f"{label_file}: {detail}"]
             return result

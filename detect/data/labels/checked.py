@@ -52,13 +52,15 @@ class CheckedImages:
         return usable
 
 
-def summarise(split: str, images: Sequence[str], checked: CheckedImages,
-              cache_state: str) -> tuple[dict[str, int], list[str]]:
-    """(counts by problem name, detail lines), and the summary table logged."""
+def summarise(split: str, images: Sequence[str], checked: CheckedImages, cache_state: str,
+              unlisted: Sequence[tuple[str, str]] = ()) -> tuple[dict[str, int], list[str]]:
+    """(counts by problem name, detail lines), and the summary table logged. `unlisted` are the (path, why) of the
+    entries the listing could not take (a broken or looping link, an unreadable folder, a FIFO named x.jpg): each
+    is found and skipped, by its reason."""
     usable = checked.usable
     counts = collections.Counter(found=len(usable), background=int((checked.background & usable).sum()), fixed=0,
                                   skipped=0)
-    details = []
+    details = _count_unlisted(unlisted, counts)
     for problem in checked.problems:
         path, skipped = images[problem["index"]], problem["skipped"]
         if skipped:
@@ -75,3 +77,11 @@ def summarise(split: str, images: Sequence[str], checked: CheckedImages,
     lines += [f"  {key:<40} {value:>8}" for key, value in sorted(counts.items()) if ":" in key]
     LOGGER.info("\n".join(lines))
     return dict(counts), details
+
+
+def _count_unlisted(unlisted: Sequence[tuple[str, str]], counts: collections.Counter) -> list[str]:
+    """Count the entries the listing skipped as found and skipped (by reason); their detail lines."""
+    counts["found"] += len(unlisted)
+    counts["skipped"] += len(unlisted)
+    counts.update(f"skipped: {why}" for _, why in unlisted)
+    return [f"{path}: {why}" for path, why in unlisted]

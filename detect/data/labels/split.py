@@ -9,6 +9,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import stat
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from itertools import repeat
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from detect.data.data_config import DataConfig
+from detect.data.images.files import Listing, walk
 from detect.data.labels import cache as label_cache
 from detect.data.labels import check
 from detect.data.labels.checked import CheckedImages, summarise
@@ -50,34 +52,40 @@ class LabelledSplit:
     cache_state: str  # the label cache: "loaded", "written" or "not written"
 
 
-def list_images(source: Path) -> list[str]:
-    """Images of a folder (recursive, in Path order), a .txt list of paths (relative to the list's folder), or one
-    image; as strings, since a 118k split's Path objects alone would cost tens of MB and most of a second."""
-    if source.is_dir():
-        return _folder_images(str(source))
-    if source.suffix == ".txt" and source.is_file():
-        images = []
-        for line in source.read_text().splitlines():
-            line = line.strip()
-            if line:
-                entry = Path(line.removeprefix("./"))
-                images.append(str(entry if entry.is_absolute() else (source.parent / entry)))
-        return images
-    if source.is_file() and source.suffix.lower() in IMAGE_SUFFIXES:
-        return [str(source)]
+def list_images(source: Path) -> Listing:
+    """Images of a folder (recursive: files.walk, links followed, loops and special files named), a .txt list of
+    paths (relative to the list's folder), or one image; as strings, since a 118k split's Path objects alone would
+    cost tens of MB and most of a second. A listed path that cannot be read is named by the label check."""
+    try:
+        mode = os.stat(source).st_mode
+    except OSError:
+        mode = 0
+    if stat.S_ISDIR(mode):
+        return walk(str(source), _is_image)
+    if source.suffix == ".txt" and stat.S_ISREG(mode):
+        return Listing(_listed_images(source))
+    if mode and source.suffix.lower() in IMAGE_SUFFIXES:
+        return Listing([str(source)])
     raise UserError(f"{source}: no such image folder or image list (check 'path' and the split in the data yaml)")
 
 
-def _folder_images(folder: str) -> list[str]:
-    """Image files under `folder`, recursively (links followed), in Path order: a folder's entries sorted by name,
-    each subfolder's images in its place (so "a/b/c.jpg" < "a/b.jpg", as Path compares part by part)."""
-    found = []
-    for entry in sorted(os.scandir(folder), key=lambda entry: entry.name):
-        if entry.is_dir():
-            found += _folder_images(entry.path)
-        elif entry.name.rpartition(".")[2].lower() in SUFFIXES:
-            found.append(entry.path)
-    return found
+def _is_image(name: str) -> bool:
+    return name.rpartition(".")[2].lower() in SUFFIXES
+
+
+def _listed_images(source: Path) -> list[str]:
+    """The paths of a .txt image list, relative ones from the list's folder."""
+    try:
+        text = source.read_text()
+    except OSError as error:
+        raise UserError(f"{source}: cannot read the image list ({error.strerror or error})") from None
+    images = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line:
+            entry = Path(line.removeprefix("./"))
+            images.append(str(entry if entry.is_absolute() else (source.parent / entry)))
+    return images
 
 
 def _scan(images: list[str], labels: list[str | None], given: list, num_classes: int) -> CheckedImages:
@@ -153,9 +161,13 @@ def load_split(config: DataConfig, split: str = "train", single_class: bool = Fa
         ensure_builtin(config)
     if split not in config.splits:
         raise UserError(f"{config.source}: no '{split}' split")
-    images = [image for source in config.splits[split] for image in list_images(source)]
+    listings = [list_images(source) for source in config.splits[split]]
+    images = [image for listing in listings for image in listing.files]
+    unlisted = [entry for listing in listings for entry in listing.skipped]  # (path, why): not images
     if not images:
-        raise UserError(f"{config.source}: no images in the '{split}' split ({', '.join(map(str, config.splits[split]))})")
+        first = f"; {len(unlisted)} skipped, the first: {': '.join(unlisted[0])}" if unlisted else ""
+        raise UserError(f"{config.source}: no images in the '{split}' split "
+                        f"({', '.join(map(str, config.splits[split]))}){first}")
     json_file = config.json_files.get(split)
     if json_file is not None:
         coco = read_coco_labels(json_file)
@@ -174,7 +186,7 @@ def load_split(config: DataConfig, split: str = "train", single_class: bool = Fa
     if checked is None:
         checked = _scan(images, labels, given, config.num_classes)
         cache_state = "written" if label_cache.write_cache(cache_file, key, checked) else "not written"
-    counts, details = summarise(split, images, checked, cache_state)
+    counts, details = summarise(split, images, checked, cache_state, unlisted)
     details_file = _write_details(cache_file, details) if details else None
     if not counts["usable"]:
         raise UserError(f"{config.source}: no usable image in the '{split}' split ({counts['found']} found, all skipped; "
