@@ -28,6 +28,7 @@ from detect.exporters.torchscript import (
 )
 from detect.models import build_model
 from detect.models.weights import YOLOV5_DEFAULT_WEIGHTS, load_model, resolve_weights
+from detect.run_dir import check_folder
 
 LOGGER = logging.getLogger("detect.export")
 FORMATS = ("torchscript", "onnx", "om", "openvino")
@@ -74,6 +75,8 @@ class ExportRunSettings(Settings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.output_dir is not None:
+            check_folder(self.output_dir, "--output-dir")
         if len(self.imgsz) > 2:
             raise UserError(f"--imgsz {' '.join(map(str, self.imgsz))}: one side or height width")
         if "om" in self.include and not self.soc_version:
