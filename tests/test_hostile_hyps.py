@@ -1,0 +1,36 @@
+"""Issue 43, item 6, run as a user runs train: a hyp value that is NaN, inf or outside its key's range is refused at
+load in one line naming the file, the key and the value: from --hyp, --evolve's start hyp, and a checkpoint's stored
+hyp on --resume."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from detect.models.safe_io import load_checkpoint, save_checkpoint
+from tests.hostile import assert_refused, run_cli, tree
+from tests.training.helpers import tiny_dataset, train_args
+from tests.training.test_checkpoint_format import OLD_LAST
+
+
+@pytest.mark.parametrize("evolve", [[], ["--evolve", "2"]])
+def test_a_nan_learning_rate_is_refused_before_anything_is_written(tmp_path, evolve):
+    data = tiny_dataset(tmp_path / "set", count=4)
+    hyp = tmp_path / "nan.yaml"
+    hyp.write_text("lr0: .nan\n")  # case 13: it was taken, and training diverged ten steps later
+    before = tree(tmp_path)
+    done = run_cli("detect.train", *train_args(data, Path("runs"), "--hyp", str(hyp), *evolve), cwd=tmp_path)
+    assert_refused(done, f"{hyp}: key 'lr0' must be a finite number > 0, got nan")
+    assert tree(tmp_path) == before
+
+
+def test_a_stored_hyp_out_of_range_is_not_resumed(tmp_path):
+    payload = load_checkpoint(OLD_LAST)
+    payload["config"]["hyp"]["momentum"] = math.inf
+    last = save_checkpoint(tmp_path / "runs" / "exp" / "weights" / "last.pt", payload)
+    before = tree(tmp_path)
+    done = run_cli("detect.train", "--resume", str(last), cwd=tmp_path)
+    assert_refused(done, f"{last} (stored hyp): key 'momentum' must be a number in [0, 1), got inf")
+    assert tree(tmp_path) == before
