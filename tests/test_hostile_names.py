@@ -68,31 +68,56 @@ def test_val_with_hostile_class_names_writes_labels_and_plots_in_its_run_folder(
         assert cv2.imread(str(save_dir / plot)) is not None, plot
 
 
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> Path:
+    """Weights, a photo and a tiny dataset that every CLI runs on in seconds, in a folder of their own."""
+    folder = tmp_path_factory.mktemp("inputs")
+    save_model(every_class_model(["a", "b", "c"]), folder / "tiny.pt")
+    cv2.imwrite(str(folder / "photo.jpg"), np.zeros((32, 32, 3), np.uint8))
+    tiny_dataset(folder / "set", count=4)
+    return folder
+
+
+def cli_args(module: str, inputs: Path) -> list[str]:
+    """Flags that run `module` on the inputs (what it would write, it would write in seconds)."""
+    common = ["--weights", str(inputs / "tiny.pt"), "--device", "cpu"]
+    data = ["--data", str(inputs / "set" / "data.yaml"), "--workers", "0", "--cache-dir", str(inputs / "cache")]
+    return common + {"detect.predict": ["--source", str(inputs / "photo.jpg"), "--imgsz", "32"],
+                     "detect.val": [*data, "--imgsz", "64"],
+                     "detect.train": [*data, "--imgsz", "64", "--epochs", "1", "--batch-size", "4", "--noval",
+                                      "--no-progress"],
+                     "detect.export": ["--imgsz", "64"]}[module]
+
+
 @pytest.mark.parametrize(("module", "flag", "value"), [
     ("detect.predict", "--name", "../../x"),
-    ("detect.val", "--name", "/abs/path"),
+    ("detect.val", "--name", "<tmp>/abs"),
     ("detect.train", "--name", "a\nb"),
     ("detect.export", "--output-dir", "out\nx"),
 ])
-def test_each_cli_refuses_a_run_folder_outside_its_project_in_one_line(tmp_path, module, flag, value):
+def test_each_cli_refuses_a_run_folder_outside_its_project_in_one_line(tmp_path, inputs, module, flag, value):
+    value = value.replace("<tmp>", str(tmp_path))
     cwd = tmp_path / "a" / "b"
     cwd.mkdir(parents=True)
     before = tree(tmp_path)
-    done = run_cli(module, "--weights", "missing.pt", flag, value, cwd=cwd)
+    done = run_cli(module, *cli_args(module, inputs), flag, value, cwd=cwd)
     assert_refused(done, f"{flag} {value!r}")
     assert tree(tmp_path) == before
 
 
-@pytest.mark.parametrize("options", [["--name", "/abs/path"], ["--name", "a\rb"], ["--name", "exp/../../x"],
-                                     ["--project", "runs\nx"], ["--name", ""]])
-def test_predict_refuses_each_bad_name_before_loading_anything(tmp_path, capsys, options):
-    assert predict.main(["--weights", "missing.pt", "--project", str(tmp_path / "runs"), *options]) == 2
+@pytest.mark.parametrize("options", [["--name", "<tmp>/abs"], ["--name", "a\rb"], ["--name", "exp/../../x"],
+                                     ["--project", "<tmp>/runs\nx"], ["--name", ""], ["--name", "."]])
+def test_predict_refuses_each_bad_name_before_loading_anything(tmp_path, inputs, capsys, options):
+    options = [option.replace("<tmp>", str(tmp_path)) for option in options]
+    argv = [*cli_args("detect.predict", inputs), "--project", str(tmp_path / "runs"), *options]
+    assert predict.main(argv) == 2
     assert capsys.readouterr().err.count("\n") == 1 and list(tmp_path.iterdir()) == []
 
 
-def test_train_run_refuses_it_from_python_too(tmp_path):
+def test_train_run_refuses_it_from_python_too(tmp_path, inputs):
     with pytest.raises(UserError, match=r"^--name '\.\./x': must be a folder inside --project"):
-        train.run(cfg="yolov5n.yaml", project=str(tmp_path / "runs"), name="../x")
+        train.run(cfg="yolov5n.yaml", data=str(inputs / "set" / "data.yaml"), imgsz=64, epochs=1, batch_size=4,
+                  workers=0, device="cpu", noval=True, progress=False, project=str(tmp_path / "runs"), name="../x")
     assert list(tmp_path.iterdir()) == []
 
 
