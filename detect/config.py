@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import reprlib
+import sys
 import types
 import typing
 from collections.abc import Callable
@@ -77,8 +80,9 @@ def _type_ok(value: Any, annotation: Any) -> bool:
         return any(_type_ok(value, arg) for arg in typing.get_args(annotation))
     if annotation is type(None):
         return value is None
-    if annotation is float:  # yaml writes 1.0 as 1 often enough; an int is a fine float
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is float:  # yaml writes 1.0 as 1 often enough; an int is a fine float, if a float can hold it
+        return isinstance(value, float) or isinstance(value, int) and not isinstance(value, bool) and \
+            abs(value) <= sys.float_info.max
     if annotation is int:
         return isinstance(value, int) and not isinstance(value, bool)
     if origin in (list, tuple):
@@ -125,7 +129,10 @@ def from_mapping(cls: type[T], data: dict[str, Any], source: str | Path) -> T:
             raise ConfigError(f"{source}: key '{name}' must be {type_name(hints[name])}, got "
                               f"{type(value).__name__} {shown}{_wrong_item(value, hints[name])}")
         values[name] = float(value) if hints[name] is float else value
-    return cls(**values)
+    try:
+        return cls(**values)
+    except ValueOutOfRange as error:
+        raise ConfigError(f"{source}: {error}") from None
 
 
 def load_dataclass(cls: type[T], path: str | Path) -> T:
@@ -133,44 +140,85 @@ def load_dataclass(cls: type[T], path: str | Path) -> T:
     return from_mapping(cls, read_yaml(path), path)
 
 
+class ValueOutOfRange(ConfigError):
+    """A key's value outside the range it may take; from_mapping adds the file that holds it."""
+
+
+def _finite_range(what: str, low: float, high: float = math.inf, low_open: bool = False,
+                  high_open: bool = False) -> Bound:
+    """Finite numbers from low to high (each end included unless open); NaN, inf and ints past a float are refused."""
+    def accept(value: float) -> bool:
+        try:
+            value = float(value)
+        except OverflowError:
+            return False
+        return (math.isfinite(value) and (low < value if low_open else low <= value)
+                and (value < high if high_open else value <= high))
+
+    return Bound(what, accept)
+
+
+FINITE_POSITIVE = _finite_range("a finite number > 0", 0, low_open=True)
+FINITE_NON_NEGATIVE = _finite_range("a finite number >= 0", 0)
+PROBABILITY = _finite_range("a number in [0, 1]", 0, 1)
+BELOW_ONE = _finite_range("a number in [0, 1)", 0, 1, high_open=True)
+AT_LEAST_ONE = _finite_range("a finite number >= 1", 1)
+ABOVE_ONE = _finite_range("a finite number > 1", 1, low_open=True)
+SHEAR = _finite_range("a number of degrees in [0, 90)", 0, 90, high_open=True)
+STEPS = Bound("an integer in [1, 2**31)", lambda value: 1 <= value < 2**31)  # steps; torch takes a C++ integer
+
+
+def _key(default: float, bound: Bound) -> Any:
+    """A hyp key: its default and the values it may take (Hyp checks them when made)."""
+    return dataclasses.field(default=default, metadata={"bound": bound})
+
+
 @dataclasses.dataclass(frozen=True)
 class Hyp:
-    """Training hyper-parameters; names and meanings as in ultralytics/yolov5 hyp yamls (YOLOV5-FACTS.md)."""
+    """Training hyper-parameters; names and meanings as in ultralytics/yolov5 hyp yamls (YOLOV5-FACTS.md). Each key
+    has its range (NaN and inf never fit): a value outside it is refused when the Hyp is made, from a file, a
+    checkpoint's stored hyp or an --evolve proposal."""
 
-    lr0: float = 0.01
-    lrf: float = 0.01
-    momentum: float = 0.937
-    weight_decay: float = 0.0005
-    warmup_epochs: float = 3.0
-    warmup_momentum: float = 0.8
-    warmup_bias_lr: float = 0.1
-    box: float = 0.05
-    cls: float = 0.5
-    cls_pw: float = 1.0
-    obj: float = 1.0
-    obj_pw: float = 1.0
-    iou_t: float = 0.20
-    anchor_t: float = 4.0
-    fl_gamma: float = 0.0
-    hsv_h: float = 0.015
-    hsv_s: float = 0.7
-    hsv_v: float = 0.4
-    degrees: float = 0.0
-    translate: float = 0.1
-    scale: float = 0.5
-    shear: float = 0.0
-    perspective: float = 0.0
-    flipud: float = 0.0
-    fliplr: float = 0.5
-    mosaic: float = 1.0
-    mixup: float = 0.0
-    copy_paste: float = 0.0
+    lr0: float = _key(0.01, FINITE_POSITIVE)  # initial learning rate
+    lrf: float = _key(0.01, FINITE_NON_NEGATIVE)  # final learning rate, a fraction of lr0
+    momentum: float = _key(0.937, BELOW_ONE)  # SGD momentum, Adam's beta1 (torch refuses 1 and above)
+    weight_decay: float = _key(0.0005, FINITE_NON_NEGATIVE)
+    warmup_epochs: float = _key(3.0, FINITE_NON_NEGATIVE)  # fractions of an epoch count
+    warmup_momentum: float = _key(0.8, BELOW_ONE)
+    warmup_bias_lr: float = _key(0.1, FINITE_NON_NEGATIVE)
+    box: float = _key(0.05, FINITE_NON_NEGATIVE)  # loss gains: 0 turns that loss off
+    cls: float = _key(0.5, FINITE_NON_NEGATIVE)
+    cls_pw: float = _key(1.0, FINITE_POSITIVE)  # BCE positive weights
+    obj: float = _key(1.0, FINITE_NON_NEGATIVE)
+    obj_pw: float = _key(1.0, FINITE_POSITIVE)
+    iou_t: float = _key(0.20, PROBABILITY)  # an IoU
+    anchor_t: float = _key(4.0, AT_LEAST_ONE)  # a size ratio: below 1 no target matches any anchor
+    fl_gamma: float = _key(0.0, FINITE_NON_NEGATIVE)  # 0: no focal loss
+    hsv_h: float = _key(0.015, FINITE_NON_NEGATIVE)  # augmentation gains, fractions and degrees: 0 turns one off
+    hsv_s: float = _key(0.7, FINITE_NON_NEGATIVE)
+    hsv_v: float = _key(0.4, FINITE_NON_NEGATIVE)
+    degrees: float = _key(0.0, FINITE_NON_NEGATIVE)
+    translate: float = _key(0.1, PROBABILITY)  # a fraction of the image side
+    scale: float = _key(0.5, BELOW_ONE)  # gain 1 +- scale: 1 would allow a zero-size image
+    shear: float = _key(0.0, SHEAR)
+    perspective: float = _key(0.0, FINITE_NON_NEGATIVE)
+    flipud: float = _key(0.0, PROBABILITY)  # probabilities
+    fliplr: float = _key(0.5, PROBABILITY)
+    mosaic: float = _key(1.0, PROBABILITY)
+    mixup: float = _key(0.0, PROBABILITY)
+    copy_paste: float = _key(0.0, PROBABILITY)
     # Ours: probability of each albumentations op (blur, median blur, gray, CLAHE); 0 turns the stage off.
-    albumentations_p: float = 0.01
-    # Ours: the AMP GradScaler (torch.amp defaults).
-    amp_init_scale: float = 65536.0
-    amp_growth_factor: float = 2.0
-    amp_growth_interval: int = 2000
+    albumentations_p: float = _key(0.01, PROBABILITY)
+    # Ours: the AMP GradScaler (torch.amp defaults; torch refuses a growth factor of 1 or less).
+    amp_init_scale: float = _key(65536.0, FINITE_POSITIVE)
+    amp_growth_factor: float = _key(2.0, ABOVE_ONE)
+    amp_growth_interval: int = _key(2000, STEPS)
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value, bound = getattr(self, field.name), field.metadata["bound"]
+            if not bound.accept(value):
+                raise ValueOutOfRange(f"key '{field.name}' must be {bound.what}, got {reprlib.repr(value)}")
 
 
 def load_hyp(name: str | Path = "scratch-low.yaml") -> Hyp:

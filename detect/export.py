@@ -28,6 +28,7 @@ from detect.exporters.torchscript import (
 )
 from detect.models import build_model
 from detect.models.weights import YOLOV5_DEFAULT_WEIGHTS, load_model, resolve_weights
+from detect.run_dir import check_folder
 
 LOGGER = logging.getLogger("detect.export")
 FORMATS = ("torchscript", "onnx", "om", "openvino")
@@ -74,6 +75,8 @@ class ExportRunSettings(Settings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.output_dir is not None:
+            check_folder(self.output_dir, "--output-dir")
         if len(self.imgsz) > 2:
             raise UserError(f"--imgsz {' '.join(map(str, self.imgsz))}: one side or height width")
         if "om" in self.include and not self.soc_version:
@@ -124,13 +127,13 @@ def export(args: ExportRunSettings) -> dict[str, Path]:
     """Write each format asked for; returns format -> path (om is absent when atc is not installed). The CLI's body."""
     settings = args.export_settings()
     weights = Path(args.cfg) if args.cfg else resolve_weights(args.weights)
+    model = build_model(args.cfg, num_classes=args.nc).eval() if args.cfg else load_model(weights)  # refused: no folder
     output_dir = Path(args.output_dir) if args.output_dir else Path() if args.cfg else weights.parent
     output_dir.mkdir(parents=True, exist_ok=True)
     if not os.access(output_dir, os.W_OK):
         raise UserError(f"cannot write to {output_dir}: choose another folder with --output-dir")
     backend = backends.select(args.device, amp=False)
     backend.set_device()
-    model = build_model(args.cfg, num_classes=args.nc).eval() if args.cfg else load_model(weights)
     metadata = export_metadata(model, settings)
     module, example = traced_module(model, settings, backend.device)
     stem = output_dir / weights.stem

@@ -18,7 +18,7 @@ from detect.inference.outputs import OutputSettings, PredictOutputs, predict_fra
 from detect.inference.sample_images import SAMPLES_DIR
 from detect.inference.sources import open_source
 from detect.models.weights import YOLOV5_DEFAULT_WEIGHTS
-from detect.run_dir import make_run_dir
+from detect.run_dir import check_run_folder, make_run_dir
 
 LOGGER = logging.getLogger("detect.predict")
 
@@ -59,6 +59,7 @@ class PredictRunSettings(Settings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_run_folder(self.project, self.name)
         if len(self.imgsz) > 2:
             raise UserError(f"--imgsz {' '.join(map(str, self.imgsz))}: one side or height width")
 

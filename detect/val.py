@@ -30,7 +30,7 @@ from detect.evaluation.report import coco_stats, metrics_table, problems_list
 from detect.evaluation.scoring import prepare_scoring
 from detect.evaluation.study import STUDY_SIZES, run_study
 from detect.models.weights import YOLOV5_DEFAULT_WEIGHTS
-from detect.run_dir import make_run_dir
+from detect.run_dir import check_run_folder, make_run_dir
 
 LOGGER = logging.getLogger("detect.val")
 
@@ -70,6 +70,10 @@ class ValSettings(Settings):
     name: str = option("exp")
     exist_ok: bool = option(False, "reuse project/name instead of a new one")
     progress: bool = option(True, "progress bar (--no-progress: none)", flags=("--no-progress",))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_run_folder(self.project, self.name)
 
 
 parse_args = cli.settings_reader(ValSettings, "python -m detect.val", __doc__, no_ops=("--dnn",))

@@ -36,3 +36,48 @@ def test_ints_are_accepted_as_floats_and_the_result_is_frozen(tmp_path):
     assert hyp.lr0 == 1.0 and isinstance(hyp.lr0, float)
     with pytest.raises(dataclasses.FrozenInstanceError):
         hyp.lr0 = 2.0
+
+
+@pytest.mark.parametrize("text, message", [
+    ("lr0: .nan\n", "key 'lr0' must be a finite number > 0, got nan"),  # case 13: trained 10 steps, then diverged
+    ("lr0: .inf\n", "key 'lr0' must be a finite number > 0, got inf"),
+    ("lr0: 0\n", "key 'lr0' must be a finite number > 0, got 0.0"),
+    ("lrf: -0.1\n", "key 'lrf' must be a finite number >= 0, got -0.1"),
+    ("weight_decay: -.inf\n", "key 'weight_decay' must be a finite number >= 0, got -inf"),
+    ("momentum: 1.0\n", "key 'momentum' must be a number in [0, 1), got 1.0"),
+    ("warmup_epochs: .nan\n", "key 'warmup_epochs' must be a finite number >= 0, got nan"),
+    ("box: -1\n", "key 'box' must be a finite number >= 0, got -1.0"),
+    ("cls_pw: 0\n", "key 'cls_pw' must be a finite number > 0, got 0.0"),
+    ("anchor_t: 0.5\n", "key 'anchor_t' must be a finite number >= 1, got 0.5"),
+    ("hsv_v: .nan\n", "key 'hsv_v' must be a finite number >= 0, got nan"),
+    ("degrees: -10\n", "key 'degrees' must be a finite number >= 0, got -10.0"),
+    ("scale: 1.0\n", "key 'scale' must be a number in [0, 1), got 1.0"),
+    ("shear: 90\n", "key 'shear' must be a number of degrees in [0, 90), got 90.0"),
+    ("fliplr: 1.5\n", "key 'fliplr' must be a number in [0, 1], got 1.5"),
+    ("mosaic: .nan\n", "key 'mosaic' must be a number in [0, 1], got nan"),
+    ("amp_growth_factor: 1.0\n", "key 'amp_growth_factor' must be a finite number > 1, got 1.0"),
+    ("amp_growth_interval: 0\n", "key 'amp_growth_interval' must be an integer in [1, 2**31), got 0"),
+    (f"amp_growth_interval: {10**400}\n", "key 'amp_growth_interval' must be an integer in [1, 2**31), got 1000"),
+    (f"amp_init_scale: {10**400}\n", "key 'amp_init_scale' must be float, got int 1000"),  # past a float
+])
+def test_a_hyp_value_outside_its_range_is_one_line_naming_file_key_and_value(tmp_path, text, message):
+    path = tmp_path / "hyp.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as error:
+        load_hyp(path)
+    assert str(error.value).startswith(f"{path}: {message}") and len(str(error.value)) < 300
+
+
+def test_zero_is_allowed_where_it_turns_a_stage_off(tmp_path):
+    path = tmp_path / "hyp.yaml"
+    off = ("lrf", "momentum", "weight_decay", "warmup_epochs", "warmup_momentum", "warmup_bias_lr", "box", "cls", "obj",
+           "iou_t", "fl_gamma", "hsv_h", "hsv_s", "hsv_v", "degrees", "translate", "scale", "shear", "perspective",
+           "flipud", "fliplr", "mosaic", "mixup", "copy_paste", "albumentations_p")
+    path.write_text("".join(f"{key}: 0\n" for key in off) + "translate: 1\nflipud: 1\nanchor_t: 1\n")
+    hyp = load_hyp(path)
+    assert hyp.mosaic == 0 and hyp.degrees == 0 and hyp.translate == 1 and hyp.anchor_t == 1
+
+
+def test_every_hyp_key_has_a_range_its_default_is_in():
+    for field in dataclasses.fields(Hyp):
+        assert field.metadata["bound"].accept(field.default), field.name

@@ -13,6 +13,12 @@ from detect.data.records import ImageRecord
 from detect.ops.boxes import xywhn_to_xyxy
 
 
+def literal(text: str) -> str:
+    """A class name as matplotlib draws it as written: '$' escaped, so that '$\\frac{$' is not parsed as math (which
+    fails the whole plot)."""
+    return text.replace("$", r"\$")
+
+
 def plot_label_stats(records: list[ImageRecord], names: list[str], path: Path) -> Path:
     """Class counts, box-centre and box-size histograms (normalised coordinates) as one PNG."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # here: matplotlib takes 0.45 s to import
@@ -27,7 +33,7 @@ def plot_label_stats(records: list[ImageRecord], names: list[str], path: Path) -
     counts_axis.bar(np.arange(len(names)), counts)
     counts_axis.set_title(f"{len(classes)} boxes, {len(records)} images")
     if len(names) <= 30:
-        counts_axis.set_xticks(np.arange(len(names)), names, rotation=90, fontsize=7)
+        counts_axis.set_xticks(np.arange(len(names)), [literal(name) for name in names], rotation=90, fontsize=7)
     centre_axis.hist2d(boxes[:, 0], boxes[:, 1], bins=50, range=[[0, 1], [0, 1]], cmap="Blues")
     centre_axis.set(title="box centre", xlabel="x", ylabel="y")
     centre_axis.invert_yaxis()

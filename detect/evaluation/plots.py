@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from detect.data.plots import literal
 from detect.evaluation.confusion import ConfusionMatrix
 from detect.evaluation.evaluator import Metrics
 
@@ -33,7 +34,7 @@ def plot_pr_curve(metrics: Metrics, path: Path | str) -> Path:
     curves = [(name, curve) for name, curve in zip(metrics.class_names, metrics.precision_curves) if curve[0] > -1]
     label_each = len(curves) <= 20  # a legend of 80 names hides the plot
     for (name, curve), ap50 in zip(curves, (a for a in metrics.class_ap50 if not math.isnan(a))):
-        axes.plot(recall, curve, linewidth=1, label=f"{name} {ap50:.3f}" if label_each else None)
+        axes.plot(recall, curve, linewidth=1, label=f"{literal(name)} {ap50:.3f}" if label_each else None)
     if curves:
         mean = np.mean([curve for _, curve in curves], axis=0)
         axes.plot(recall, mean, linewidth=3, color="blue", label=f"all classes {metrics.map50:.3f} mAP@0.5")
@@ -49,7 +50,7 @@ def plot_confusion_matrix(
     from matplotlib.figure import Figure
 
     values = confusion.normalized() if normalize else confusion.matrix.astype(np.float64)
-    labels = [*class_names, "background"]
+    labels = [*map(literal, class_names), "background"]
     size = min(max(6.0, 0.16 * len(labels)), 20.0)
     figure = Figure(figsize=(size + 2, size), tight_layout=True)
     axes = figure.add_subplot()

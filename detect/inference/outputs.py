@@ -23,6 +23,7 @@ from detect.inference.detector import Detections, Detector
 from detect.inference.media import Frame
 from detect.inference.sources import Source
 from detect.ops.boxes import xyxy_to_ltwh, xyxy_to_xywhn
+from detect.run_dir import safe_names
 
 LOGGER = logging.getLogger(__name__)
 # yolov5's --save-crop (save_one_box): each side of the box times 1.02 plus 10 pixels, clipped to the image.
@@ -51,7 +52,7 @@ class OutputSettings:
     line_thickness: int = 3
     hide_labels: bool = False
     hide_conf: bool = False
-    save_crop: bool = False  # crops/<class name>/<stem>.jpg, then <stem>2.jpg, ... (yolov5's layout)
+    save_crop: bool = False  # crops/<class name, made safe>/<stem>.jpg, then <stem>2.jpg, ... (yolov5's layout)
     view_img: bool = False  # a window per source, where a display can be used
 
 
@@ -64,6 +65,7 @@ class PredictOutputs:
         if settings.save_txt:
             self.labels_dir.mkdir(parents=True, exist_ok=True)
         self.category_ids = yolo_category_ids(names)  # COCO's ids for COCO's names, else k + 1 (data/categories.py)
+        self.crop_folders = safe_names(names)  # a class name from a file is no path: '../x' is '.._x'
         self.json_rows: list[dict] = []
         self.saved: list[Path] = []  # annotated images and videos, in order
         self._videos: dict[Path, cv2.VideoWriter] = {}  # source video or stream -> writer of its annotated copy
@@ -99,12 +101,12 @@ class PredictOutputs:
         self.saved.append(path)
 
     def _save_crops(self, image: np.ndarray, detections: Detections, stem: str) -> None:
-        """Each detection's crop of the unannotated image under crops/<class name>/."""
+        """Each detection's crop of the unannotated image under crops/<class name made safe>/."""
         for box, cls in zip(detections.boxes.tolist(), detections.classes.tolist()):
             left, top, right, bottom = crop_box(box, *image.shape[:2])
             if right <= left or bottom <= top:
                 continue  # a box wholly outside the image
-            folder = self.save_dir / "crops" / detections.names[cls]
+            folder = self.save_dir / "crops" / self.crop_folders[cls]
             folder.mkdir(parents=True, exist_ok=True)
             cv2.imwrite(str(self._crop_path(folder, stem)), image[top:bottom, left:right])
 

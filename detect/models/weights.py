@@ -31,11 +31,47 @@ def weights_payload(model: DetectionModel) -> dict:
     return {MODEL_KEY: model_state(model)}
 
 
-def model_from_state(state: dict, source: str) -> DetectionModel:
-    """Rebuild a model saved by model_state."""
+def check_fit(model: DetectionModel, state_dict: dict, source: str | Path) -> None:
+    """Weights that do not fit `model` as one UserError line (not load_state_dict's many): the first tensor whose
+    shape differs, with both shapes, or that the model or the file lacks."""
+    target = model.state_dict()
+    described = f"the model its yaml and {len(model.names)} class names describe"
+    for name, tensor in state_dict.items():
+        if not isinstance(tensor, torch.Tensor):
+            raise UserError(f"{source}: {name} in its state dict is a {type(tensor).__name__}, not a tensor")
+        if name not in target:
+            raise UserError(f"{source}: the weights do not fit {described}: the model has no tensor {name}")
+        if tuple(tensor.shape) != tuple(target[name].shape):
+            raise UserError(f"{source}: the weights do not fit {described}: {name} is {tuple(tensor.shape)} in the "
+                            f"file, {tuple(target[name].shape)} in the model")
+    missing = [name for name in target if name not in state_dict]
+    if missing:
+        raise UserError(f"{source}: the weights do not fit {described}: {len(missing)} of its tensors are not in the "
+                        f"file, the first {missing[0]}")
+
+
+def check_finite(state_dict: dict, source: str | Path, refuse: bool = True) -> None:
+    """A UserError (or, not `refuse`, a warning) naming how many tensors of `state_dict` hold NaN or inf: such
+    weights predict nothing."""
+    bad = [name for name, tensor in state_dict.items()
+           if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())]
+    if not bad:
+        return
+    message = (f"{source}: {len(bad)} of {len(state_dict)} tensors hold NaN or inf (the first {bad[0]}): weights of a "
+               "diverged run, which predict nothing")
+    if refuse:
+        raise UserError(message + "; use an earlier checkpoint")
+    LOGGER.warning("%s", message)
+
+
+def model_from_state(state: dict, source: str, refuse_nonfinite: bool = True) -> DetectionModel:
+    """Rebuild a model saved by model_state; weights that do not fit its yaml, or (refuse_nonfinite) hold NaN or
+    inf, are a UserError naming `source` (check_fit, check_finite)."""
     names = list(state["names"])
     model = build_model(parse_model_spec(state["config"], source), num_classes=len(names), names=names)
+    check_fit(model, state["state_dict"], source)
     model.load_state_dict(state["state_dict"])
+    check_finite(state["state_dict"], source, refuse_nonfinite)
     return model
 
 
@@ -59,7 +95,7 @@ def _is_ours(path: Path) -> bool:
     return foreign_globals(path) == []
 
 
-def _from_yolov5(path: Path) -> DetectionModel:
+def _from_yolov5(path: Path, refuse_nonfinite: bool) -> DetectionModel:
     checkpoint = read_yolov5_checkpoint(path)
     anchors = checkpoint.state_dict[next(k for k in checkpoint.state_dict if k.endswith(".anchors"))]
     strides = torch.tensor(checkpoint.stride, dtype=torch.float32).view(-1, 1, 1)
@@ -69,16 +105,17 @@ def _from_yolov5(path: Path) -> DetectionModel:
     # v5.0's Detect also stores anchor_grid, the anchors in pixels: derived from anchors and strides, so not kept.
     state = {name: tensor.float() if tensor.is_floating_point() else tensor
              for name, tensor in checkpoint.state_dict.items() if not name.endswith(".anchor_grid")}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise UserError(f"{path}: yolov5 weights do not fit the model its yaml describes "
-                        f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+    check_fit(model, state, f"{path} (yolov5)")
+    model.load_state_dict(state)
+    check_finite(state, path, refuse_nonfinite)
     LOGGER.info("imported ultralytics/yolov5 weights %s (%d tensors, %d classes)", path, len(state), model.nc)
     return model
 
 
-def load_model(weights: str | Path) -> DetectionModel:
-    """The model in `weights` (ours or a yolov5 .pt), in fp32 on the CPU, in eval mode.
+def load_model(weights: str | Path, refuse_nonfinite: bool = True) -> DetectionModel:
+    """The model in `weights` (ours or a yolov5 .pt), in fp32 on the CPU, in eval mode. Weights that do not fit the
+    file's own yaml and names are refused in one line, and so are NaN or inf weights unless not `refuse_nonfinite`
+    (then a warning: a finished run's own best.pt is scored as it is).
 
     A file that is not ours goes to the yolov5 reader, which resolves no foreign code: anything else it names
     (e.g. os.system) is refused in one line naming it.
@@ -89,7 +126,7 @@ def load_model(weights: str | Path) -> DetectionModel:
         state = checkpoint.get(EMA_KEY) or checkpoint.get(MODEL_KEY)
         if not isinstance(state, dict) or "config" not in state:
             raise UserError(f"{path}: a checkpoint without a model in it")
-        model = model_from_state(state, str(path))
+        model = model_from_state(state, str(path), refuse_nonfinite)
     else:
-        model = _from_yolov5(path)
+        model = _from_yolov5(path, refuse_nonfinite)
     return model.float().eval()

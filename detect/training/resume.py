@@ -19,7 +19,7 @@ from detect.backend import Backend
 from detect.config import Hyp, from_mapping
 from detect.errors import UserError
 from detect.models.safe_io import load_checkpoint
-from detect.models.weights import EMA_KEY, MODEL_KEY
+from detect.models.weights import EMA_KEY, MODEL_KEY, check_finite
 from detect.training.distributed import DistContext, all_gather_objects, broadcast_object
 from detect.training.run_folder import CONFIG_FILE, LAST, RUN_WEIGHTS
 from detect.training.settings import TrainSettings
@@ -150,6 +150,8 @@ def _resumable(path: Path, overrides: dict[str, Any], checkpoint: TrainingCheckp
     stored = checkpoint.settings
     if checkpoint.counters.epoch >= stored.epochs:
         raise UserError(f"{path}: the run already finished its {stored.epochs} epochs; nothing to resume")
+    for state in (checkpoint.model, checkpoint.ema):  # a diverged run: resuming would continue from NaN
+        check_finite(state["state_dict"], path)
     save_dir = path.parent.parent  # <project>/<name>/weights/last.pt
     settings = dataclasses.replace(stored, **overrides, exist_ok=True, project=str(save_dir.parent),
                                    name=save_dir.name)

@@ -15,6 +15,7 @@ from detect.config import NON_NEGATIVE, POSITIVE, Bound, Settings, option, optio
 from detect.data.images.cache import CACHE_CHOICES
 from detect.data.labels.cache import CACHE_DIR_HELP
 from detect.errors import UserError
+from detect.run_dir import check_run_folder
 from detect.training.distributed import DistContext
 
 LOGGER = logging.getLogger(__name__)
@@ -74,6 +75,7 @@ class TrainSettings(Settings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_run_folder(self.project, self.name)
         check_affinity(self.cpu_affinity)
         if self.rect and self.multi_scale:
             raise UserError("--rect and --multi-scale do not go together: a rectangular batch has its own shape")

@@ -223,8 +223,8 @@ class Trainer:
         path = broadcast_object(context, str(path) if path is not None and context.is_main else None)
         if path is None:
             return None
-        model = load_model(path) if context.is_main else None
+        model = load_model(path, refuse_nonfinite=False) if context.is_main else None  # a diverged run is scored too
         if context.distributed:
             state = broadcast_object(context, model_state(model) if context.is_main else None)
-            model = model or model_from_state(state, path).float().eval()
+            model = model or model_from_state(state, path, refuse_nonfinite=False).float().eval()
         return model, Path(path)

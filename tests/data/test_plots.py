@@ -8,7 +8,7 @@ import cv2
 import numpy as np
 
 from detect.config import Hyp
-from detect.data import AugmentSettings, build_train_loader, load_data_config
+from detect.data import AugmentSettings, build_train_loader, load_data_config, load_split
 from detect.data.plots import plot_batch, plot_label_stats
 from tests.data.helpers import simple_dataset
 
@@ -33,3 +33,12 @@ def test_no_device_literals_in_data() -> None:
         text = source.read_text()
         for literal in ('"cuda', "'cuda", '"npu', "'npu", "torch.cuda", "torch_npu"):
             assert literal not in text, f"{source}: device literal {literal}"
+
+
+def test_label_stats_draw_class_names_as_written(tmp_path: Path) -> None:
+    """Class names are file text: '$...$' would be matplotlib math, whose parse error used to fail the whole plot."""
+    config = load_data_config(simple_dataset(tmp_path / "set", count=2))
+    records = list(load_split(config, "train").records)
+    names = ["$\\frac{$", "$\\undefined$", "a\nb", "", "../../x", "$"]
+    stats = cv2.imread(str(plot_label_stats(records, names, tmp_path / "labels.png")))
+    assert stats is not None and sorted(path.name for path in tmp_path.iterdir()) == ["labels.png", "set"]

@@ -51,3 +51,22 @@ def test_start_params_reproduce_the_start_hyp(name):
     start = load_hyp(name)
     params = start_params(start)
     assert dataclasses.replace(start, **params) == start and set(params) == set(SEARCHED)
+
+
+def test_every_range_lies_inside_what_its_hyp_key_accepts():
+    bounds = {field.name: field.metadata["bound"] for field in dataclasses.fields(Hyp)}
+    for name, space in SPACE.items():
+        assert bounds[name].accept(space.low) and bounds[name].accept(space.high), name
+
+
+class Lowest(Highest):
+    def suggest_float(self, name: str, low: float, high: float, *, log: bool = False) -> float:
+        super().suggest_float(name, low, high, log=log)
+        return low
+
+
+@pytest.mark.parametrize("trial", [Highest, Lowest])
+def test_a_proposal_at_either_end_is_a_valid_hyp(trial):
+    start = dataclasses.replace(load_hyp("scratch-high.yaml"), degrees=60.0, momentum=0.99)  # outside the table
+    hyp = suggest_hyp(trial(), start)  # Hyp checks every key as it is made: a value outside would raise
+    assert hyp.momentum in (0.6, 0.99) and hyp.degrees in (0.0, 60.0)

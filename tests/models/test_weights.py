@@ -1,5 +1,6 @@
 """Loading models from weights: our checkpoints round-trip; ultralytics/yolov5 .pt files import exactly."""
 
+import math
 import os
 from pathlib import Path
 
@@ -7,10 +8,11 @@ import pytest
 import torch
 
 from detect.errors import UserError
-from detect.models import build_model
+from detect.models import build_model, weights
 from detect.models.safe_io import save_checkpoint
 from detect.models.weights import load_model, model_state
 from detect.models.yolov5_pickle import read_yolov5_checkpoint
+from tests.models.yolov5_standins import standin_checkpoint
 
 YOLOV5N = Path(__file__).resolve().parents[2].parent / "shared" / "weights" / "yolov5n.pt"
 needs_yolov5n = pytest.mark.skipif(not YOLOV5N.is_file(), reason=f"official weights absent: {YOLOV5N}")
@@ -72,3 +74,75 @@ def test_a_code_running_pickle_is_refused_in_one_line_naming_it(tmp_path, zip_fo
     assert "asks for os.system, which is not allowed" in message  # pickled as posix.system (nt.system on Windows)
     assert "\n" not in message and "--weights" not in message and "weights_only" not in message
     assert not marker.exists()
+
+
+def tiny_state(names: tuple[str, ...] = ("a", "b", "c")) -> dict:
+    torch.manual_seed(0)
+    return model_state(build_model("yolov5n.yaml", num_classes=len(names), names=list(names)))
+
+
+def test_a_tensor_that_does_not_fit_its_yaml_is_one_line_with_both_shapes(tmp_path):
+    state = tiny_state()
+    state["state_dict"]["model.2.cv1.conv.weight"] = torch.zeros(7, 32, 1, 1)
+    with pytest.raises(UserError) as refused:
+        load_model(save_checkpoint(tmp_path / "shape.pt", {"model": state}))
+    assert str(refused.value) == (f"{tmp_path / 'shape.pt'}: the weights do not fit the model its yaml and 3 class "
+                                  "names describe: model.2.cv1.conv.weight is (7, 32, 1, 1) in the file, (16, 32, 1, 1) "
+                                  "in the model")
+
+
+def test_names_that_do_not_fit_the_tensors_name_the_head_tensor(tmp_path):
+    state = tiny_state()
+    state["names"] = ["a", "b"]
+    with pytest.raises(UserError, match=r"yaml and 2 class names describe: model\.24\.m\.0\.weight is \(24, 64, 1, 1\) "
+                                        r"in the file, \(21, 64, 1, 1\) in the model$"):
+        load_model(save_checkpoint(tmp_path / "names.pt", {"model": state}))
+
+
+def test_a_missing_or_extra_tensor_is_named(tmp_path):
+    state = tiny_state()
+    state["state_dict"]["model.99.weight"] = torch.zeros(1)
+    with pytest.raises(UserError, match="the model has no tensor model.99.weight$"):
+        load_model(save_checkpoint(tmp_path / "extra.pt", {"model": state}))
+    state = tiny_state()
+    del state["state_dict"]["model.0.bn.running_var"]
+    with pytest.raises(UserError, match="1 of its tensors are not in the file, the first model.0.bn.running_var$"):
+        load_model(save_checkpoint(tmp_path / "missing.pt", {"model": state}))
+    state = tiny_state()
+    state["state_dict"]["model.0.bn.running_var"] = [1.0, 2.0]
+    with pytest.raises(UserError, match="model.0.bn.running_var in its state dict is a list, not a tensor$"):
+        load_model(save_checkpoint(tmp_path / "list.pt", {"model": state}))
+
+
+def test_nan_or_inf_weights_are_refused_in_one_line_counting_them(tmp_path, caplog):
+    state = tiny_state()
+    for tensor in state["state_dict"].values():
+        if tensor.is_floating_point():  # all but the 57 BatchNorm counters
+            tensor.fill_(math.nan)
+    with pytest.raises(UserError) as refused:
+        load_model(save_checkpoint(tmp_path / "nan.pt", {"model": state}))
+    message = str(refused.value)
+    assert message.startswith(f"{tmp_path / 'nan.pt'}: 292 of 349 tensors hold NaN or inf (the first "
+                              "model.0.conv.weight)") and "\n" not in message
+    state = tiny_state()
+    state["state_dict"]["model.4.m.0.cv2.bn.running_var"][3] = math.inf
+    path = save_checkpoint(tmp_path / "inf.pt", {"model": state})
+    with pytest.raises(UserError, match=r": 1 of 349 tensors hold NaN or inf \(the first "
+                                        r"model\.4\.m\.0\.cv2\.bn\.running_var\)"):
+        load_model(path)
+    load_model(path, refuse_nonfinite=False)  # a finished run's own best.pt is scored as it is, with a warning
+    assert "1 of 349 tensors hold NaN or inf" in caplog.text
+
+
+def test_yolov5_weights_that_do_not_fit_their_yaml_are_one_line(tmp_path, monkeypatch):
+    standin_checkpoint(tmp_path / "v7.pt", "v7.0")
+    checkpoint = read_yolov5_checkpoint(tmp_path / "v7.pt")
+    checkpoint.state_dict["model.0.conv.weight"] = checkpoint.state_dict["model.0.conv.weight"][:8]
+    monkeypatch.setattr(weights, "read_yolov5_checkpoint", lambda path: checkpoint)
+    with pytest.raises(UserError, match=r"v7\.pt \(yolov5\): the weights do not fit the model its yaml and 3 class names "
+                                        r"describe: model\.0\.conv\.weight is \(8, 3, 6, 6\) in the file, "
+                                        r"\(16, 3, 6, 6\) in the model$"):
+        load_model(tmp_path / "v7.pt")
+    checkpoint.state_dict["model.0.conv.weight"] = torch.full((16, 3, 6, 6), math.nan)
+    with pytest.raises(UserError, match=r"v7\.pt: 1 of \d+ tensors hold NaN or inf"):
+        load_model(tmp_path / "v7.pt")

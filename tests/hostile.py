@@ -1,0 +1,68 @@
+"""What the hostile-input tests share: a CLI run as a user runs it (a subprocess under a memory cap), the files of a
+folder tree, and tiny checkpoints whose every class is detected."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from detect.models import DetectionModel, build_model
+from detect.models.safe_io import save_checkpoint
+from detect.models.weights import weights_payload
+
+REPO = Path(__file__).resolve().parent.parent
+MEMORY_CAP = 8 << 30  # bytes of address space a CLI run may take (the issue's cap)
+
+
+def _cap_memory() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
+
+
+def run_cli(module: str, *args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python -m <module> args` in `cwd`, with this checkout first on the path and at most MEMORY_CAP."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False, preexec_fn=_cap_memory)
+
+
+def tree(root: Path) -> set[Path]:
+    """Every file and folder under root (links not followed)."""
+    return {Path(folder) / name for folder, folders, files in os.walk(root) for name in folders + files}
+
+
+def assert_refused(done: subprocess.CompletedProcess, *pieces: str) -> str:
+    """A run that stopped in one line (exit 2, no traceback) holding each piece; returns the line."""
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "Traceback" not in done.stdout, done.stderr[-3000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    for piece in pieces:
+        assert piece in lines[0], lines[0]
+    return lines[0]
+
+
+def every_class_model(names: list[str]) -> DetectionModel:
+    """An untrained yolov5n whose Detect head ignores the image: anchor a of level l predicts class (3l + a) % nc
+    with high confidence at every cell, so each of up to 9 classes is detected on any image."""
+    torch.manual_seed(0)
+    model = build_model("yolov5n.yaml", num_classes=len(names), names=list(names))
+    detect = model.detect
+    with torch.no_grad():
+        for level, conv in enumerate(detect.m):
+            conv.weight.zero_()
+            bias = conv.bias.view(detect.na, detect.no)
+            bias.zero_()
+            bias[:, 4] = 5.0  # objectness
+            bias[:, 5:] = -5.0
+            for anchor in range(detect.na):
+                bias[anchor, 5 + (3 * level + anchor) % len(names)] = 5.0
+    return model.eval()
+
+
+def save_model(model: DetectionModel, path: Path) -> Path:
+    return save_checkpoint(path, weights_payload(model))
