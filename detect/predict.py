@@ -11,7 +11,7 @@ from typing import Any
 
 from detect import backend as backends
 from detect import cli
-from detect.config import NON_NEGATIVE, POSITIVE, UNIT, Settings, option, options_from_dict
+from detect.config import IMAGE_SIZE, NON_NEGATIVE, POSITIVE, UNIT, Settings, option, options_from_dict
 from detect.errors import UserError
 from detect.inference.detector import Detector, PredictSettings
 from detect.inference.outputs import OutputSettings, PredictOutputs, predict_frames
@@ -34,7 +34,7 @@ class PredictRunSettings(Settings):
     source: str = option("", "an image, video, folder, glob ('data/*.jpg'), .txt list, .streams list, URL, "
                              "rtsp/rtmp/http stream or webcam index (0); default: the package's sample images")
     imgsz: tuple[int, ...] = option(PredictSettings.imgsz[:1], "inference size: one side, or height width",
-                                    bound=POSITIVE)
+                                    bound=IMAGE_SIZE)
     conf_thres: float = option(PredictSettings.conf_threshold, "confidence threshold", bound=UNIT)
     iou_thres: float = option(PredictSettings.iou_threshold, "NMS IoU threshold", bound=UNIT)
     max_det: int = option(PredictSettings.max_det, "maximum detections per image", bound=POSITIVE)

@@ -9,7 +9,7 @@ from typing import Any
 
 from detect import backend as backends
 from detect import cli
-from detect.config import NON_NEGATIVE, POSITIVE, UNIT, Settings, option, options_from_dict
+from detect.config import IMAGE_SIZE, NON_NEGATIVE, POSITIVE, UNIT, Settings, option, options_from_dict
 from detect.data.data_config import SPLITS
 from detect.data.labels.cache import CACHE_DIR_HELP
 from detect.data.loader import Loader
@@ -47,9 +47,9 @@ class ValSettings(Settings):
     task: str = option("val", "a split to score (train, val, test); speed: ms per image of each stage on the val split "
                               "at conf 0.25 and IoU 0.45, no mAP; study: mAP and speed at --study-sizes on the val "
                               "split (study_<data>_<weights>.txt and study.png)", choices=(*SPLITS, "speed", "study"))
-    study_sizes: tuple[int, ...] = option(STUDY_SIZES, "image sizes of --task study (yolov5's)", bound=POSITIVE)
+    study_sizes: tuple[int, ...] = option(STUDY_SIZES, "image sizes of --task study (yolov5's)", bound=IMAGE_SIZE)
     augment: bool = option(False, "test-time augmentation: 3 scales, one flipped, merged before NMS (.pt only)")
-    imgsz: int = option(640, "inference size (long side), pixels", bound=POSITIVE)
+    imgsz: int = option(640, "inference size (long side), pixels", bound=IMAGE_SIZE)
     batch_size: int = option(32, bound=POSITIVE)
     conf_thres: float = option(EvalSettings.conf_threshold, "confidence threshold", bound=UNIT)
     iou_thres: float = option(EvalSettings.iou_threshold, "NMS IoU threshold", bound=UNIT)

@@ -45,9 +45,9 @@ def test_parser_errors_are_one_line_and_exit_2(capsys) -> None:
 
 
 @pytest.mark.parametrize("main, argv, message", [
-    (models_main, ["--imgsz", "-5"], "argument --imgsz: must be a positive integer, got '-5'"),
+    (models_main, ["--imgsz", "-5"], "argument --imgsz: must be an integer in [1, 8192], got '-5'"),
     (models_main, ["--nc", "0"], "argument --nc: must be a positive integer, got '0'"),
-    (data_main, ["--imgsz", "0"], "argument --imgsz: must be a positive integer, got '0'"),
+    (data_main, ["--imgsz", "0"], "argument --imgsz: must be an integer in [1, 8192], got '0'"),
     (data_main, ["--batch-size", "-2"], "argument --batch-size: must be a positive integer, got '-2'"),
 ])
 def test_models_and_data_clis_check_ranges_first(capsys, main, argv, message) -> None:

@@ -23,7 +23,7 @@ import torch
 
 from detect.data.categories import json_categories, yolo_category_ids
 from detect.data.records import ImageRecord
-from detect.errors import UserError
+from detect.errors import UserError, short_repr
 from detect.ops.boxes import xywhn_to_xyxy, xyxy_to_ltwh
 
 logger = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ def _coco_classes(backend: str) -> tuple[Any, Any]:
             message = "evaluator backend faster-coco-eval is not installed: `pip install faster-coco-eval`"
             raise UserError(message) from error
         return COCO, COCOeval_faster
-    raise UserError(f"unknown evaluator backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    raise UserError(f"unknown evaluator backend {short_repr(backend)}; choose one of {', '.join(BACKENDS)}")
 
 
 @contextlib.contextmanager

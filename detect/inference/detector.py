@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from detect import backend as backends
+from detect.config import IMAGE_SIZE
 from detect.data.batch import stack_images
 from detect.data.datasets import to_network_layout
 from detect.data.images.letterbox import LetterboxInfo, boxes_to_original, letterbox
@@ -35,6 +36,10 @@ class PredictSettings:
     max_det: int = 1000
     classes: tuple[int, ...] | None = None  # keep only these classes
     agnostic: bool = False  # NMS across classes
+
+    def __post_init__(self) -> None:
+        if not all(IMAGE_SIZE.accept(side) for side in self.imgsz):
+            raise UserError(f"image size {' x '.join(map(str, self.imgsz))}: each side must be {IMAGE_SIZE.what}")
 
 
 @dataclasses.dataclass(frozen=True)

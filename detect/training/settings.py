@@ -11,14 +11,15 @@ from typing import Any
 
 from detect.backend import NPU_ALLOW_HF32_HELP, NPU_JIT_COMPILE_HELP, SPEC_HELP
 from detect.backend.placement import AFFINITY_HELP, check_affinity
-from detect.config import NON_NEGATIVE, POSITIVE, Bound, Settings, option, options_from_dict
+from detect.config import MAX_IMGSZ, NON_NEGATIVE, POSITIVE, Bound, Settings, option, options_from_dict
 from detect.data.images.cache import CACHE_CHOICES
 from detect.data.labels.cache import CACHE_DIR_HELP
 from detect.errors import UserError
 from detect.training.distributed import DistContext
 
 LOGGER = logging.getLogger(__name__)
-AT_LEAST_32 = Bound("an integer >= 32", lambda value: value >= 32)  # the largest stride
+# at least the largest stride; at most MAX_IMGSZ
+TRAIN_IMAGE_SIZE = Bound(f"an integer in [32, {MAX_IMGSZ}]", lambda value: 32 <= value <= MAX_IMGSZ)
 SMOOTHING = Bound("a number in [0, 1)", lambda value: 0 <= value < 1)
 POSITIVE_SECONDS = Bound("a number > 0", lambda value: value > 0)
 NOT_NEGATIVE = Bound("a number >= 0", lambda value: value >= 0)
@@ -37,7 +38,7 @@ class TrainSettings(Settings):
     epochs: int = option(100, bound=POSITIVE)
     batch_size: int = option(16, "total batch size over all ranks; -1: the largest that fits 60%% of the device's free "
                                 "memory (AutoBatch, one device)", bound=BATCH)
-    imgsz: int = option(640, "train and val image size", bound=AT_LEAST_32, flags=("--imgsz", "--img", "--img-size"))
+    imgsz: int = option(640, "train and val image size", bound=TRAIN_IMAGE_SIZE, flags=("--imgsz", "--img", "--img-size"))
     device: str = option("auto", SPEC_HELP + "; under torchrun the index is LOCAL_RANK",
                          again_on_resume=True)
     workers: int = option(8, "data loader workers per rank", bound=NON_NEGATIVE, again_on_resume=True)

@@ -9,6 +9,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
+from detect.errors import short_repr
 from detect.ops.boxes import clip_boxes, xywh_to_xyxy, xyxy_to_xywh
 
 # Problem names (the summary table and the tests use these exact strings).
@@ -111,7 +112,7 @@ def parse_label_text(text: str, num_classes: int) -> tuple[np.ndarray | None, st
         try:
             values = [float(field) for field in fields]
         except ValueError:
-            return None, NON_NUMERIC, f"line {number}: {line.strip()!r}"
+            return None, NON_NUMERIC, f"line {number}: {short_repr(line.strip())}"
         if len(values) > 5:  # a segment polygon: its bounding box (yolov5 accepts these)
             xs, ys = np.array(values[1::2]), np.array(values[2::2])
             values = [values[0], *xyxy_to_xywh(np.array([xs.min(), ys.min(), xs.max(), ys.max()])).tolist()]
