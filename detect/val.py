@@ -11,6 +11,7 @@ from detect import backend as backends
 from detect import cli
 from detect.config import IMAGE_SIZE, NON_NEGATIVE, POSITIVE, UNIT, Settings, option, options_from_dict
 from detect.data.data_config import SPLITS
+from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS, MAX_PIXELS_HELP
 from detect.data.labels.cache import CACHE_DIR_HELP
 from detect.data.loader import Loader
 from detect.errors import UserError
@@ -57,6 +58,7 @@ class ValSettings(Settings):
     device: str = option("auto", backends.SPEC_HELP)
     workers: int | None = option(None, "data loader workers (default: by CPU count)", bound=NON_NEGATIVE)
     cache_dir: str | None = option(None, CACHE_DIR_HELP)
+    max_pixels: int = option(DEFAULT_MAX_PIXELS, MAX_PIXELS_HELP, bound=MAX_PIXELS)
     half: bool = option(False, "fp16 inference (accelerators only)")
     save_json: bool = option(False, "write predictions.json (COCO results) to the run folder, and ground_truth.json "
                                      "when the labels are YOLO txt files (docs/usage.md, Evaluation)")
@@ -102,7 +104,7 @@ def _prepare(settings: ValSettings, weights: str, imgsz: int) -> tuple[backends.
     split = settings.task if settings.task in SPLITS else "val"
     predict, loader = prepare_scoring(weights, settings.data, split, imgsz, settings.batch_size, settings.workers,
                                       backend, half=settings.half, augment=settings.augment,
-                                      cache_dir=settings.cache_dir)
+                                      cache_dir=settings.cache_dir, max_pixels=settings.max_pixels)
     return backend, predict, loader
 
 

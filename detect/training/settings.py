@@ -13,6 +13,7 @@ from detect.backend import NPU_ALLOW_HF32_HELP, NPU_JIT_COMPILE_HELP, SPEC_HELP
 from detect.backend.placement import AFFINITY_HELP, check_affinity
 from detect.config import MAX_IMGSZ, NON_NEGATIVE, POSITIVE, Bound, Settings, option, options_from_dict
 from detect.data.images.cache import CACHE_CHOICES
+from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS, MAX_PIXELS_HELP
 from detect.data.labels.cache import CACHE_DIR_HELP
 from detect.errors import UserError
 from detect.training.distributed import DistContext
@@ -63,6 +64,7 @@ class TrainSettings(Settings):
     cache: str | None = option(None, "decoded images in RAM (--cache, --cache ram) or as .npy beside the images "
                                      "(--cache disk)", choices=CACHE_CHOICES, const="ram")
     cache_dir: str | None = option(None, CACHE_DIR_HELP + "; also --cache disk's .npy files", again_on_resume=True)
+    max_pixels: int = option(DEFAULT_MAX_PIXELS, MAX_PIXELS_HELP, bound=MAX_PIXELS)
     single_cls: bool = option(False, "train every class as one class, 'item'")
     rect: bool = option(False, "rectangular batches in aspect-ratio order (no mosaic; many shapes)")
     amp: bool | None = option(None, "mixed precision (default: on for accelerators, off on the CPU)")

@@ -31,13 +31,13 @@ def test_hand_made_matrix() -> None:
     expected[2, 2] = 1
     expected[1, 3] = 1
     expected[0, 3] = 1
-    np.testing.assert_array_equal(confusion.matrix, expected)
+    np.testing.assert_array_equal(confusion.matrix(), expected)
     # An image with boxes and no detections: every box is missed (background row).
     confusion.update(torch.zeros(0, 6), torch.tensor([1, 1]), torch.tensor([[0.0, 0, 5, 5], [5, 5, 9, 9]]))
-    assert confusion.matrix[3, 1] == 2
+    assert confusion.matrix()[3, 1] == 2
     # An image with detections and no boxes: every detection is a false positive (background column).
     confusion.update(torch.tensor([[0.0, 0, 5, 5, 0.9, 2]]), torch.zeros(0), torch.zeros(0, 4))
-    assert confusion.matrix[2, 3] == 1
+    assert confusion.matrix()[2, 3] == 1
     assert confusion.normalized()[:, 1].sum() == 1.0
 
 
@@ -45,7 +45,7 @@ def test_iou_threshold_is_strict() -> None:
     confusion = ConfusionMatrix(num_classes=1, iou_threshold=0.5)
     # IoU exactly 0.5 (overlap 50, union 100) does not match.
     confusion.update(torch.tensor([[0.0, 0, 10, 7.5, 0.9, 0]]), torch.tensor([0]), torch.tensor([[0.0, 2.5, 10, 10]]))
-    np.testing.assert_array_equal(confusion.matrix, [[0, 1], [1, 0]])
+    np.testing.assert_array_equal(confusion.matrix(), [[0, 1], [1, 0]])
 
 
 def test_plots_write_pngs_without_pyplot(tmp_path: Path) -> None:

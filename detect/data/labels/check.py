@@ -7,8 +7,8 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-from PIL import Image
 
+from detect.data.images.pixels import DEFAULT_MAX_PIXELS, ImageTooLarge, check_pixels, open_header
 from detect.errors import short_repr
 from detect.ops.boxes import clip_boxes, xywh_to_xyxy, xyxy_to_xywh
 
@@ -17,6 +17,7 @@ ZERO_BYTE = "zero-byte image"
 UNREADABLE = "unreadable image"
 TRUNCATED = "truncated image"
 TOO_SMALL = "image too small"
+TOO_LARGE = "image too large"
 COLUMNS = "wrong column count"
 NON_NUMERIC = "non-numeric value"
 NON_FINITE = "non-finite value"
@@ -71,15 +72,28 @@ def _jpeg_complete(path: Path, result: CheckResult) -> bool:
     return True
 
 
-def _image_size(path: Path, result: CheckResult) -> tuple[int, int] | None:
+def _pixels_within(path: Path, max_pixels: int, result: CheckResult) -> bool:
+    """False (problem recorded) for an image whose header claims more than `max_pixels`: checked before anything
+    decodes it. A header that cannot be read passes, for the checks after this one to name."""
+    try:
+        check_pixels(path, max_pixels)
+    except ImageTooLarge as error:
+        result.skipped, result.details = TOO_LARGE, [f"{path}: {TOO_LARGE} ({error})"]
+        return False
+    except Exception:  # noqa: BLE001 (PIL raises many types for bad files)
+        return True  # a header that cannot be read: the checks below name the problem
+    return True
+
+
+def _image_size(path: Path, result: CheckResult, max_pixels: int) -> tuple[int, int] | None:
     """(width, height) after EXIF rotation (as cv2.imread returns it), or None with the problem recorded."""
     if path.stat().st_size == 0:
         result.skipped = ZERO_BYTE
         return None
-    if not _jpeg_complete(path, result):
+    if not _pixels_within(path, max_pixels, result) or not _jpeg_complete(path, result):
         return None
     try:
-        with Image.open(path) as image:
+        with open_header(path) as image:
             width, height = image.size
             # a JPEG's EXIF is in its header, read by open: one open serves verify too (a PNG's is not: open again)
             jpeg = image.format in ("JPEG", "MPO")
@@ -87,7 +101,7 @@ def _image_size(path: Path, result: CheckResult) -> tuple[int, int] | None:
             if not result.notes:  # PIL's verify rejects a truncated JPEG that we chose to use
                 image.verify()
         if orientation is None:
-            with Image.open(path) as image:
+            with open_header(path) as image:
                 orientation = image.getexif().get(EXIF_ORIENTATION, 1)
     except Exception as error:  # noqa: BLE001 (PIL raises many types for bad files)
         result.skipped, result.details = UNREADABLE, [f"{path}: {UNREADABLE} ({error})"]
@@ -154,11 +168,13 @@ def validate_rows(rows: np.ndarray, crowd: np.ndarray, num_classes: int, result:
 
 
 def check_image(
-    image: str, label_file: str | None, num_classes: int, given: tuple[np.ndarray, np.ndarray] | None = None
+    image: str, label_file: str | None, num_classes: int, given: tuple[np.ndarray, np.ndarray] | None = None,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
 ) -> CheckResult:
-    """Check an image and its labels: a YOLO txt file, or `given` (rows, crowd) from a COCO json."""
+    """Check an image (at most `max_pixels`, --max-pixels) and its labels: a YOLO txt file, or `given` (rows,
+    crowd) from a COCO json."""
     path, result = Path(image), CheckResult(path=image)
-    size = _image_size(path, result)
+    size = _image_size(path, result, max_pixels)
     if size is None:
         return result
     result.width, result.height = size
