@@ -21,9 +21,10 @@ T = TypeVar("T")
 CONFIGS_DIR = Path(str(resources.files("detect") / "configs"))
 
 
-# Bounds on a yaml file, checked before its values are built. The largest config a user needs is a data yaml's
-# `names`: 1,000,000 class names take about 20 MB; PyYAML reads about 0.5 MB a second and holds 50x the text.
-MAX_YAML_BYTES = 32 * 2**20
+# Bounds on a yaml file, checked before its values are built. The largest config is a data yaml's `names` (or a run's
+# config.yaml holding them): 50,000 classes (models/head.py's bound) of 100 characters each are 5 MB. PyYAML reads
+# about 0.5 MB a second and holds 50x the text while it does.
+MAX_YAML_BYTES = 8 * 2**20
 # Aliases may repeat at most this many nodes in all. A config that shares a block through an anchor repeats tens;
 # a "billion laughs" file (ten aliases of ten aliases, eight deep: 10^8 nodes from 90) is refused as it is read,
 # before any check walks or prints the expanded values (which took minutes and gigabytes).

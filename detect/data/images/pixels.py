@@ -18,8 +18,8 @@ DEFAULT_MAX_PIXELS = 89_478_485
 # let nothing more through.
 LARGEST_MAX_PIXELS = 2**30
 MAX_PIXELS = Bound(f"an integer in [1, {LARGEST_MAX_PIXELS}]", lambda value: 1 <= value <= LARGEST_MAX_PIXELS)
-MAX_PIXELS_HELP = (f"images whose header claims more pixels are skipped by name, never decoded (default: PIL's "
-                   f"{DEFAULT_MAX_PIXELS}; at most {LARGEST_MAX_PIXELS}, cv2's own limit)")
+MAX_PIXELS_HELP = ("images whose header claims more pixels are skipped by name, never decoded (PIL's limit by "
+                   "default; at most 2**30, cv2's own)")
 
 
 class ImageTooLarge(OSError):
