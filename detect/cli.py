@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
 from detect.config import NON_NEGATIVE, POSITIVE, UNIT, Bound, flag_name, options_from_dict
-from detect.errors import Interrupted, UserError
+from detect.errors import Interrupted, UserError, short_repr
 
 T = TypeVar("T")
 # yolov5's other spellings of our flags, added to every CLI whose settings have the field (yolov5 users type them).
@@ -66,7 +66,7 @@ def bounded(kind: type, bound: Bound) -> Callable[[str], Any]:
         except ValueError:
             value = None
         if value is None or not bound.accept(value):
-            raise argparse.ArgumentTypeError(f"must be {bound.what}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"must be {bound.what}, got {short_repr(text)}")
         return value
 
     parse.__name__ = kind.__name__  # argparse names the type in its own messages

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import reprlib
 import sys
 import types
 import typing
@@ -15,7 +14,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from detect.errors import ConfigError, UserError
+from detect.errors import ConfigError, UserError, short_repr
 
 T = TypeVar("T")
 
@@ -24,15 +23,80 @@ T = TypeVar("T")
 CONFIGS_DIR = Path(str(resources.files("detect") / "configs"))
 
 
+# Bounds on a yaml file, checked before its values are built. The largest config is a data yaml's `names` (or a run's
+# config.yaml holding them): 50,000 classes (models/head.py's bound) of 100 characters each are 5 MB. PyYAML reads
+# about 0.5 MB a second and holds 50x the text while it does.
+MAX_YAML_BYTES = 8 * 2**20
+# Aliases may repeat at most this many nodes in all. A config that shares a block through an anchor repeats tens;
+# a "billion laughs" file (ten aliases of ten aliases, eight deep: 10^8 nodes from 90) is refused as it is read,
+# before any check walks or prints the expanded values (which took minutes and gigabytes).
+MAX_ALIAS_NODES = 100_000
+
+
+class BoundedLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a document whose aliases repeat more than MAX_ALIAS_NODES nodes, or an alias
+    inside its own anchor (a value that contains itself)."""
+
+    def get_single_data(self) -> Any:
+        node = self.get_single_node()
+        if node is None:
+            return None
+        added = alias_repeats(node)
+        if added > MAX_ALIAS_NODES:
+            raise yaml.YAMLError(f"its aliases repeat {added:,} nodes, more than the {MAX_ALIAS_NODES:,} a config may "
+                                 "(an alias bomb?)")
+        return self.construct_document(node)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return node.value
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
+
+
+def alias_repeats(root: yaml.Node) -> int:
+    """How many nodes the aliases of a composed document add when written out in full (counted, never built); a
+    YAMLError for an alias inside its own anchor. Iterative, so that a deep document cannot exhaust the stack."""
+    sizes: dict[int, int] = {}  # each distinct node: its size with the aliases under it written out
+    path: set[int] = set()  # the nodes from the root to the one on top of the stack
+    stack = [root]
+    while stack:
+        node = stack[-1]
+        if id(node) in sizes:
+            stack.pop()
+        elif id(node) in path:  # back on top: its children are counted
+            stack.pop()
+            path.discard(id(node))
+            sizes[id(node)] = 1 + sum(sizes[id(child)] for child in _children(node))
+        else:
+            path.add(id(node))
+            for child in _children(node):
+                if id(child) in path:
+                    raise yaml.YAMLError("an alias refers to a node that contains it (a value cannot contain itself)")
+                if id(child) not in sizes:
+                    stack.append(child)
+    return sizes[id(root)] - len(sizes)
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a yaml file whose top level is a mapping; a missing or malformed file is a ConfigError."""
+    """Read a yaml file whose top level is a mapping (BoundedLoader, at most MAX_YAML_BYTES); a missing, malformed
+    or oversized file is a ConfigError."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: file not found")
+    size = path.stat().st_size
+    if size > MAX_YAML_BYTES:
+        raise ConfigError(f"{path}: {size:,} bytes, more than a config may hold ({MAX_YAML_BYTES:,})")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=BoundedLoader)  # a SafeLoader: plain values only
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not valid yaml: not UTF-8 text") from None
     except yaml.YAMLError as error:
         raise ConfigError(f"{path}: not valid yaml: {yaml_problem(error)}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid yaml: nested too deeply") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of keys to values")
     return data
@@ -56,6 +120,11 @@ class Bound:
 POSITIVE = Bound("a positive integer", lambda value: value >= 1)
 NON_NEGATIVE = Bound("an integer >= 0", lambda value: value >= 0)
 UNIT = Bound("a number in [0, 1]", lambda value: 0 <= value <= 1)  # nan compares false: refused
+# The largest image side (--imgsz of every CLI, the hub's size): 6.4x the 1280 px that yolov5's largest models are
+# trained at. yolov5n alone takes 7 GB of memory to predict one image at 8192 px on the CPU, and the memory grows
+# with the square of the side: a larger input can only exhaust the machine (predict --imgsz 100000 did).
+MAX_IMGSZ = 8192
+IMAGE_SIZE = Bound(f"an integer in [1, {MAX_IMGSZ}]", lambda value: 1 <= value <= MAX_IMGSZ)
 
 
 def resolve_config(name: str | Path, kind: str) -> Path:
@@ -125,9 +194,8 @@ def from_mapping(cls: type[T], data: dict[str, Any], source: str | Path) -> T:
             continue
         value = data[name]
         if not _type_ok(value, hints[name]):
-            shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
             raise ConfigError(f"{source}: key '{name}' must be {type_name(hints[name])}, got "
-                              f"{type(value).__name__} {shown}{_wrong_item(value, hints[name])}")
+                              f"{type(value).__name__} {short_repr(value)}{_wrong_item(value, hints[name])}")
         values[name] = float(value) if hints[name] is float else value
     try:
         return cls(**values)
@@ -218,7 +286,7 @@ class Hyp:
         for field in dataclasses.fields(self):
             value, bound = getattr(self, field.name), field.metadata["bound"]
             if not bound.accept(value):
-                raise ValueOutOfRange(f"key '{field.name}' must be {bound.what}, got {reprlib.repr(value)}")
+                raise ValueOutOfRange(f"key '{field.name}' must be {bound.what}, got {short_repr(value)}")
 
 
 def load_hyp(name: str | Path = "scratch-low.yaml") -> Hyp:
@@ -254,9 +322,9 @@ def check_options(settings: Any) -> None:
         bound, choices = field.metadata.get("bound"), field.metadata.get("choices")
         values = value if isinstance(value, tuple) else (value,)
         if bound is not None and not all(v is None or bound.accept(v) for v in values):
-            raise UserError(f"{flag_name(field)} {value!r}: must be {bound.what}")
+            raise UserError(f"{flag_name(field)} {short_repr(value)}: must be {bound.what}")
         if choices is not None and not all(v is None or v in choices for v in values):
-            raise UserError(f"{flag_name(field)} {value!r}: choose one of {', '.join(choices)}")
+            raise UserError(f"{flag_name(field)} {short_repr(value)}: choose one of {', '.join(choices)}")
 
 
 class Settings:

@@ -1,5 +1,7 @@
 """Errors a user can cause and fix: the CLIs print them as one line and exit with code 2."""
 
+import reprlib
+
 
 class UserError(Exception):
     """A problem with the user's input, environment or files, stated in one line."""
@@ -13,6 +15,17 @@ def one_line(error: BaseException, limit: int = 300) -> str:
     """An exception as one short line: its type and its message with the whitespace collapsed."""
     text = " ".join(f"{type(error).__name__}: {error}".split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def short_repr(value: object) -> str:
+    """repr of a user's value for an error message, cut short (four items a level, two levels, 60 characters a
+    string or number), so that a huge or deeply nested value, as a yaml alias bomb gives, costs nothing to show."""
+    shortener = reprlib.Repr()
+    shortener.maxlevel = 2
+    shortener.maxtuple = shortener.maxlist = shortener.maxarray = shortener.maxset = shortener.maxfrozenset = 4
+    shortener.maxdeque = shortener.maxdict = 4
+    shortener.maxstring = shortener.maxother = shortener.maxlong = 60
+    return shortener.repr(value)
 
 
 class Interrupted(Exception):

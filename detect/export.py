@@ -11,7 +11,7 @@ from typing import Any
 
 from detect import backend as backends
 from detect import cli
-from detect.config import POSITIVE, UNIT, Settings, option, options_from_dict
+from detect.config import IMAGE_SIZE, POSITIVE, UNIT, Settings, option, options_from_dict
 from detect.errors import UserError
 from detect.evaluation.export_check import check_files, check_table, file_megabytes
 from detect.exporters.amct import calibrate_amct
@@ -47,7 +47,7 @@ class ExportRunSettings(Settings):
     include: tuple[str, ...] = option(("torchscript",), "formats to write (om converts the ONNX with CANN's atc, "
                                                         "openvino with openvino.convert_model)", choices=FORMATS)
     imgsz: tuple[int, ...] = option(ExportSettings.imgsz, "input size: one side, or height width (multiples of the "
-                                                          "stride)", bound=POSITIVE)
+                                                          "stride)", bound=IMAGE_SIZE)
     batch_size: int = option(ExportSettings.batch_size, "batch size of a static export", bound=POSITIVE)
     device: str = option("cpu", backends.SPEC_HELP)
     half: bool = option(ExportSettings.half, "fp16 weights and input")

@@ -28,6 +28,7 @@ from detect import backend as backends
 from detect import cli
 from detect.config import Settings, option
 from detect.data.images.load import read_failure, read_image
+from detect.data.images.pixels import check_pixels
 from detect.errors import UserError
 from detect.inference.annotate import annotate
 from detect.inference.detector import Detections, Detector, PredictSettings
@@ -73,6 +74,7 @@ def to_bgr(image: ImageLike, index: int) -> tuple[str, np.ndarray]:
         if str(image).startswith(("http://", "https://")):
             raise UserError(f"{image}: detect never downloads; save the image and pass its path")
         try:
+            check_pixels(image)
             return Path(image).with_suffix(".jpg").name, read_image(Path(image))
         except OSError as error:
             raise UserError(read_failure(image, error)) from None

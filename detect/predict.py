@@ -11,7 +11,8 @@ from typing import Any
 
 from detect import backend as backends
 from detect import cli
-from detect.config import NON_NEGATIVE, POSITIVE, UNIT, Settings, option, options_from_dict
+from detect.config import IMAGE_SIZE, NON_NEGATIVE, POSITIVE, UNIT, Settings, option, options_from_dict
+from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS, MAX_PIXELS_HELP
 from detect.errors import UserError
 from detect.inference.detector import Detector, PredictSettings
 from detect.inference.outputs import OutputSettings, PredictOutputs, predict_frames
@@ -34,7 +35,7 @@ class PredictRunSettings(Settings):
     source: str = option("", "an image, video, folder, glob ('data/*.jpg'), .txt list, .streams list, URL, "
                              "rtsp/rtmp/http stream or webcam index (0); default: the package's sample images")
     imgsz: tuple[int, ...] = option(PredictSettings.imgsz[:1], "inference size: one side, or height width",
-                                    bound=POSITIVE)
+                                    bound=IMAGE_SIZE)
     conf_thres: float = option(PredictSettings.conf_threshold, "confidence threshold", bound=UNIT)
     iou_thres: float = option(PredictSettings.iou_threshold, "NMS IoU threshold", bound=UNIT)
     max_det: int = option(PredictSettings.max_det, "maximum detections per image", bound=POSITIVE)
@@ -49,6 +50,7 @@ class PredictRunSettings(Settings):
     save_crop: bool = option(False, "write each detection's crop to crops/<class name>/<image name>.jpg")
     view_img: bool = option(False, "show the frames with their boxes in a window (where a display can be used)")
     vid_stride: int = option(1, "predict on every Nth frame of videos and streams", bound=POSITIVE)
+    max_pixels: int = option(DEFAULT_MAX_PIXELS, MAX_PIXELS_HELP, bound=MAX_PIXELS)
     nosave: bool = option(False, "do not write annotated images and videos")
     line_thickness: int = option(3, "box line width in pixels", bound=POSITIVE)
     hide_labels: bool = option(False, "draw boxes without class names")
@@ -92,7 +94,7 @@ def predict(settings: PredictRunSettings) -> Path:
                         settings.augment)
     if not settings.source:
         LOGGER.info("no --source: predicting on the sample images in %s", SAMPLES_DIR)
-    with closing(open_source(settings.source or str(SAMPLES_DIR), settings.vid_stride)) as source:
+    with closing(open_source(settings.source or str(SAMPLES_DIR), settings.vid_stride, settings.max_pixels)) as source:
         save_dir = make_run_dir(settings.project, settings.name, settings.exist_ok)
         outputs = PredictOutputs(save_dir, detector.names, settings.output_settings())
         times, problems = predict_frames(source, detector, outputs)

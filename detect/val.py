@@ -9,8 +9,9 @@ from typing import Any
 
 from detect import backend as backends
 from detect import cli
-from detect.config import NON_NEGATIVE, POSITIVE, UNIT, Settings, option, options_from_dict
+from detect.config import IMAGE_SIZE, NON_NEGATIVE, POSITIVE, UNIT, Settings, option, options_from_dict
 from detect.data.data_config import SPLITS
+from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS, MAX_PIXELS_HELP
 from detect.data.labels.cache import CACHE_DIR_HELP
 from detect.data.loader import Loader
 from detect.errors import UserError
@@ -47,9 +48,9 @@ class ValSettings(Settings):
     task: str = option("val", "a split to score (train, val, test); speed: ms per image of each stage on the val split "
                               "at conf 0.25 and IoU 0.45, no mAP; study: mAP and speed at --study-sizes on the val "
                               "split (study_<data>_<weights>.txt and study.png)", choices=(*SPLITS, "speed", "study"))
-    study_sizes: tuple[int, ...] = option(STUDY_SIZES, "image sizes of --task study (yolov5's)", bound=POSITIVE)
+    study_sizes: tuple[int, ...] = option(STUDY_SIZES, "image sizes of --task study (yolov5's)", bound=IMAGE_SIZE)
     augment: bool = option(False, "test-time augmentation: 3 scales, one flipped, merged before NMS (.pt only)")
-    imgsz: int = option(640, "inference size (long side), pixels", bound=POSITIVE)
+    imgsz: int = option(640, "inference size (long side), pixels", bound=IMAGE_SIZE)
     batch_size: int = option(32, bound=POSITIVE)
     conf_thres: float = option(EvalSettings.conf_threshold, "confidence threshold", bound=UNIT)
     iou_thres: float = option(EvalSettings.iou_threshold, "NMS IoU threshold", bound=UNIT)
@@ -57,6 +58,7 @@ class ValSettings(Settings):
     device: str = option("auto", backends.SPEC_HELP)
     workers: int | None = option(None, "data loader workers (default: by CPU count)", bound=NON_NEGATIVE)
     cache_dir: str | None = option(None, CACHE_DIR_HELP)
+    max_pixels: int = option(DEFAULT_MAX_PIXELS, MAX_PIXELS_HELP, bound=MAX_PIXELS)
     half: bool = option(False, "fp16 inference (accelerators only)")
     save_json: bool = option(False, "write predictions.json (COCO results) to the run folder, and ground_truth.json "
                                      "when the labels are YOLO txt files (docs/usage.md, Evaluation)")
@@ -106,7 +108,7 @@ def _prepare(settings: ValSettings, weights: str, imgsz: int) -> tuple[backends.
     split = settings.task if settings.task in SPLITS else "val"
     predict, loader = prepare_scoring(weights, settings.data, split, imgsz, settings.batch_size, settings.workers,
                                       backend, half=settings.half, augment=settings.augment,
-                                      cache_dir=settings.cache_dir)
+                                      cache_dir=settings.cache_dir, max_pixels=settings.max_pixels)
     return backend, predict, loader
 
 

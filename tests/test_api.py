@@ -35,7 +35,7 @@ def test_train_run_then_val_run_from_a_script(tmp_path, caplog):
 
 @pytest.mark.parametrize("options, message", [
     ({"epochs": 0}, "--epochs 0: must be a positive integer"),
-    ({"imgsz": 16}, "--imgsz 16: must be an integer >= 32"),
+    ({"imgsz": 16}, "--imgsz 16: must be an integer in [32, 8192]"),
     ({"freeze": [3, -1]}, "--freeze (3, -1): must be an integer >= 0"),
     ({"optimizer": "Lion"}, "--optimizer 'Lion': choose one of SGD, Adam, AdamW"),
     ({"epochs": "3"}, "key 'epochs' must be int"),

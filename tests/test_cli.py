@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import signal
 import subprocess
 import sys
@@ -45,9 +46,9 @@ def test_parser_errors_are_one_line_and_exit_2(capsys) -> None:
 
 
 @pytest.mark.parametrize("main, argv, message", [
-    (models_main, ["--imgsz", "-5"], "argument --imgsz: must be a positive integer, got '-5'"),
+    (models_main, ["--imgsz", "-5"], "argument --imgsz: must be an integer in [1, 8192], got '-5'"),
     (models_main, ["--nc", "0"], "argument --nc: must be a positive integer, got '0'"),
-    (data_main, ["--imgsz", "0"], "argument --imgsz: must be a positive integer, got '0'"),
+    (data_main, ["--imgsz", "0"], "argument --imgsz: must be an integer in [1, 8192], got '0'"),
     (data_main, ["--batch-size", "-2"], "argument --batch-size: must be a positive integer, got '-2'"),
 ])
 def test_models_and_data_clis_check_ranges_first(capsys, main, argv, message) -> None:
@@ -55,6 +56,19 @@ def test_models_and_data_clis_check_ranges_first(capsys, main, argv, message) ->
         main(argv)
     assert stopped.value.code == 2
     assert capsys.readouterr().err == f"error: {message}\n"
+
+
+@pytest.mark.parametrize("module, flag", [
+    ("detect.train", "--imgsz"), ("detect.val", "--imgsz"), ("detect.val", "--study-sizes"),
+    ("detect.predict", "--imgsz"), ("detect.export", "--imgsz"), ("detect.models.__main__", "--imgsz"),
+    ("detect.data.__main__", "--imgsz"), ("detect.tools.compare", "--imgsz"), ("detect.tools.benchmark", "--imgsz"),
+])
+def test_every_image_size_flag_has_a_bound(capsys, module, flag) -> None:
+    """Past MAX_IMGSZ (8192) an input could only exhaust the memory: predict --imgsz 100000 grew past 8 GB."""
+    with pytest.raises(SystemExit) as stopped:
+        importlib.import_module(module).main([flag, "100000"])
+    assert stopped.value.code == 2
+    assert f"argument {flag}: must be an integer in [" in capsys.readouterr().err
 
 
 class _Unreadable(torch.utils.data.Dataset):

@@ -1,11 +1,13 @@
 """The strict yaml loader and the bundled hyp files."""
 
 import dataclasses
+import time
+import tracemalloc
 
 import pytest
 
-from detect.config import Hyp, load_hyp
-from detect.errors import ConfigError
+from detect.config import MAX_YAML_BYTES, Hyp, load_hyp
+from detect.errors import ConfigError, short_repr
 
 
 def test_bundled_hyps_load_with_the_published_values():
@@ -81,3 +83,61 @@ def test_zero_is_allowed_where_it_turns_a_stage_off(tmp_path):
 def test_every_hyp_key_has_a_range_its_default_is_in():
     for field in dataclasses.fields(Hyp):
         assert field.metadata["bound"].accept(field.default), field.name
+
+
+def alias_bomb(levels: int, fan_out: int = 10) -> str:
+    """A hyp whose known key `lrf` holds a billion-laughs list: each anchor a list of `fan_out` aliases of the last,
+    `levels` deep (fan_out ** levels leaves written out, a few hundred bytes of yaml)."""
+    text = "lr0: 0.01\nlrf:\n  - &a0 [0.01]\n"
+    for level in range(1, levels + 1):
+        text += f"  - &a{level} [{', '.join([f'*a{level - 1}'] * fan_out)}]\n"
+    return text
+
+
+def test_an_alias_bomb_is_refused_as_it_is_read(tmp_path):
+    path = tmp_path / "hyp.yaml"
+    path.write_text(alias_bomb(levels=8))
+    started = time.perf_counter()
+    tracemalloc.start()
+    try:
+        with pytest.raises(ConfigError, match=r"its aliases repeat 234,567,890 nodes, more than the 100,000") as error:
+            load_hyp(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert time.perf_counter() - started < 5 and peak < 50 * 2**20
+    assert str(error.value).startswith(f"{path}: not valid yaml:") and len(str(error.value)) < 300
+
+
+def test_aliases_that_repeat_a_little_are_fine_and_a_value_that_contains_itself_is_refused(tmp_path):
+    path = tmp_path / "hyp.yaml"
+    path.write_text("lr0: &rate 0.02\nlrf: *rate\n")
+    assert (load_hyp(path).lr0, load_hyp(path).lrf) == (0.02, 0.02)
+    path.write_text(alias_bomb(levels=4))  # 11,110 repeats: under the bound, then refused by the key's type
+    with pytest.raises(ConfigError, match=r"key 'lrf' must be float, got list \[\[0.01\], \[\[...\], \[...\], \[...\], \[...\], ...\], "):
+        load_hyp(path)
+    path.write_text("lr0: &loop [*loop]\n")
+    with pytest.raises(ConfigError, match="an alias refers to a node that contains it"):
+        load_hyp(path)
+
+
+def test_a_deep_a_binary_or_a_huge_yaml_is_one_line(tmp_path):
+    path = tmp_path / "hyp.yaml"
+    path.write_text("lr0: " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(ConfigError, match="not valid yaml: nested too deeply"):
+        load_hyp(path)
+    path.write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(ConfigError, match="not valid yaml: not UTF-8 text"):
+        load_hyp(path)
+    with open(path, "wb") as handle:  # sparse: no disk used
+        handle.truncate(MAX_YAML_BYTES + 1)
+    with pytest.raises(ConfigError, match=f"{MAX_YAML_BYTES + 1:,} bytes, more than a config may hold"):
+        load_hyp(path)
+
+
+def test_a_long_value_in_an_error_is_shown_short(tmp_path):
+    path = tmp_path / "hyp.yaml"
+    path.write_text(f"lr0: {'x' * 100_000}\n")
+    with pytest.raises(ConfigError, match=r"key 'lr0' must be float, got str 'x{27}\.\.\.x{28}'$"):
+        load_hyp(path)
+    assert short_repr(list(range(10**6))) == "[0, 1, 2, 3, ...]"

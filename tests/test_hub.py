@@ -22,6 +22,7 @@ from detect.models import DetectionModel, build_model
 from detect.models.safe_io import save_checkpoint
 from detect.models.weights import model_state
 from detect.ops.boxes import xyxy_to_xywh
+from tests.data.helpers import write_flat_png
 
 REPO = Path(__file__).resolve().parent.parent
 YOLOV5N = REPO.parent / "shared" / "weights" / "yolov5n.pt"
@@ -185,6 +186,14 @@ def test_unreadable_inputs_are_one_line(model, tmp_path):
         model(tmp_path / "missing.jpg")
     with pytest.raises(UserError, match="cannot read a dict as an image"):
         model({"not": "an image"})
+
+
+def test_a_size_past_the_bound_and_an_image_past_the_pixel_limit_are_one_line(model, photo, tmp_path):
+    with pytest.raises(UserError, match=r"^image size 100000 x 100000: each side must be an integer in \[1, 8192\]$"):
+        model(photo, size=100000)
+    bomb = write_flat_png(tmp_path / "bomb.png", 30000, 30000)  # 0.9 MB, 2.7 GB decoded
+    with pytest.raises(UserError, match=f"^{bomb}: ImageTooLarge: 30000x30000 is 900,000,000 pixels, more than"):
+        model([photo, bomb])
 
 
 def run_hubconf(model: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -106,13 +106,13 @@ def test_class_count_mismatch_is_a_user_error(tiny_run, capsys):
 
 
 @pytest.mark.parametrize("flag, value, message", [
-    ("--imgsz", "-5", "argument --imgsz: must be a positive integer, got '-5'"),
+    ("--imgsz", "-5", "argument --imgsz: must be an integer in [1, 8192], got '-5'"),
     ("--batch-size", "0", "argument --batch-size: must be a positive integer, got '0'"),
     ("--workers", "-1", "argument --workers: must be an integer >= 0, got '-1'"),
     ("--conf-thres", "2", "argument --conf-thres: must be a number in [0, 1], got '2'"),
     ("--iou-thres", "1.5", "argument --iou-thres: must be a number in [0, 1], got '1.5'"),
     ("--max-det", "0", "argument --max-det: must be a positive integer, got '0'"),
-    ("--imgsz", "big", "argument --imgsz: must be a positive integer, got 'big'"),
+    ("--imgsz", "big", "argument --imgsz: must be an integer in [1, 8192], got 'big'"),
 ])
 def test_out_of_range_flags_stop_before_any_work(capsys, monkeypatch, flag, value, message):
     monkeypatch.setattr(val, "run", lambda args: pytest.fail("ran with a bad flag"))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from detect.errors import UserError
+from detect.errors import UserError, short_repr
 
 AFFINITY_HELP = ("host cores for each rank and its loader workers: auto (on NPU and CUDA a disjoint share, NUMA-local "
                  "to the device where the topology is known), none, or one core list per local rank, split by ':' "
@@ -29,7 +29,7 @@ PCI_DEVICES = Path("/sys/bus/pci/devices")
 def parse_cores(text: str) -> list[int]:
     """A Linux core list ("0-3,8") as sorted core numbers; a bad one is a UserError."""
     if not CORE_LIST.match(text.strip()):
-        raise UserError(f"--cpu-affinity: {text!r} is not a core list such as 0-23 or 0-3,8")
+        raise UserError(f"--cpu-affinity: {short_repr(text)} is not a core list such as 0-23 or 0-3,8")
     cores = set()
     for part in text.strip().split(","):
         first, _, last = part.partition("-")

@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from detect import cli
-from detect.config import POSITIVE, Settings, load_hyp, option
+from detect.config import IMAGE_SIZE, POSITIVE, Settings, load_hyp, option
 from detect.data import (
     AugmentSettings,
     build_train_loader,
@@ -23,7 +23,7 @@ class DataSettings(Settings):
 
     data: str = option("shapes.yaml", "data yaml: a bare name in configs/data/ or a path")
     hyp: str = option("scratch-low.yaml", "augmentation settings for the batch plot")
-    imgsz: int = option(640, "image size of the batch plot", bound=POSITIVE)
+    imgsz: int = option(640, "image size of the batch plot", bound=IMAGE_SIZE)
     batch_size: int = option(16, "images in the batch plot", bound=POSITIVE)
     plots: str | None = option(None, "folder for labels.png and train_batch.png")
     cache_dir: str | None = option(None, CACHE_DIR_HELP)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from detect.config import from_mapping, read_yaml, resolve_config
-from detect.errors import ConfigError
+from detect.errors import ConfigError, short_repr
 
 SPLITS = ("train", "val", "test")
 DATA_DIR_VARIABLE = "DETECT_DATA_DIR"  # where built-in datasets are generated (builtin_root)
@@ -52,8 +52,9 @@ class DataConfig:
 
 def _names_list(names: list[str] | dict[int, str], nc: int | None, source: Path) -> tuple[str, ...]:
     if isinstance(names, dict):
-        if sorted(names) != list(range(len(names))):
-            raise ConfigError(f"{source}: key 'names' must map 0..{len(names) - 1} to names, got keys {sorted(names)}")
+        if set(names) != set(range(len(names))):
+            raise ConfigError(f"{source}: key 'names' must map 0..{len(names) - 1} to names, got keys "
+                              f"{short_repr(list(names))}")
         names = [names[index] for index in range(len(names))]
     if nc is not None and nc != len(names):
         raise ConfigError(f"{source}: nc is {nc} but 'names' lists {len(names)} classes")

@@ -20,6 +20,7 @@ from detect.data.batch import Batch, collate
 from detect.data.data_config import DataConfig
 from detect.data.datasets import RectTrainDataset, TrainDataset, ValDataset
 from detect.data.images.cache import build_image_cache
+from detect.data.images.pixels import DEFAULT_MAX_PIXELS
 from detect.data.images.ram_cache import NodeShare
 from detect.data.labels.split import LabelledSplit, load_split
 from detect.data.records import RecordTable
@@ -178,11 +179,11 @@ def build_val_loader(data_config: DataConfig, split: str = "val", imgsz: int = 6
                      workers: int | None = None, stride: int = 32, rect: bool = True, pin_memory: bool = True,
                      prefetch_factor: int = 2, single_class: bool = False, rank: int = 0,
                      world_size: int = 1, cache_dir: str | Path | None = None,
-                     checked: LabelledSplit | None = None) -> Loader:
+                     checked: LabelledSplit | None = None, max_pixels: int = DEFAULT_MAX_PIXELS) -> Loader:
     """Letterboxed rectangular batches of the whole split in aspect order; with `world_size` ranks, this rank's
     whole batches of them (sampling.ValShard). `checked`: the split as load_split gave it (else checked here, its
-    label cache in `cache_dir` when given)."""
-    labelled = checked or load_split(data_config, split, single_class, cache_dir)
+    label cache in `cache_dir` when given, images over `max_pixels` skipped)."""
+    labelled = checked or load_split(data_config, split, single_class, cache_dir, max_pixels)
     dataset = ValDataset(labelled.records, imgsz, batch_size, stride, rect=rect)
     workers = default_workers() if workers is None else workers
     batching = ({"batch_size": batch_size, "shuffle": False} if world_size == 1 else

@@ -12,6 +12,10 @@ from detect.data.plots import literal
 from detect.evaluation.confusion import ConfusionMatrix
 from detect.evaluation.evaluator import Metrics
 
+# A confusion matrix of more classes shows the most counted ones: 100 names are as many as a plot can label, and a
+# full matrix of 20,000 classes would not fit in memory (3.2 GB of counts, as much again to draw).
+PLOTTED_CLASSES = 100
+
 
 def save_figure(figure, path: Path | str) -> Path:
     """Render a Figure with the Agg canvas and write it as PNG."""
@@ -46,11 +50,18 @@ def plot_pr_curve(metrics: Metrics, path: Path | str) -> Path:
 def plot_confusion_matrix(
     confusion: ConfusionMatrix, class_names: Sequence[str], path: Path | str, normalize: bool = True
 ) -> Path:
-    """Heat map of the confusion matrix (columns: true class, rows: predicted, last: background)."""
+    """Heat map of the confusion matrix (columns: true class, rows: predicted, last: background): every class up to
+    PLOTTED_CLASSES classes, else the PLOTTED_CLASSES most counted ones, in class order."""
     from matplotlib.figure import Figure
 
-    values = confusion.normalized() if normalize else confusion.matrix.astype(np.float64)
-    labels = [*map(literal, class_names), "background"]
+    if len(class_names) <= PLOTTED_CLASSES:
+        classes, title = list(range(len(class_names))), ""
+    else:
+        seen = confusion.seen_classes()
+        classes = sorted(seen[:PLOTTED_CLASSES])
+        title = f", the {len(classes)} most counted of {len(seen)} classes seen" if len(seen) > len(classes) else ""
+    values = confusion.normalized(classes) if normalize else confusion.matrix(classes).astype(np.float64)
+    labels = [*(literal(class_names[index]) for index in classes), "background"]
     size = min(max(6.0, 0.16 * len(labels)), 20.0)
     figure = Figure(figsize=(size + 2, size), tight_layout=True)
     axes = figure.add_subplot()
@@ -64,5 +75,6 @@ def plot_confusion_matrix(
         for row, column in zip(*np.nonzero(values)):
             axes.text(column, row, f"{values[row, column]:.2f}" if normalize else str(int(values[row, column])),
                       ha="center", va="center", fontsize=7)
-    axes.set(xlabel="True", ylabel="Predicted", title="Confusion matrix" + (" (normalised)" if normalize else ""))
+    axes.set(xlabel="True", ylabel="Predicted",
+             title="Confusion matrix" + (" (normalised)" if normalize else "") + title)
     return save_figure(figure, path)

@@ -14,7 +14,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from detect.errors import UserError
+from detect.errors import UserError, short_repr
 from detect.evolution.outputs import TrialRecord, best_record, plot_evolution, write_best_hyp, write_csv
 from detect.evolution.space import start_params
 from detect.evolution.study import (
@@ -55,7 +55,7 @@ def evolve(settings: TrainSettings, trials: int, sampler: str = "tpe", storage: 
     if trials < 1:
         raise UserError(f"--evolve {trials}: give the number of trials, at least 1")
     if sampler not in SAMPLERS:
-        raise UserError(f"--evolve-sampler {sampler!r}: choose {', '.join(SAMPLERS)}")
+        raise UserError(f"--evolve-sampler {short_repr(sampler)}: choose {', '.join(SAMPLERS)}")
     start = check_settings(settings)
     folder = Path(settings.project) / settings.name
     folder.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ import cv2
 import numpy as np
 import torch
 
+from detect.data.images.letterbox import fitted_size
 from detect.data.images.load import read_image
 from detect.data.plots import class_colour
 from detect.errors import UserError
@@ -52,7 +53,8 @@ def plot_predictions(images: list[tuple[Path, torch.Tensor]], names: tuple[str, 
         scale = GRID_TILE / max(image.shape[:2])
         drawn = annotate(image, confident, line_thickness=max(round(2 / scale), 1))
         tile = np.full((GRID_TILE, GRID_TILE, 3), 255, np.uint8)
-        resized = cv2.resize(drawn, (round(image.shape[1] * scale), round(image.shape[0] * scale)))
+        height, width = fitted_size(*image.shape[:2], scale)
+        resized = cv2.resize(drawn, (width, height))
         tile[:resized.shape[0], :resized.shape[1]] = resized
         tiles.append(tile)
     if not tiles:

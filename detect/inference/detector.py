@@ -12,9 +12,10 @@ import numpy as np
 import torch
 
 from detect import backend as backends
+from detect.config import IMAGE_SIZE
 from detect.data.batch import stack_images
 from detect.data.datasets import to_network_layout
-from detect.data.images.letterbox import LetterboxInfo, boxes_to_original, letterbox
+from detect.data.images.letterbox import LetterboxInfo, boxes_to_original, fitted_size, letterbox
 from detect.data.images.load import read_failure
 from detect.errors import UserError
 from detect.inference.media import load_image
@@ -35,6 +36,10 @@ class PredictSettings:
     max_det: int = 1000
     classes: tuple[int, ...] | None = None  # keep only these classes
     agnostic: bool = False  # NMS across classes
+
+    def __post_init__(self) -> None:
+        if not all(IMAGE_SIZE.accept(side) for side in self.imgsz):
+            raise UserError(f"image size {' x '.join(map(str, self.imgsz))}: each side must be {IMAGE_SIZE.what}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,9 +126,9 @@ class Detector:
         limit_h, limit_w = self.settings.imgsz
         stride, height, width = self.model.stride, 0, 0
         for image_h, image_w in sizes:
-            ratio = min(limit_h / image_h, limit_w / image_w)
-            height = max(height, math.ceil(round(image_h * ratio) / stride) * stride)
-            width = max(width, math.ceil(round(image_w * ratio) / stride) * stride)
+            fitted_h, fitted_w = fitted_size(image_h, image_w, min(limit_h / image_h, limit_w / image_w))
+            height = max(height, math.ceil(fitted_h / stride) * stride)
+            width = max(width, math.ceil(fitted_w / stride) * stride)
         return height, width
 
     def __call__(self, images: ImageInput | Sequence[ImageInput]) -> list[Detections]:

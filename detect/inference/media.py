@@ -16,6 +16,7 @@ import numpy as np
 
 from detect.data.images.files import UNREADABLE_FOLDER, Listing, file_problem, require_file, walk
 from detect.data.images.load import read_failure
+from detect.data.images.pixels import DEFAULT_MAX_PIXELS, check_pixels
 from detect.data.labels.check import decode_truncated_jpeg
 from detect.data.records import IMAGE_SUFFIXES
 from detect.errors import UserError
@@ -187,30 +188,33 @@ def _video_frames(path: Path, vid_stride: int) -> Iterator[Frame]:
         capture.release()
 
 
-def frames(path: Path, vid_stride: int = 1) -> Iterator[Frame]:
-    """The image at `path`, or every vid_stride-th frame of the video; an unreadable file is one Frame with its
-    problem."""
+def frames(path: Path, vid_stride: int = 1, max_pixels: int = DEFAULT_MAX_PIXELS) -> Iterator[Frame]:
+    """The image at `path`, or every vid_stride-th frame of the video; an unreadable file, or an image over
+    `max_pixels`, is one Frame with its problem."""
     if is_video(path):
         yield from _video_frames(path, vid_stride)
         return
     try:
-        yield Frame(path, load_image(path))
+        yield Frame(path, load_image(path, max_pixels))
     except Exception as error:  # noqa: BLE001 (a decoder may raise anything; one file must not end a run)
         yield Frame(path, None, problem=read_failure(path, error))
 
 
-def file_frames(files: list[Path], vid_stride: int = 1, origins: dict[Path, str] | None = None) -> Iterator[Frame]:
+def file_frames(files: list[Path], vid_stride: int = 1, origins: dict[Path, str] | None = None,
+                max_pixels: int = DEFAULT_MAX_PIXELS) -> Iterator[Frame]:
     """The frames of each file in turn, numbered by file; `origins` names a downloaded file as the user did."""
     for position, path in enumerate(files, 1):
         origin = (origins or {}).get(path, "")
-        for frame in frames(path, vid_stride):
+        for frame in frames(path, vid_stride, max_pixels):
             yield dataclasses.replace(frame, position=position, total=len(files), origin=origin)
 
 
-def load_image(path: Path) -> np.ndarray:
+def load_image(path: Path, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
     """(h, w, 3) uint8 BGR, EXIF rotation applied; a JPEG cut short is decoded as far as it goes, as in training. An
-    OSError for a path that is not a regular file (a FIFO would block the decoder for ever)."""
+    OSError for a path that is not a regular file (a FIFO would block the decoder for ever); ImageTooLarge, before
+    decoding, when the header claims more than `max_pixels`."""
     require_file(path)
+    check_pixels(path, max_pixels)
     image = cv2.imread(str(path), cv2.IMREAD_COLOR)
     if image is None:
         image = decode_truncated_jpeg(path.read_bytes())

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from detect.data.images.files import require_file
+from detect.data.images.pixels import DEFAULT_MAX_PIXELS
 from detect.data.records import IMAGE_SUFFIXES
 from detect.errors import UserError
 from detect.inference.media import VIDEO_SUFFIXES, Frame, file_frames, list_sources
@@ -45,18 +46,19 @@ def url_file_name(url: str) -> str:
     return urllib.parse.unquote(urllib.parse.urlparse(url).path).rsplit("/", 1)[-1]
 
 
-def open_source(source: str, vid_stride: int = 1) -> Source:
+def open_source(source: str, vid_stride: int = 1, max_pixels: int = DEFAULT_MAX_PIXELS) -> Source:
     """The frames `source` names, every vid_stride-th of videos and streams; a source that cannot be read at all
-    (no such file, no camera, a stream that does not open, a failed download) is a UserError, before any frame."""
+    (no such file, no camera, a stream that does not open, a failed download) is a UserError, before any frame. An
+    image file over `max_pixels` is a frame with its problem, never decoded."""
     if source.isnumeric():
         return _live([int(source)], vid_stride)
     if source.endswith(".streams"):
         return _live(_stream_list(source), vid_stride)
     if is_url(source):
         if Path(url_file_name(source)).suffix.lower() in IMAGE_SUFFIXES + VIDEO_SUFFIXES:
-            return _download(source, vid_stride)
+            return _download(source, vid_stride, max_pixels)
         return _live([source], vid_stride)
-    return Source(file_frames(list_sources(source), vid_stride))
+    return Source(file_frames(list_sources(source), vid_stride, max_pixels=max_pixels))
 
 
 def _stream_list(path: str) -> list[str | int]:
@@ -88,7 +90,7 @@ def _live(targets: list[str | int], vid_stride: int) -> Source:
     return Source(stream_frames(streams), live=True, cleanup=close)
 
 
-def _download(url: str, vid_stride: int) -> Source:
+def _download(url: str, vid_stride: int, max_pixels: int) -> Source:
     """The image or video at `url`, downloaded into a temporary folder that close() removes."""
     folder = tempfile.TemporaryDirectory(prefix="detect-source-")
     path = Path(folder.name) / url_file_name(url)
@@ -100,7 +102,7 @@ def _download(url: str, vid_stride: int) -> Source:
         if isinstance(error, urllib.error.HTTPError):
             error.close()  # it holds the response's connection
         raise UserError(f"--source {url}: cannot download it ({_why(error)})") from None
-    return Source(file_frames([path], vid_stride, {path: url}), cleanup=folder.cleanup)
+    return Source(file_frames([path], vid_stride, {path: url}, max_pixels), cleanup=folder.cleanup)
 
 
 def _why(error: Exception) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from detect import cli
-from detect.config import POSITIVE, Settings, option
+from detect.config import IMAGE_SIZE, POSITIVE, Settings, option
 from detect.models import build_model, summarize
 
 
@@ -16,7 +16,7 @@ class ModelsSettings(Settings):
     cfg: str = option("yolov5s.yaml", "model yaml: a bare name in configs/models/, or a path (ours or yolov5's "
                                       "format)")
     nc: int | None = option(None, "number of classes (default: the yaml's nc)", bound=POSITIVE)
-    imgsz: int = option(640, "image size for the GFLOPs count", bound=POSITIVE)
+    imgsz: int = option(640, "image size for the GFLOPs count", bound=IMAGE_SIZE)
     fuse: bool = option(False, "fold BatchNorm into the convolutions first")
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from detect.config import from_mapping, read_yaml, resolve_config
-from detect.errors import ConfigError
+from detect.errors import ConfigError, short_repr
 from detect.models.layers import ACTIVATIONS
 from detect.models.yolov5_yaml import is_yolov5_format, mapping_from_yolov5
 
@@ -51,7 +51,7 @@ class BottleneckCSPArgs:
 
     def __post_init__(self) -> None:
         if self.activation not in ("silu", "leaky_relu"):
-            raise ValueError(f"key 'activation' must be silu or leaky_relu, got {self.activation!r}")
+            raise ValueError(f"key 'activation' must be silu or leaky_relu, got {short_repr(self.activation)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,15 +141,15 @@ class _ModelFile:
 
 def _parse_layer(entry: Any, where: str) -> LayerSpec:
     if not isinstance(entry, dict):
-        raise ConfigError(f"{where}: each layer must be a mapping, got {entry!r}")
+        raise ConfigError(f"{where}: each layer must be a mapping, got {short_repr(entry)}")
     entry = dict(entry)
     module = entry.pop("module", None)
     if module not in LAYER_ARGS:
-        raise ConfigError(f"{where}: key 'module' must be one of {', '.join(LAYER_ARGS)}, got {module!r}")
+        raise ConfigError(f"{where}: key 'module' must be one of {', '.join(LAYER_ARGS)}, got {short_repr(module)}")
     inputs = entry.pop("from", -1)
     inputs = (inputs,) if isinstance(inputs, int) else inputs
     if not (isinstance(inputs, (list, tuple)) and inputs and all(type(i) is int for i in inputs)):
-        raise ConfigError(f"{where}: key 'from' must be an int or a list of ints, got {inputs!r}")
+        raise ConfigError(f"{where}: key 'from' must be an int or a list of ints, got {short_repr(inputs)}")
     try:
         args = from_mapping(LAYER_ARGS[module], entry, f"{where} ({module})")
     except ValueError as error:  # a value check of the arguments' own (__post_init__)
@@ -163,7 +163,7 @@ def parse_model_spec(data: dict, source: str) -> ModelSpec:
         data = mapping_from_yolov5(data, source)
     raw = from_mapping(_ModelFile, data, source)
     if raw.activation not in ACTIVATIONS:
-        raise ConfigError(f"{source}: key 'activation' must be one of {', '.join(ACTIVATIONS)}, got {raw.activation!r}")
+        raise ConfigError(f"{source}: key 'activation' must be one of {', '.join(ACTIVATIONS)}, got {short_repr(raw.activation)}")
     entries = [(f"backbone[{i}]", e) for i, e in enumerate(raw.backbone)]
     entries += [(f"head[{i}]", e) for i, e in enumerate(raw.head)]
     layers = tuple(_parse_layer(entry, f"{source}: {where}") for where, entry in entries)

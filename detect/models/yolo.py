@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from detect.models.head import Detect
+from detect.models.head import Detect, check_classes
 from detect.models.layers import (
     ACTIVATIONS,
     C3,
@@ -52,6 +52,7 @@ def _build_layer(layer: LayerSpec, in_channels: list[int], spec: ModelSpec, num_
         anchors = spec.anchors
         if isinstance(anchors, int):
             anchors = placeholder_anchors(anchors, len(in_channels))
+        check_classes(num_classes, len(anchors[0]) // 2, in_channels)
         return Detect(num_classes, anchors, in_channels), 0
     out = scale_channels(args.channels, spec.width_multiple)
     return BLOCKS[module](args, first, out, spec.depth_multiple), out
@@ -115,9 +116,11 @@ class DetectionModel(nn.Module):
         set_activation(self.model, spec.activation)
         self._kept = {i for ins in self.inputs for i in ins if i >= 0}
         detect = self.detect
-        with torch.no_grad():  # strides from one forward pass of a small image (shapes only: meta works too)
-            outputs = self.forward(torch.zeros(1, 3, 256, 256))
-        detect.set_strides(torch.tensor([256 / o.shape[2] for o in outputs], device="cpu"))
+        # Strides from the maps the head reads for a small image: the head's own outputs are nc + 5 channels wide
+        # (1.2 GB at 100,000 classes) and add nothing to the shapes.
+        with torch.no_grad():
+            maps = self._head_inputs(torch.zeros(1, 3, 256, 256))
+        detect.set_strides(torch.tensor([256 / level.shape[2] for level in maps], device="cpu"))
         detect.initialize_biases()
 
     @property

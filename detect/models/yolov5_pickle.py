@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from detect.errors import UserError
+from detect.errors import UserError, short_repr
 from detect.models.safe_io import YOLOV5_TASKS, known_global, other_task, refuse_torchscript
 
 logger = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def path_string(class_name: str):
 def latin1_bytes(text: str, encoding: str) -> bytes:
     """_codecs.encode as pickle protocol 2 uses it to spell bytes (numpy's raw data); no other codec runs."""
     if encoding != "latin1" or not isinstance(text, str):
-        raise UserError(f"refused to load: the checkpoint's pickle asks for _codecs.encode with {encoding!r}, "
+        raise UserError(f"refused to load: the checkpoint's pickle asks for _codecs.encode with {short_repr(encoding)}, "
                         "which is not allowed")
     return text.encode("latin1")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from detect.errors import ConfigError
+from detect.errors import ConfigError, short_repr
 
 # yolov5's positional arguments, by our key names (its parse_model has already put in the input channels).
 POSITIONAL = {
@@ -37,17 +37,17 @@ def is_yolov5_format(data: dict) -> bool:
 def _layer(row: Any, where: str, csp_activation: str) -> dict:
     """One yolov5 row [from, number, module, args] as one of our layer mappings."""
     if not (isinstance(row, list) and len(row) == 4):
-        raise ConfigError(f"{where}: a yolov5 layer must be a list [from, number, module, args], got {row!r}")
+        raise ConfigError(f"{where}: a yolov5 layer must be a list [from, number, module, args], got {short_repr(row)}")
     inputs, number, module, args = row
     module = module.removeprefix("nn.") if isinstance(module, str) else module
     if not isinstance(module, str) or module not in POSITIONAL:
-        raise ConfigError(f"{where}: module {module!r} is not one detect builds ({', '.join(POSITIONAL)})")
+        raise ConfigError(f"{where}: module {short_repr(module)} is not one detect builds ({', '.join(POSITIONAL)})")
     where = f"{where} ({module})"
     if not isinstance(args, list) or len(args) > len(POSITIONAL[module]):
         raise ConfigError(f"{where}: args must be a list of at most {len(POSITIONAL[module])} "
-                          f"[{', '.join(POSITIONAL[module])}], got {args!r}")
+                          f"[{', '.join(POSITIONAL[module])}], got {short_repr(args)}")
     if type(number) is not int or number < 1:
-        raise ConfigError(f"{where}: number must be an int >= 1, got {number!r}")
+        raise ConfigError(f"{where}: number must be an int >= 1, got {short_repr(number)}")
     if number > 1 and module not in REPEATED:
         raise ConfigError(f"{where}: number {number}: detect repeats only {', '.join(REPEATED)}")
     # yolov5 evals string arguments: its files write None unquoted, which yaml reads as the string "None".
@@ -66,7 +66,7 @@ def _layer(row: Any, where: str, csp_activation: str) -> dict:
 def _fixed_arguments(module: str, layer: dict, where: str) -> dict:
     """Detect's arguments are the yaml's nc and anchors; Concat and Upsample build only yolov5's own usage."""
     if module == "Concat" and layer.get("dimension", 1) != 1:
-        raise ConfigError(f"{where}: detect concatenates along channels only (dimension 1), got {layer['dimension']!r}")
+        raise ConfigError(f"{where}: detect concatenates along channels only (dimension 1), got {short_repr(layer['dimension'])}")
     if module == "Upsample":
         if layer.get("size") is not None or layer.get("mode", "nearest") != "nearest":
             raise ConfigError(f"{where}: detect builds Upsample [None, scale, 'nearest'] only, got "
@@ -89,10 +89,10 @@ def mapping_from_yolov5(yaml: dict, source: str, anchors: list[list[float]] | No
                               f"got {type(yaml.get(key)).__name__}")
     activation = yaml.get("activation")
     if activation is not None and activation not in ACTIVATIONS:
-        raise ConfigError(f"{source}: key 'activation' {activation!r} is not one detect builds "
+        raise ConfigError(f"{source}: key 'activation' {short_repr(activation)} is not one detect builds "
                           f"({', '.join(ACTIVATIONS)})")
     if yaml.get("channel_multiple", 8) != 8:  # yolov5 rounds channels to multiples of it
-        raise ConfigError(f"{source}: key 'channel_multiple' {yaml['channel_multiple']!r}: detect rounds to 8 only")
+        raise ConfigError(f"{source}: key 'channel_multiple' {short_repr(yaml['channel_multiple'])}: detect rounds to 8 only")
     data = {key: yaml[key] for key in ("nc", "depth_multiple", "width_multiple", "anchors") if key in yaml}
     if anchors is not None:
         data["anchors"] = anchors

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from detect import cli
-from detect.config import POSITIVE, UNIT, option
+from detect.config import IMAGE_SIZE, POSITIVE, UNIT, option
 from detect.errors import UserError
 from detect.tools.capture import Difference, capture, differences
 from detect.tools.workload import (
@@ -32,7 +32,7 @@ HEADER = f"{'':<18} {'A min':>10} {'A max':>10} {'max|A-B|':>10} {'mean|A-B|':>1
 class CompareSettings(WorkloadSettings):
     """The options of `python -m detect.tools.compare` (a small batch at 320 by default)."""
 
-    imgsz: int = option(320, "image size, pixels", bound=POSITIVE)
+    imgsz: int = option(320, "image size, pixels", bound=IMAGE_SIZE)
     batch_size: int = option(2, bound=POSITIVE)
     weights_b: str | None = option(None, "B's checkpoint (default: the same model as A)")
     device: str = option("auto", "A's device")

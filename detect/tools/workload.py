@@ -10,7 +10,7 @@ import torch
 
 from detect import backend as backends
 from detect.backend import NPU_ALLOW_HF32_HELP, NPU_JIT_COMPILE_HELP
-from detect.config import NON_NEGATIVE, POSITIVE, Settings, load_hyp, option
+from detect.config import IMAGE_SIZE, NON_NEGATIVE, POSITIVE, Settings, load_hyp, option
 from detect.data.batch import Batch, Sample, collate
 from detect.models import DetectionModel, build_model
 from detect.models.weights import load_model
@@ -27,7 +27,7 @@ class WorkloadSettings(Settings):
     cfg: str = option("yolov5n.yaml", "model yaml (ignored when --weights is given)")
     weights: str | None = option(None, "a checkpoint (ours or an ultralytics/yolov5 .pt)")
     nc: int = option(80, "classes of a --cfg model", bound=POSITIVE)
-    imgsz: int = option(640, "image size, pixels", bound=POSITIVE)
+    imgsz: int = option(640, "image size, pixels", bound=IMAGE_SIZE)
     batch_size: int = option(16, bound=POSITIVE)
     seed: int = option(0, "initial weights and the batch", bound=NON_NEGATIVE)
     npu_jit_compile: bool | None = option(None, NPU_JIT_COMPILE_HELP)

@@ -234,7 +234,7 @@ def _checked_split(settings: TrainSettings, data: DataConfig, split: str, contex
     found = None
     for first in (True, False):  # each node's local rank 0, then the others
         if (context.local_rank == 0) == first:
-            found = load_split(data, split, settings.single_cls, settings.cache_dir)
+            found = load_split(data, split, settings.single_cls, settings.cache_dir, settings.max_pixels)
         patient_barrier(context, f"{split} labels/{'first' if first else 'others'}")
     states = gather_objects(context, found.cache_state)
     if context.distributed and context.is_main:

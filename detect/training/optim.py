@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from detect.config import Hyp
-from detect.errors import UserError
+from detect.errors import UserError, short_repr
 
 # Gradients are accumulated up to this many images per optimizer step, and weight decay is scaled to it.
 NOMINAL_BATCH = 64
@@ -39,7 +39,7 @@ class OptimSettings:
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
-            raise UserError(f"optimizer {self.optimizer!r}: choose one of {', '.join(OPTIMIZERS)}")
+            raise UserError(f"optimizer {short_repr(self.optimizer)}: choose one of {', '.join(OPTIMIZERS)}")
 
     @classmethod
     def from_hyp(cls, hyp: Hyp, optimizer: str = "SGD", cosine: bool = False) -> OptimSettings:

@@ -13,11 +13,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-import yaml
 
 from detect.backend import Backend
-from detect.config import Hyp, from_mapping
-from detect.errors import UserError
+from detect.config import Hyp, from_mapping, read_yaml
+from detect.errors import ConfigError, UserError
 from detect.models.safe_io import load_checkpoint
 from detect.models.weights import EMA_KEY, MODEL_KEY, check_finite
 from detect.training.distributed import DistContext, all_gather_objects, broadcast_object
@@ -185,8 +184,12 @@ def _elastic_last(project: Path, context: DistContext) -> Path | None:
         return None
     folders = []
     for config in project.glob(f"*/{CONFIG_FILE}"):
-        job = (yaml.safe_load(config.read_text()) or {}).get("job", {})
-        if job.get("run_id") == context.run_id and (config.parent / RUN_WEIGHTS / LAST).is_file():
+        try:
+            job = read_yaml(config).get("job")
+        except ConfigError:  # a config.yaml that cannot be read is no run of this job
+            continue
+        ours = isinstance(job, dict) and job.get("run_id") == context.run_id
+        if ours and (config.parent / RUN_WEIGHTS / LAST).is_file():
             folders.append(config.parent)
     if not folders:
         LOGGER.warning("restart %d of job %r: no %s of this job yet, starting again", context.restart_count,

@@ -11,15 +11,17 @@ from typing import Any
 
 from detect.backend import NPU_ALLOW_HF32_HELP, NPU_JIT_COMPILE_HELP, SPEC_HELP
 from detect.backend.placement import AFFINITY_HELP, check_affinity
-from detect.config import NON_NEGATIVE, POSITIVE, Bound, Settings, option, options_from_dict
+from detect.config import MAX_IMGSZ, NON_NEGATIVE, POSITIVE, Bound, Settings, option, options_from_dict
 from detect.data.images.cache import CACHE_CHOICES
+from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS, MAX_PIXELS_HELP
 from detect.data.labels.cache import CACHE_DIR_HELP
 from detect.errors import UserError
 from detect.run_dir import check_run_folder
 from detect.training.distributed import DistContext
 
 LOGGER = logging.getLogger(__name__)
-AT_LEAST_32 = Bound("an integer >= 32", lambda value: value >= 32)  # the largest stride
+# at least the largest stride; at most MAX_IMGSZ
+TRAIN_IMAGE_SIZE = Bound(f"an integer in [32, {MAX_IMGSZ}]", lambda value: 32 <= value <= MAX_IMGSZ)
 SMOOTHING = Bound("a number in [0, 1)", lambda value: 0 <= value < 1)
 POSITIVE_SECONDS = Bound("a number > 0", lambda value: value > 0)
 NOT_NEGATIVE = Bound("a number >= 0", lambda value: value >= 0)
@@ -38,7 +40,7 @@ class TrainSettings(Settings):
     epochs: int = option(100, bound=POSITIVE)
     batch_size: int = option(16, "total batch size over all ranks; -1: the largest that fits 60%% of the device's free "
                                 "memory (AutoBatch, one device)", bound=BATCH)
-    imgsz: int = option(640, "train and val image size", bound=AT_LEAST_32, flags=("--imgsz", "--img", "--img-size"))
+    imgsz: int = option(640, "train and val image size", bound=TRAIN_IMAGE_SIZE, flags=("--imgsz", "--img", "--img-size"))
     device: str = option("auto", SPEC_HELP + "; under torchrun the index is LOCAL_RANK",
                          again_on_resume=True)
     workers: int = option(8, "data loader workers per rank", bound=NON_NEGATIVE, again_on_resume=True)
@@ -63,6 +65,7 @@ class TrainSettings(Settings):
     cache: str | None = option(None, "decoded images in RAM (--cache, --cache ram) or as .npy beside the images "
                                      "(--cache disk)", choices=CACHE_CHOICES, const="ram")
     cache_dir: str | None = option(None, CACHE_DIR_HELP + "; also --cache disk's .npy files", again_on_resume=True)
+    max_pixels: int = option(DEFAULT_MAX_PIXELS, MAX_PIXELS_HELP, bound=MAX_PIXELS)
     single_cls: bool = option(False, "train every class as one class, 'item'")
     rect: bool = option(False, "rectangular batches in aspect-ratio order (no mosaic; many shapes)")
     amp: bool | None = option(None, "mixed precision (default: on for accelerators, off on the CPU)")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+import zlib
 from pathlib import Path
 
 import cv2
@@ -50,6 +52,31 @@ def write_yaml(root: Path, names: tuple[str, ...] = ("a", "b", "c"), **extra: ob
     content = {"path": str(root), "train": "images/train", "val": "images/train", "names": list(names), **extra}
     path = root / "data.yaml"
     path.write_text(yaml.safe_dump(content))
+    return path
+
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def write_flat_png(path: Path, width: int, height: int, rows: int = 64) -> Path:
+    """A black 8-bit grey PNG, written without its pixels in memory: a 30000x30000 one takes 0.3 s and 0.9 MB on
+    disk, and 2.7 GB once cv2 decodes it. Its rows are deflated `rows` at a time, each block after a full flush, so
+    one compressed block serves them all."""
+    row = bytes(width + 1)  # filter byte 0, then the pixels
+    count, rest = divmod(height, rows)
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -15)
+    block = deflate.compress(row * rows) + deflate.flush(zlib.Z_FULL_FLUSH)
+    tail = deflate.compress(row * rest) + deflate.flush()
+    checksum = 1
+    for _ in range(count):
+        checksum = zlib.adler32(row * rows, checksum)
+    checksum = zlib.adler32(row * rest, checksum)
+    pixels = b"\x78\xda" + block * count + tail + struct.pack(">I", checksum)
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header) + _png_chunk(b"IDAT", pixels)
+                     + _png_chunk(b"IEND", b""))
     return path
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tracemalloc
 from pathlib import Path
 
 import cv2
@@ -10,6 +11,7 @@ import numpy as np
 from detect.config import Hyp
 from detect.data import AugmentSettings, build_train_loader, load_data_config, load_split
 from detect.data.plots import plot_batch, plot_label_stats
+from detect.data.records import ImageRecord
 from tests.data.helpers import simple_dataset
 
 
@@ -42,3 +44,16 @@ def test_label_stats_draw_class_names_as_written(tmp_path: Path) -> None:
     names = ["$\\frac{$", "$\\undefined$", "a\nb", "", "../../x", "$"]
     stats = cv2.imread(str(plot_label_stats(records, names, tmp_path / "labels.png")))
     assert stats is not None and sorted(path.name for path in tmp_path.iterdir()) == ["labels.png", "set"]
+
+
+def test_label_stats_of_20000_classes_draw_the_classes_present(tmp_path: Path) -> None:
+    """One bar per class with boxes: 20,000 bars took 74 s and 210 MB to draw, for three classes with boxes."""
+    records = [ImageRecord(Path(f"{index}.jpg"), index, 100, 100, np.array([index % 3]),
+                           np.array([[0.5, 0.5, 0.2, 0.2]], np.float32), np.array([False])) for index in range(4)]
+    tracemalloc.start()
+    try:
+        path = plot_label_stats(records, [f"class{index}" for index in range(20_000)], tmp_path / "labels.png")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert cv2.imread(str(path)) is not None and peak < 100 * 2**20

@@ -5,6 +5,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import subprocess
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -120,10 +123,10 @@ def test_record_ground_truth_perfect_and_shifted(backend: str) -> None:
     assert 0.2 < result.map50_95 < 0.8
 
 
-def shifted_evaluator(backend: str = "pycocotools") -> CocoEvaluator:
+def shifted_evaluator(backend: str = "pycocotools", names: Sequence[str] = ("cat", "dog", "bird")) -> CocoEvaluator:
     """The tiny dataset's evaluator holding its ground truth moved right by 15% of each box's width."""
     records = tiny_dataset()
-    shifted = CocoEvaluator.from_records(records, ["cat", "dog", "bird"], backend=backend)
+    shifted = CocoEvaluator.from_records(records, names, backend=backend)
     for image_id, rows in perfect_detections(records).items():
         moved = rows.clone()
         moved[:, [0, 2]] += 0.15 * (rows[:, 2] - rows[:, 0])[:, None]  # IoU 0.74: counts at .5-.7 only
@@ -243,3 +246,35 @@ def test_both_backends_give_the_same_stats_on_many_noisy_detections() -> None:
             evaluator.add(image_id, rows)
         found[backend] = evaluator.evaluate().stats
     np.testing.assert_allclose(found["pycocotools"], found["faster-coco-eval"], atol=1e-4)
+
+
+def noisy_scores(class_count: int, backend: str) -> dict:
+    """The shifted tiny dataset with `class_count` class names, a detection of class 2 (no ground truth) added:
+    its stats and per-class numbers as plain values."""
+    evaluator = shifted_evaluator(backend, [f"class{index}" for index in range(class_count)])
+    evaluator.add(1, torch.tensor([[10.0, 10.0, 50.0, 50.0, 0.8, 2.0]]))
+    metrics = evaluator.evaluate()
+    return {"stats": list(metrics.stats), "p": metrics.precision, "r": metrics.recall,
+            "ap": [metrics.class_ap50_95[k] for k in range(3)], "curves": list(metrics.precision_curves.shape),
+            "classes": len(metrics.class_ap50), "absent": metrics.class_ap50[class_count - 1]}
+
+
+MANY_CLASSES = """
+import json, resource, sys
+resource.setrlimit(resource.RLIMIT_DATA, (int(1.5 * 2**30),) * 2)
+from tests.evaluation.test_evaluator import noisy_scores
+print(json.dumps(noisy_scores(20_000, sys.argv[1])))
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_20000_classes_are_scored_in_the_memory_of_the_classes_present(backend: str) -> None:
+    """COCOeval's arrays take 97 KB a category (1.9 GB for 20,000): only those with ground truth are scored, which
+    gives the same stats; under a 1.5 GB cap."""
+    done = subprocess.run([sys.executable, "-c", MANY_CLASSES, backend], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2], check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    many, few = json.loads(done.stdout), noisy_scores(3, backend)
+    assert many["stats"] == few["stats"] and many["ap"][:2] == few["ap"][:2] and (many["p"], many["r"]) == (few["p"], few["r"])
+    assert math.isnan(many["ap"][2]) and math.isnan(many["absent"])
+    assert many["curves"] == [20_000, 101] and many["classes"] == 20_000

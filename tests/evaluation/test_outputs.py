@@ -27,4 +27,4 @@ def test_txt_rows_and_confusion_matrix_of_exact_detections(tmp_path: Path) -> No
     # Every non-crowd box matched by its own detection: all on the diagonal (the crowd box is not counted).
     expected = np.zeros((4, 4), np.int64)
     expected[0, 0], expected[1, 1] = 1, 2
-    np.testing.assert_array_equal(outputs.confusion.matrix, expected)
+    np.testing.assert_array_equal(outputs.confusion.matrix(), expected)

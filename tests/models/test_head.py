@@ -1,10 +1,14 @@
 """The Detect head's decode and bias initialisation against the formulas of YOLOV5-FACTS.md."""
 
 import math
+import tracemalloc
 
+import pytest
 import torch
 
-from detect.models.head import Detect
+from detect.errors import UserError
+from detect.models import build_model
+from detect.models.head import MAX_CLASSES, Detect
 
 ANCHORS = [[10, 13, 16, 30, 33, 23], [30, 61, 62, 45, 59, 119]]
 
@@ -55,3 +59,17 @@ def test_decode_reads_permuted_views_and_concatenates_levels_in_order():
     expected = torch.cat([head.decode_level(raw[0], 0), head.decode_level(raw[1], 1)], dim=1)
     torch.testing.assert_close(head.decode(views), expected)
     assert head.decode(views).shape == (2, 3 * (24 + 6), 7)
+
+
+def test_more_classes_than_the_bound_are_refused_before_the_head_is_built():
+    """yolov5n with a million classes: 5 GB of head weights, refused in one line without allocating them."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(UserError, match=rf"^1,000,000 classes: more than the {MAX_CLASSES:,} a model may predict "
+                                            r"\(its Detect head alone would hold 1,344,006,720 weights: 5.0 GB in "
+                                            r"float32, 20.0 GB to train with their gradients, EMA and momentum\)$"):
+            build_model("yolov5n.yaml", num_classes=1_000_000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**28

@@ -23,6 +23,12 @@ class LetterboxInfo:
     pad: tuple[float, float]
 
 
+def fitted_size(height: int, width: int, ratio: float) -> tuple[int, int]:
+    """(h, w) of an image scaled by `ratio`, each side rounded and at least 1 pixel: a 20000x10 image fitted into 640
+    keeps a row of pixels where rounding alone gives 0 (and cv2.resize fails)."""
+    return max(1, round(height * ratio)), max(1, round(width * ratio))
+
+
 def letterbox(image: np.ndarray, shape: tuple[int, int], scale_up: bool = False) -> tuple[np.ndarray, float, tuple[float, float]]:
     """Fit `image` into (h, w) `shape` keeping aspect, centred, padded with 114; returns (image, ratio, (pad_x, pad_y)).
 
@@ -32,7 +38,7 @@ def letterbox(image: np.ndarray, shape: tuple[int, int], scale_up: bool = False)
     ratio = min(shape[0] / height, shape[1] / width)
     if not scale_up:
         ratio = min(ratio, 1.0)
-    new_width, new_height = round(width * ratio), round(height * ratio)
+    new_height, new_width = fitted_size(height, width, ratio)
     pad_x, pad_y = (shape[1] - new_width) / 2, (shape[0] - new_height) / 2
     if (new_width, new_height) != (width, height):
         image = cv2.resize(image, (new_width, new_height), interpolation=cv2.INTER_LINEAR)

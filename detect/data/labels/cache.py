@@ -17,14 +17,16 @@ from pathlib import Path
 import numpy as np
 
 from detect.data.data_config import user_cache
+from detect.data.images.pixels import DEFAULT_MAX_PIXELS
 from detect.data.labels.checked import CheckedImages
 
 LOGGER = logging.getLogger(__name__)
 
 # Bump when check.py changes what it accepts or stores, or the file layout changes: every old cache is then rebuilt.
-# 5: a label file that is there but cannot be read (a broken link, a FIFO) skips its image (was: background);
-# 4: a checksum of the contents; 3: flat arrays in an .npz (was json); 2: a non-finite value skips the image.
-CACHE_VERSION = "detect-labels-5"
+# 6: images over --max-pixels are skipped (the limit is in the key); 5: a label file that is there but cannot be
+# read (a broken link, a FIFO) skips its image (was: background); 4: a checksum of the contents; 3: flat arrays in an
+# .npz (was json); 2: a non-finite value skips the image.
+CACHE_VERSION = "detect-labels-6"
 # stat() is a round trip on a network filesystem (about 1 ms on NFS): this many in flight at once keep 236k stats
 # (118k images and their labels) to seconds there; on a local disk they cost the same as a plain loop.
 STAT_THREADS = 32
@@ -47,12 +49,13 @@ def _stat_chunk(files: Sequence[str]) -> np.ndarray:
     return np.array(found, np.int64).reshape(-1, 2)
 
 
-def fingerprint(files: Sequence[str], num_classes: int) -> str:
-    """sha256 of the version, the class count, the paths in order and each file's (size, mtime_ns) (or missing)."""
+def fingerprint(files: Sequence[str], num_classes: int, max_pixels: int = DEFAULT_MAX_PIXELS) -> str:
+    """sha256 of the version, the class count, the pixel limit, the paths in order and each file's (size, mtime_ns)
+    (or missing)."""
     chunks = [files[start:start + STAT_CHUNK] for start in range(0, len(files), STAT_CHUNK)]
     with ThreadPoolExecutor(min(STAT_THREADS, max(1, len(chunks)))) as pool:
         stats = list(pool.map(_stat_chunk, chunks))
-    digest = hashlib.sha256(f"{CACHE_VERSION}|{num_classes}|{len(files)}\n".encode())
+    digest = hashlib.sha256(f"{CACHE_VERSION}|{num_classes}|{max_pixels}|{len(files)}\n".encode())
     digest.update("\n".join(files).encode("utf-8", "surrogateescape"))
     for found in stats:
         digest.update(found.tobytes())

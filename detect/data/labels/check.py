@@ -8,9 +8,10 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-from PIL import Image
 
 from detect.data.images.files import file_problem
+from detect.data.images.pixels import DEFAULT_MAX_PIXELS, ImageTooLarge, check_pixels, open_header
+from detect.errors import short_repr
 from detect.ops.boxes import clip_boxes, xywh_to_xyxy, xyxy_to_xywh
 
 # Problem names (the summary table and the tests use these exact strings).
@@ -18,6 +19,7 @@ ZERO_BYTE = "zero-byte image"
 UNREADABLE = "unreadable image"
 TRUNCATED = "truncated image"
 TOO_SMALL = "image too small"
+TOO_LARGE = "image too large"
 COLUMNS = "wrong column count"
 NON_NUMERIC = "non-numeric value"
 NON_FINITE = "non-finite value"
@@ -73,15 +75,28 @@ def _jpeg_complete(path: Path, result: CheckResult) -> bool:
     return True
 
 
-def _image_size(path: Path, result: CheckResult) -> tuple[int, int] | None:
+def _pixels_within(path: Path, max_pixels: int, result: CheckResult) -> bool:
+    """False (problem recorded) for an image whose header claims more than `max_pixels`: checked before anything
+    decodes it. A header that cannot be read passes, for the checks after this one to name."""
+    try:
+        check_pixels(path, max_pixels)
+    except ImageTooLarge as error:
+        result.skipped, result.details = TOO_LARGE, [f"{path}: {TOO_LARGE} ({error})"]
+        return False
+    except Exception:  # noqa: BLE001 (PIL raises many types for bad files)
+        return True  # a header that cannot be read: the checks below name the problem
+    return True
+
+
+def _image_size(path: Path, result: CheckResult, max_pixels: int) -> tuple[int, int] | None:
     """(width, height) after EXIF rotation (as cv2.imread returns it), or None with the problem recorded."""
     if path.stat().st_size == 0:
         result.skipped = ZERO_BYTE
         return None
-    if not _jpeg_complete(path, result):
+    if not _pixels_within(path, max_pixels, result) or not _jpeg_complete(path, result):
         return None
     try:
-        with Image.open(path) as image:
+        with open_header(path) as image:
             width, height = image.size
             # a JPEG's EXIF is in its header, read by open: one open serves verify too (a PNG's is not: open again)
             jpeg = image.format in ("JPEG", "MPO")
@@ -89,7 +104,7 @@ def _image_size(path: Path, result: CheckResult) -> tuple[int, int] | None:
             if not result.notes:  # PIL's verify rejects a truncated JPEG that we chose to use
                 image.verify()
         if orientation is None:
-            with Image.open(path) as image:
+            with open_header(path) as image:
                 orientation = image.getexif().get(EXIF_ORIENTATION, 1)
     except Exception as error:  # noqa: BLE001 (PIL raises many types for bad files)
         result.skipped, result.details = UNREADABLE, [f"{path}: {UNREADABLE} ({error})"]
@@ -114,7 +129,7 @@ def parse_label_text(text: str, num_classes: int) -> tuple[np.ndarray | None, st
         try:
             values = [float(field) for field in fields]
         except ValueError:
-            return None, NON_NUMERIC, f"line {number}: {line.strip()!r}"
+            return None, NON_NUMERIC, f"line {number}: {short_repr(line.strip())}"
         if len(values) > 5:  # a segment polygon: its bounding box (yolov5 accepts these)
             xs, ys = np.array(values[1::2]), np.array(values[2::2])
             values = [values[0], *xyxy_to_xywh(np.array([xs.min(), ys.min(), xs.max(), ys.max()])).tolist()]
@@ -171,13 +186,15 @@ def _unopenable(image: str, label_file: str | None, result: CheckResult) -> bool
 
 
 def check_image(
-    image: str, label_file: str | None, num_classes: int, given: tuple[np.ndarray, np.ndarray] | None = None
+    image: str, label_file: str | None, num_classes: int, given: tuple[np.ndarray, np.ndarray] | None = None,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
 ) -> CheckResult:
-    """Check an image and its labels: a YOLO txt file, or `given` (rows, crowd) from a COCO json."""
+    """Check an image (at most `max_pixels`, --max-pixels) and its labels: a YOLO txt file, or `given` (rows,
+    crowd) from a COCO json."""
     path, result = Path(image), CheckResult(path=image)
     if _unopenable(image, label_file, result):
         return result
-    size = _image_size(path, result)
+    size = _image_size(path, result, max_pixels)
     if size is None:
         return result
     result.width, result.height = size

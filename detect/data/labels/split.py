@@ -18,6 +18,7 @@ import numpy as np
 
 from detect.data.data_config import DataConfig
 from detect.data.images.files import Listing, walk
+from detect.data.images.pixels import DEFAULT_MAX_PIXELS
 from detect.data.labels import cache as label_cache
 from detect.data.labels import check
 from detect.data.labels.checked import CheckedImages, summarise
@@ -88,10 +89,11 @@ def _listed_images(source: Path) -> list[str]:
     return images
 
 
-def _scan(images: list[str], labels: list[str | None], given: list, num_classes: int) -> CheckedImages:
+def _scan(images: list[str], labels: list[str | None], given: list, num_classes: int,
+          max_pixels: int) -> CheckedImages:
     """Check every image: in a process pool for a large split (the check is mostly Python, which threads would run
     one at a time), else in threads (they overlap file reads, which is what a small split on a network disk waits on)."""
-    arguments = (images, labels, repeat(num_classes), given)
+    arguments = (images, labels, repeat(num_classes), given, repeat(max_pixels))
     if len(images) >= PROCESS_POOL_FROM and (os.cpu_count() or 1) > 1:
         # fork, as yolov5 and our DataLoader workers: no re-import of __main__ (a script needs no main guard), no
         # start-up cost; the check runs no torch op and no parallel cv2 call, so no inherited thread pool is used
@@ -151,10 +153,11 @@ def as_single_class(split: LabelledSplit) -> LabelledSplit:
 
 
 def load_split(config: DataConfig, split: str = "train", single_class: bool = False,
-               cache_dir: str | Path | None = None) -> LabelledSplit:
+               cache_dir: str | Path | None = None, max_pixels: int = DEFAULT_MAX_PIXELS) -> LabelledSplit:
     """Check (or load from cache) every image of `split`; one clear UserError if none is usable. With
     `single_class` the labels are checked against the yaml's classes, then all become class 0 (as_single_class).
-    The label cache sits beside the labels, or in `cache_dir` (--cache-dir) or the user cache (cache_path)."""
+    The label cache sits beside the labels, or in `cache_dir` (--cache-dir) or the user cache (cache_path). An image
+    whose header claims more than `max_pixels` (--max-pixels) is skipped as too large."""
     if config.builtin is not None:
         # imported here: only built-in datasets need the generator
         from detect.data.builtin import ensure_builtin
@@ -180,11 +183,11 @@ def load_split(config: DataConfig, split: str = "train", single_class: bool = Fa
         label_folder = Path(labels[0]).parent
         usual, key_files = label_folder.with_name(label_folder.name + CACHE_SUFFIX), images + labels
     cache_file = label_cache.cache_path(usual, cache_dir)
-    key = label_cache.fingerprint(key_files, config.num_classes)
+    key = label_cache.fingerprint(key_files, config.num_classes, max_pixels)
     checked = label_cache.read_cache(cache_file, key)
     cache_state = "loaded"
     if checked is None:
-        checked = _scan(images, labels, given, config.num_classes)
+        checked = _scan(images, labels, given, config.num_classes, max_pixels)
         cache_state = "written" if label_cache.write_cache(cache_file, key, checked) else "not written"
     counts, details = summarise(split, images, checked, cache_state, unlisted)
     details_file = _write_details(cache_file, details) if details else None

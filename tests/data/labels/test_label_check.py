@@ -16,7 +16,7 @@ from detect.data.images.load import read_image
 from detect.data.labels import check
 from detect.data.labels.cache import CACHE_VERSION
 from detect.errors import UserError
-from tests.data.helpers import simple_dataset, write_sample, write_yaml
+from tests.data.helpers import simple_dataset, write_flat_png, write_sample, write_yaml
 
 GOOD = "0 0.5 0.5 0.2 0.2\n"
 
@@ -151,3 +151,19 @@ def test_a_non_finite_value_is_named_so_and_skipped(tmp_path: Path, row: str) ->
     assert split.counts["skipped: " + check.NON_FINITE] == 1 and split.counts["skipped"] == 1
     assert [record.path.stem for record in split.records] == ["good"]
     assert f"nan.txt: {check.NON_FINITE} row 2" in split.details_file.read_text()
+
+
+def test_an_image_over_the_pixel_limit_is_named_and_skipped_from_its_header(tmp_path: Path) -> None:
+    for index in range(2):
+        write_sample(tmp_path, "train", f"good{index}", 100, 120, [(10, 10, 40, 50)])
+    bomb = write_flat_png(tmp_path / "images" / "train" / "bomb.png", 30000, 30000)  # 0.9 MB, 2.7 GB decoded
+    (tmp_path / "labels" / "train" / "bomb.txt").write_text(GOOD)
+    config = load_data_config(write_yaml(tmp_path))
+    split = load_split(config, "train")
+    assert split.counts["skipped: " + check.TOO_LARGE] == 1 and split.counts["usable"] == 2
+    assert (f"{bomb}: {check.TOO_LARGE} (30000x30000 is 900,000,000 pixels, more than the limit of 89,478,485 "
+            "(--max-pixels))") in split.details_file.read_text()
+    # The limit is in the cache key: a higher one checks again, and the image passes, read past PIL's own limit.
+    assert len(load_split(config, "train", max_pixels=2**30).records) == 3
+    with pytest.raises(UserError, match="no usable image"):
+        load_split(config, "train", max_pixels=100 * 120 - 1)
