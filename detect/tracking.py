@@ -143,8 +143,8 @@ class MlflowLogger(Hook):
                 self.client.log_batch(self.run_id, params=[self.entities.Param(key, str(value)[:6000])
                                                            for key, value in params.items()])
         except Exception as error:  # noqa: BLE001 - whatever the store says, training goes on
-            self._warn(f"MLflow: cannot track in {uri} ({_first_sentence(error)}); {STORES_THAT_WORK}; training goes on "
-                       "without tracking")
+            self._warn(f"MLflow: cannot track in {uri} ({_first_sentence(error)}); {STORES_THAT_WORK}; training goes "
+                       "on without tracking")
             return
         run.tracking[RUN_ID] = self.run_id
 

@@ -1,12 +1,10 @@
-"""What the hostile-input tests share: a CLI run as a user runs it (a subprocess under a memory cap), the files of a
-folder tree, and tiny checkpoints whose every class is detected."""
+"""What the hostile-input tests share besides tests/user_run.py's CLI run: the files of a folder tree, a refusal's one
+line, and tiny checkpoints whose every class is detected."""
 
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
-import sys
 from pathlib import Path
 
 import torch
@@ -15,20 +13,6 @@ from detect.models import DetectionModel, build_model
 from detect.models.safe_io import save_checkpoint
 from detect.models.weights import weights_payload
 
-REPO = Path(__file__).resolve().parent.parent
-MEMORY_CAP = 8 << 30  # bytes of address space a CLI run may take (the issue's cap)
-
-
-def _cap_memory() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
-
-
-def run_cli(module: str, *args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`python -m <module> args` in `cwd`, with this checkout first on the path and at most MEMORY_CAP."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False, preexec_fn=_cap_memory)
-
 
 def tree(root: Path) -> set[Path]:
     """Every file and folder under root (links not followed)."""
@@ -36,14 +20,15 @@ def tree(root: Path) -> set[Path]:
 
 
 def assert_refused(done: subprocess.CompletedProcess, *pieces: str) -> str:
-    """A run that stopped in one line (exit 2, no traceback) holding each piece; returns the line."""
+    """A run that stopped in a line or so (exit 2, no traceback; argparse prints its usage line first) whose last line
+    is the error and holds each piece; returns that line."""
     assert done.returncode == 2, done.stderr[-3000:]
     assert "Traceback" not in done.stderr and "Traceback" not in done.stdout, done.stderr[-3000:]
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
+    assert len(lines) <= 2 and lines[-1].startswith("error: "), done.stderr
     for piece in pieces:
-        assert piece in lines[0], lines[0]
-    return lines[0]
+        assert piece in lines[-1], lines[-1]
+    return lines[-1]
 
 
 def every_class_model(names: list[str]) -> DetectionModel:

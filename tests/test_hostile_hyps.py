@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from detect.models.safe_io import load_checkpoint, save_checkpoint
-from tests.hostile import REPO, assert_refused, run_cli, tree
+from tests.hostile import assert_refused, tree
 from tests.training.helpers import tiny_dataset, train_args
 from tests.training.test_checkpoint_format import OLD_LAST
+from tests.user_run import REPO, run_cli
 
 
 @pytest.mark.parametrize("evolve", [[], ["--evolve", "2"]])

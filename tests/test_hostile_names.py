@@ -13,8 +13,9 @@ from detect import predict, train
 from detect.errors import UserError
 from detect.run_dir import safe_names
 from tests.data.helpers import write_yaml
-from tests.hostile import assert_refused, every_class_model, run_cli, save_model, tree
+from tests.hostile import assert_refused, every_class_model, save_model, tree
 from tests.training.helpers import tiny_dataset
+from tests.user_run import run_cli
 
 
 def hostile_names(tmp_path: Path) -> list[str]:

@@ -4,10 +4,7 @@ bomb. Each ends with a one-line refusal (exit 2) or does what can be done, never
 
 from __future__ import annotations
 
-import os
-import resource
 import subprocess
-import sys
 from pathlib import Path
 
 import cv2
@@ -15,30 +12,10 @@ import numpy as np
 import pytest
 
 from tests.data.helpers import write_flat_png, write_yaml
+from tests.hostile import assert_refused
 from tests.test_config import alias_bomb
 from tests.training.helpers import tiny_dataset, train_args
-
-REPO = Path(__file__).resolve().parent.parent
-GB = 2**30
-
-
-def run_capped(module: str, args: list[str], cap_gb: float, timeout: float = 120) -> subprocess.CompletedProcess:
-    """`python -m module args` from the repo root with its data capped at `cap_gb` (RLIMIT_DATA: the heap and every
-    private mapping; RLIMIT_AS would leave torch's CUDA build no room to map its libraries): memory it cannot have
-    is a MemoryError (or cv2's and torch's own), never a kernel kill of the test machine."""
-    def cap() -> None:
-        resource.setrlimit(resource.RLIMIT_DATA, (int(cap_gb * GB), int(cap_gb * GB)))
-
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, preexec_fn=cap, env={**os.environ, "OMP_NUM_THREADS": "1"}, check=False)
-
-
-def refused(result: subprocess.CompletedProcess, *words: str) -> str:
-    """The one error line of a refused run (exit 2), which says each of `words`."""
-    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
-    line = result.stderr.strip().splitlines()[-1]
-    assert line.startswith("error: ") and all(word in line for word in words), line
-    return line
+from tests.user_run import run_cli
 
 
 def predicted(result: subprocess.CompletedProcess) -> str:
@@ -65,7 +42,7 @@ def test_a_pixel_bomb_among_good_images_is_skipped_by_name_and_the_others_predic
     good = good_images(source)
     bomb = write_flat_png(source / "bomb.png", 30000, 30000)
     assert bomb.stat().st_size < 2**20
-    log = predicted(run_capped("detect.predict", predict_args(weights, source, tmp_path / "runs"), cap_gb=2))
+    log = predicted(run_cli("detect.predict", *predict_args(weights, source, tmp_path / "runs"), memory_gb=2))
     assert (f"{bomb}: ImageTooLarge: 30000x30000 is 900,000,000 pixels, more than the limit of 89,478,485 "
             "(--max-pixels)") in log
     assert sorted(path.name for path in (tmp_path / "runs" / "exp").iterdir()) == [path.name for path in good]
@@ -77,7 +54,7 @@ def test_images_of_20000x10_and_10x20000_are_predicted_with_the_others(weights, 
     good_images(source)
     cv2.imwrite(str(source / "wide.png"), np.full((10, 20000, 3), 200, np.uint8))
     cv2.imwrite(str(source / "tall.png"), np.full((20000, 10, 3), 200, np.uint8))
-    log = predicted(run_capped("detect.predict", predict_args(weights, source, tmp_path / "runs"), cap_gb=8))
+    log = predicted(run_cli("detect.predict", *predict_args(weights, source, tmp_path / "runs"), memory_gb=8))
     assert f"{source / 'wide.png'}: 32x96 " in log and f"{source / 'tall.png'}: 96x32 " in log
     assert len(list((tmp_path / "runs" / "exp").iterdir())) == 4
 
@@ -85,9 +62,9 @@ def test_images_of_20000x10_and_10x20000_are_predicted_with_the_others(weights, 
 def test_an_image_size_past_the_bound_is_refused_in_one_line(weights, tmp_path):
     """Case 9: --imgsz 100000 (every CLI's flag: tests/test_cli.py; the hub's size: tests/test_hub.py)."""
     good_images(tmp_path / "images")
-    result = run_capped("detect.predict", predict_args(weights, tmp_path / "images", tmp_path / "runs", "--imgsz",
-                                                      "100000"), cap_gb=8, timeout=60)
-    assert refused(result) == "error: argument --imgsz: must be an integer in [1, 8192], got '100000'"
+    result = run_cli("detect.predict", *predict_args(weights, tmp_path / "images", tmp_path / "runs", "--imgsz",
+                                                      "100000"), memory_gb=8, timeout=60)
+    assert assert_refused(result) == "error: argument --imgsz: must be an integer in [1, 8192], got '100000'"
 
 
 def test_a_hyp_alias_bomb_is_refused_in_one_line(tmp_path):
@@ -95,9 +72,9 @@ def test_a_hyp_alias_bomb_is_refused_in_one_line(tmp_path):
     hyp = tmp_path / "hyp.yaml"
     hyp.write_text(alias_bomb(levels=8))
     data = tiny_dataset(tmp_path / "data", count=4)
-    result = run_capped("detect.train", train_args(data, tmp_path / "runs", "--hyp", str(hyp), epochs=1), cap_gb=3,
+    result = run_cli("detect.train", *train_args(data, tmp_path / "runs", "--hyp", str(hyp), epochs=1), memory_gb=3,
                         timeout=60)
-    refused(result, str(hyp), "its aliases repeat 234,567,890 nodes")
+    assert_refused(result, str(hyp), "its aliases repeat 234,567,890 nodes")
 
 
 def test_more_classes_than_the_bound_are_refused_with_the_memory_they_would_take(tmp_path):
@@ -105,8 +82,8 @@ def test_more_classes_than_the_bound_are_refused_with_the_memory_they_would_take
     bound is 50,000)."""
     tiny_dataset(tmp_path / "data", count=4)
     data = write_yaml(tmp_path / "data", names=tuple(f"class{index}" for index in range(100_000)))
-    result = run_capped("detect.train", train_args(data, tmp_path / "runs", epochs=1), cap_gb=8, timeout=120)
-    refused(result, "100,000 classes: more than the 50,000", "134,406,720 weights: 0.5 GB in float32")
+    result = run_cli("detect.train", *train_args(data, tmp_path / "runs", epochs=1), memory_gb=8, timeout=120)
+    assert_refused(result, "100,000 classes: more than the 50,000", "134,406,720 weights: 0.5 GB in float32")
 
 
 @pytest.mark.slow
@@ -114,7 +91,7 @@ def test_20000_classes_train_in_a_few_gigabytes(tmp_path):
     """V3Det's 13,204 classes and more: a confusion matrix of the pairs seen, COCOeval on the classes present."""
     tiny_dataset(tmp_path / "data", count=4)
     data = write_yaml(tmp_path / "data", names=tuple(f"class{index}" for index in range(20_000)))
-    result = run_capped("detect.train", train_args(data, tmp_path / "runs", epochs=1), cap_gb=4, timeout=300)
+    result = run_cli("detect.train", *train_args(data, tmp_path / "runs", epochs=1), memory_gb=4, timeout=300)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
     run = tmp_path / "runs" / "exp"
     assert {"confusion_matrix.png", "labels.png", "PR_curve.png"} <= {path.name for path in run.iterdir()}

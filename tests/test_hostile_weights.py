@@ -18,9 +18,10 @@ from detect.errors import UserError
 from detect.models import build_model
 from detect.models.safe_io import load_checkpoint, save_checkpoint
 from detect.models.weights import model_state
-from tests.hostile import REPO, assert_refused, run_cli, tree
+from tests.hostile import assert_refused, tree
 from tests.training.helpers import tiny_dataset, train_args
 from tests.training.test_checkpoint_format import OLD_LAST
+from tests.user_run import REPO, run_cli
 
 NAMES = ["a", "b", "c"]
 SHAPE = "model.2.cv1.conv.weight is (7, 32, 1, 1) in the file, (16, 32, 1, 1) in the model"

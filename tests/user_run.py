@@ -1,5 +1,5 @@
-"""Run a CLI as a user would: `python -m <module> ...` in a subprocess, with a time limit and a memory cap, so a hang
-or a runaway allocation fails the test instead of the CI machine."""
+"""Run a CLI as a user would: `python -m <module> ...` in a subprocess of its own, with a time limit and a memory cap,
+so that a hang or a runaway allocation fails the test instead of the CI machine."""
 
 from __future__ import annotations
 
@@ -10,16 +10,22 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-MEMORY_CAP = 8 << 30  # bytes of address space (issue 43's cap; torch imports under it)
+GB = 2**30
 
 
-def _capped() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
+def run_cli(module: str, *args: str, cwd: Path | None = None, timeout: float = 120, memory_gb: float = 8,
+            merge_output: bool = False) -> subprocess.CompletedProcess:
+    """`python -m module args` with this checkout first on the path, in `cwd` (default: the repo), on one thread, with
+    at most `memory_gb` of data (issue 43's caps: 8 GB, 2 GB for a pixel bomb, 3 GB for a yaml bomb). The cap is
+    RLIMIT_DATA, the heap and every private mapping (RLIMIT_AS would leave torch's CUDA build no room to map its
+    libraries under a few GB): memory the process cannot have is a MemoryError, never a kernel kill. A hang past
+    `timeout` seconds raises subprocess.TimeoutExpired; `merge_output` puts stderr into `.stdout`."""
 
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_DATA, (int(memory_gb * GB), int(memory_gb * GB)))
 
-def run_cli(module: str, *args: str, timeout: float = 120, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """`python -m module args` from the repo's code, its stdout and stderr together in `.stdout`; a hang past
-    `timeout` seconds raises subprocess.TimeoutExpired (the process is killed)."""
-    environ = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, "-m", module, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=timeout, env=environ, cwd=cwd or REPO, preexec_fn=_capped, check=False)
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+               "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, "-m", module, *args], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT if merge_output else subprocess.PIPE, text=True, timeout=timeout,
+                          env=environ, cwd=cwd or REPO, preexec_fn=cap, check=False)

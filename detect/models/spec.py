@@ -163,7 +163,8 @@ def parse_model_spec(data: dict, source: str) -> ModelSpec:
         data = mapping_from_yolov5(data, source)
     raw = from_mapping(_ModelFile, data, source)
     if raw.activation not in ACTIVATIONS:
-        raise ConfigError(f"{source}: key 'activation' must be one of {', '.join(ACTIVATIONS)}, got {short_repr(raw.activation)}")
+        raise ConfigError(f"{source}: key 'activation' must be one of {', '.join(ACTIVATIONS)}, got "
+                          f"{short_repr(raw.activation)}")
     entries = [(f"backbone[{i}]", e) for i, e in enumerate(raw.backbone)]
     entries += [(f"head[{i}]", e) for i, e in enumerate(raw.head)]
     layers = tuple(_parse_layer(entry, f"{source}: {where}") for where, entry in entries)

@@ -55,8 +55,8 @@ def path_string(class_name: str):
 def latin1_bytes(text: str, encoding: str) -> bytes:
     """_codecs.encode as pickle protocol 2 uses it to spell bytes (numpy's raw data); no other codec runs."""
     if encoding != "latin1" or not isinstance(text, str):
-        raise UserError(f"refused to load: the checkpoint's pickle asks for _codecs.encode with {short_repr(encoding)}, "
-                        "which is not allowed")
+        raise UserError("refused to load: the checkpoint's pickle asks for _codecs.encode with "
+                        f"{short_repr(encoding)}, which is not allowed")
     return text.encode("latin1")
 
 

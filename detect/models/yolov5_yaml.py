@@ -66,7 +66,8 @@ def _layer(row: Any, where: str, csp_activation: str) -> dict:
 def _fixed_arguments(module: str, layer: dict, where: str) -> dict:
     """Detect's arguments are the yaml's nc and anchors; Concat and Upsample build only yolov5's own usage."""
     if module == "Concat" and layer.get("dimension", 1) != 1:
-        raise ConfigError(f"{where}: detect concatenates along channels only (dimension 1), got {short_repr(layer['dimension'])}")
+        raise ConfigError(f"{where}: detect concatenates along channels only (dimension 1), got "
+                          f"{short_repr(layer['dimension'])}")
     if module == "Upsample":
         if layer.get("size") is not None or layer.get("mode", "nearest") != "nearest":
             raise ConfigError(f"{where}: detect builds Upsample [None, scale, 'nearest'] only, got "
@@ -92,7 +93,8 @@ def mapping_from_yolov5(yaml: dict, source: str, anchors: list[list[float]] | No
         raise ConfigError(f"{source}: key 'activation' {short_repr(activation)} is not one detect builds "
                           f"({', '.join(ACTIVATIONS)})")
     if yaml.get("channel_multiple", 8) != 8:  # yolov5 rounds channels to multiples of it
-        raise ConfigError(f"{source}: key 'channel_multiple' {short_repr(yaml['channel_multiple'])}: detect rounds to 8 only")
+        raise ConfigError(f"{source}: key 'channel_multiple' {short_repr(yaml['channel_multiple'])}: detect rounds to "
+                          "8 only")
     data = {key: yaml[key] for key in ("nc", "depth_multiple", "width_multiple", "anchors") if key in yaml}
     if anchors is not None:
         data["anchors"] = anchors

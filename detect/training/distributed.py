@@ -120,8 +120,8 @@ def init_process_group(context: DistContext, backend_name: str, timeout_s: float
     with stop_signals_handled_by(signal.SIG_DFL):
         store = dist.TCPStore(host, port, context.world_size, is_master=context.rank == 0 and not agent_hosts_store,
                               timeout=timeout)
-        attempt, restarts = join_attempt(store, context if first_group else dataclasses.replace(context, restart_count=0),
-                                         timeout, new_process=first_group)
+        joining = context if first_group else dataclasses.replace(context, restart_count=0)
+        attempt, restarts = join_attempt(store, joining, timeout, new_process=first_group)
         dist.init_process_group(backend=backend_name, store=dist.PrefixStore(f"detect/{attempt}/", store),
                                 rank=context.rank, world_size=context.world_size, timeout=timeout)
     job = JobStore(host, port, f"detect/{attempt}/")
@@ -157,7 +157,7 @@ class Heartbeat:
                 store.set(f"alive/{rank}", str(time.time()))
                 if self.stopped.wait(HEARTBEAT_S):
                     return
-        except Exception:  # noqa: BLE001 - the store went away: the job is ending, and the failure is reported elsewhere
+        except Exception:  # noqa: BLE001 - the store went away: the job ends, and the failure is reported elsewhere
             return
 
     def stop(self) -> None:

@@ -40,7 +40,8 @@ class TrainSettings(Settings):
     epochs: int = option(100, bound=POSITIVE)
     batch_size: int = option(16, "total batch size over all ranks; -1: the largest that fits 60%% of the device's free "
                                 "memory (AutoBatch, one device)", bound=BATCH)
-    imgsz: int = option(640, "train and val image size", bound=TRAIN_IMAGE_SIZE, flags=("--imgsz", "--img", "--img-size"))
+    imgsz: int = option(640, "train and val image size", bound=TRAIN_IMAGE_SIZE,
+                        flags=("--imgsz", "--img", "--img-size"))
     device: str = option("auto", SPEC_HELP + "; under torchrun the index is LOCAL_RANK",
                          again_on_resume=True)
     workers: int = option(8, "data loader workers per rank", bound=NON_NEGATIVE, again_on_resume=True)

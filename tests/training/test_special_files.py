@@ -47,7 +47,7 @@ def check_run(output: str, save_dir: Path, data: Path) -> None:
 
 
 def test_one_process_trains_and_validates_on_the_rest(data, tmp_path):
-    finished = run_cli("detect.train", *train_args(data, tmp_path, epochs=1), timeout=300)
+    finished = run_cli("detect.train", *train_args(data, tmp_path, epochs=1), timeout=300, merge_output=True)
     assert finished.returncode == 0, finished.stdout[-5000:]
     check_run(finished.stdout, tmp_path / "exp", data)
 
@@ -55,7 +55,7 @@ def test_one_process_trains_and_validates_on_the_rest(data, tmp_path):
 @pytest.mark.slow
 def test_two_ranks_train_and_validate_on_the_rest(data, tmp_path):
     launcher = ["torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "detect.train"]
-    finished = run_cli(*launcher, *train_args(data, tmp_path, epochs=1), timeout=400)
+    finished = run_cli(*launcher, *train_args(data, tmp_path, epochs=1), timeout=400, merge_output=True)
     assert finished.returncode == 0, finished.stdout[-5000:]
     assert [path.name for path in tmp_path.iterdir()] == ["exp"]
     check_run(finished.stdout, tmp_path / "exp", data)

@@ -174,8 +174,8 @@ def walk(root: str, wanted: Callable[[str], bool], recursive: bool = True, limit
     """The files under folder `root` whose names `wanted` takes, in Path order (a folder's entries sorted by name,
     each subfolder's files in its place). Links to files and folders are followed, but never into a folder on the
     current path (a link loop) nor into one entered before (so each folder is listed at most twice: once through
-    links, once where it is); kernel folders (/proc, /sys, /dev) are not walked. Broken and looping links, unreadable folders and special files are named in `skipped`.
-    A UserError after `limit` entries."""
+    links, once where it is); kernel folders (/proc, /sys, /dev) are not walked. Broken and looping links, unreadable
+    folders and special files are named in `skipped`. A UserError after `limit` entries."""
     state = _Walk(root, wanted, recursive, limit)
     try:
         info = os.stat(root)

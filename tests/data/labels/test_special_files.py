@@ -100,7 +100,7 @@ def test_a_data_root_in_proc_is_one_line(tmp_path):
         load_split(load_data_config(data), "train")
     assert str(raised.value) == (f"{data}: no images in the 'train' split (/proc); 1 skipped, the first: /proc: "
                                  f"{KERNEL_FOLDER}")
-    finished = run_cli("detect.data", "--data", str(data), timeout=60)
+    finished = run_cli("detect.data", "--data", str(data), timeout=60, merge_output=True)
     assert finished.returncode == 2 and finished.stdout == f"error: {raised.value}\n"
 
 
@@ -114,7 +114,7 @@ def test_fifos_named_like_images_and_labels_are_skipped_by_name_from_the_cli(tmp
     os.mkfifo(tmp_path / "images" / "val" / "fifo.jpg")
     (tmp_path / "val.txt").write_text("images/val/0.png\nimages/val/fifo.jpg\n")  # a list naming a FIFO
     data.write_text(yaml.safe_dump({**yaml.safe_load(data.read_text()), "val": "val.txt"}))
-    finished = run_cli("detect.data", "--data", str(data), timeout=120)
+    finished = run_cli("detect.data", "--data", str(data), timeout=120, merge_output=True)
     assert finished.returncode == 0 and "Traceback" not in finished.stdout, finished.stdout
     fifo = f"skipped: {NOT_REGULAR} (FIFO)"
     for row in ("found 10", "usable 4", "skipped 6", f"{fifo} 1", f"skipped: {LINK_LOOP} 3",
