@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from detect.models.head import Detect, check_classes
+from detect.models.head import MAX_CLASSES, Detect, check_classes
 from detect.models.layers import (
     ACTIVATIONS,
     C3,
@@ -197,3 +197,10 @@ def build_model(cfg: str | Path | ModelSpec, num_classes: int | None = None,
     """A model from a yaml name (configs/models/), a path or a parsed spec; `num_classes` overrides nc."""
     spec = cfg if isinstance(cfg, ModelSpec) else load_model_spec(cfg)
     return DetectionModel(spec, num_classes, names)
+
+
+def check_class_count(spec: ModelSpec, num_classes: int) -> None:
+    """More classes than a Detect head may predict as one UserError before anything else is done (the build refuses
+    them at the head, saying what it would take); nothing is built when they fit."""
+    if num_classes > MAX_CLASSES:
+        build_model(spec, num_classes)

@@ -38,6 +38,7 @@ from detect.inference.sample_images import sample_images
 from detect.models import DetectionModel, ModelSpec, build_model, load_model_spec, model_max_stride
 from detect.models.safe_io import save_checkpoint
 from detect.models.weights import load_model, model_from_state, model_state, restore_model_state
+from detect.models.yolo import check_class_count
 from detect.ops.anchors import check_anchors, evolve_anchors, label_sizes
 from detect.training.distributed import (
     DistContext,
@@ -229,8 +230,7 @@ def loader_workers(settings: TrainSettings, context: DistContext, cores: list[in
 
 
 def _checked_split(settings: TrainSettings, data: DataConfig, split: str, context: DistContext) -> LabelledSplit:
-    """This rank's check of `split`: each node's first rank checks it and writes the label cache while the node's
-    other ranks wait, then they load that cache; the main rank says which ranks wrote it and which loaded it."""
+    """This rank's check of `split`: each node's first rank checks it (writing the cache), then the others load it."""
     found = None
     for first in (True, False):  # each node's local rank 0, then the others
         if (context.local_rank == 0) == first:
@@ -363,6 +363,8 @@ def build_run(settings: TrainSettings, context: DistContext, resume: bool | str 
     if settings.sync_bn and backend.device.type == "cpu":
         raise UserError("--sync-bn needs GPUs or NPUs: torch's SyncBatchNorm does not run on the CPU")
     data = load_data_config(settings.data)
+    if source is not None:
+        check_class_count(source.spec, len(data.names))  # before the label check
     check_sources(data, ("train", "val"))  # every rank validates its share
     if settings.batch_size == AUTO_BATCH:
         settings = _auto_batch(settings, source, data, backend)

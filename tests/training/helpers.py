@@ -40,3 +40,17 @@ def worker_pid(launcher: subprocess.Popen, setting: str) -> int:
         if parent == launcher.pid and setting.encode() in environ:
             return int(entry.name)
     raise AssertionError(f"no worker with {setting} under torchrun pid {launcher.pid}")
+
+
+def tagged_processes(tag: str) -> list[int]:
+    """The live (not zombie) processes started with DETECT_TEST_JOB=tag in their environment: a job's torchrun, its
+    ranks and their workers."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            tagged = entry.name.isdigit() and f"DETECT_TEST_JOB={tag}".encode() in (entry / "environ").read_bytes()
+            if tagged and (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found

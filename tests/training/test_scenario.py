@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from detect.training.resume import TrainingCheckpoint
-from tests.training.helpers import tiny_dataset, train_args
+from tests.training.helpers import tagged_processes, tiny_dataset, train_args
 
 pytestmark = pytest.mark.slow
 mlflow = pytest.importorskip("mlflow", reason="MLflow is optional (pip install 'detect-trainer[mlflow]')")
@@ -28,18 +28,6 @@ from mlflow.tracking import MlflowClient
 
 REPO = Path(__file__).resolve().parents[2]
 EPOCHS = 3
-
-
-def _job(tag: str) -> list[int]:
-    """The live processes of the job started with DETECT_TEST_JOB=tag (torchrun, its ranks, their workers)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and f"DETECT_TEST_JOB={tag}".encode() in (entry / "environ").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
 
 
 def _until(condition, process: subprocess.Popen, what: str, timeout: float = 180) -> None:
@@ -95,7 +83,7 @@ def test_tracked_two_rank_job_on_read_only_data_stopped_in_validation_resumes_to
         time.sleep(0.3)
         cache = _files(tmp_path / "xdg")
         sent = time.monotonic()
-        for pid in _job(tag):
+        for pid in tagged_processes(tag):
             os.kill(pid, signal.SIGTERM)
         stopped = job.communicate(timeout=120)[0]
         assert time.monotonic() - sent < 7, stopped[-3000:]  # one slowed batch (1 s), the stop, torchrun's end
@@ -107,6 +95,8 @@ def test_tracked_two_rank_job_on_read_only_data_stopped_in_validation_resumes_to
                                  capture_output=True, text=True, timeout=600, check=False)
     finally:
         _read_only(tmp_path / "data", writable=True)
+        for pid in tagged_processes(tag):  # a failed check above leaves no process of the job behind
+            os.kill(pid, signal.SIGKILL)
     output = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, output[-3000:]
     assert "resuming from" in output and "train labels: cache loaded on ranks 0, 1" in output, output[-3000:]

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.data.helpers import write_flat_png, write_sample, write_yaml
-from tests.test_hostile_sizes import run_capped
 from tests.training.helpers import tiny_dataset, train_args
+from tests.user_run import run_cli
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -39,8 +39,8 @@ def check_run(output: str, run: Path) -> None:
 
 def test_one_process_skips_the_bomb_by_name_and_trains_on_the_rest(tmp_path):
     data = hostile_split(tmp_path / "data")
-    result = run_capped("detect.train", train_args(data, tmp_path / "runs", "--batch-size", "2", epochs=1),
-                        cap_gb=3, timeout=300)
+    result = run_cli("detect.train", *train_args(data, tmp_path / "runs", "--batch-size", "2", epochs=1), memory_gb=3,
+                     timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     check_run(result.stderr, tmp_path / "runs" / "exp")
 

@@ -21,7 +21,7 @@ import torch
 from detect import train
 from detect.training import hooks
 from detect.training.resume import TrainingCheckpoint
-from tests.training.helpers import tiny_dataset, train_args
+from tests.training.helpers import tagged_processes, tiny_dataset, train_args
 
 REPO = Path(__file__).resolve().parents[2]
 HARNESS = Path(__file__).with_name("slowed_train.py")
@@ -91,28 +91,24 @@ def test_a_stop_in_the_final_evaluation_says_how_to_score_the_saved_weights(data
     assert TrainingCheckpoint.load(tmp_path / "exp" / "weights" / "last.pt").counters.epoch == 1
 
 
-def _our_processes(job: str) -> list[int]:
-    """The live processes started with DETECT_TEST_JOB=job in their environment."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and f"DETECT_TEST_JOB={job}".encode() in (entry / "environ").read_bytes():
-                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-                if state != "Z":
-                    found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
+@pytest.fixture
+def job():
+    """A tag for the processes a test starts (DETECT_TEST_JOB in their environment); any left at its end are killed,
+    so that a failed check leaves nothing running."""
+    tag = uuid.uuid4().hex
+    yield tag
+    for pid in tagged_processes(tag):
+        os.kill(pid, signal.SIGKILL)
 
 
-def _start(command: list[str], tmp_path: Path, stage: str, **environ: str) -> tuple[subprocess.Popen, Path, str]:
-    """`command` with `stage` slowed (slowed_train.py); the process, the marker the stage creates, the job's tag."""
-    marker, job = tmp_path / "marker", uuid.uuid4().hex
+def _start(command: list[str], tmp_path: Path, job: str, stage: str, **environ: str) -> tuple[subprocess.Popen, Path]:
+    """`command`, tagged `job`, with `stage` slowed (slowed_train.py); the process and the marker the stage creates."""
+    marker = tmp_path / "marker"
     environ = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "SLOWED": stage,
                "MARKER": str(marker), "DETECT_TEST_JOB": job, "PYTHONPATH": str(REPO), **environ}
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environ,
                                cwd=REPO, start_new_session=True)
-    return process, marker, job
+    return process, marker
 
 
 def _wait(path: Path, process: subprocess.Popen, timeout: float = 180) -> None:
@@ -128,7 +124,7 @@ def _stop(process: subprocess.Popen, job: str, whole_job: bool,
     """SIGTERM (or `sent_signal`) to the process, or to every process of the job (torchrun, its workers, theirs: a
     scheduler's SIGTERM, a terminal's Ctrl-C); the output and how long the process took to end."""
     sent = time.monotonic()
-    for pid in _our_processes(job) if whole_job else [process.pid]:
+    for pid in tagged_processes(job) if whole_job else [process.pid]:
         os.kill(pid, sent_signal)
     output = process.communicate(timeout=120)[0]
     return output, time.monotonic() - sent
@@ -140,11 +136,12 @@ def _stop(process: subprocess.Popen, job: str, whole_job: bool,
     ("save", "0.5", ("--noval",), "stopped at epoch 2, batch "),
     ("check", "0.1", (), "SIGTERM during the run's set-up: stopped before the first step (nothing saved)"),
 ])
-def test_sigterm_ends_one_process_within_5_s_wherever_it_lands(data, tmp_path, stage, seconds, extra, expected):
+def test_sigterm_ends_one_process_within_5_s_wherever_it_lands(data, tmp_path, job, stage, seconds, extra,
+                                                                 expected):
     if stage == "check":  # a dataset of its own: the module's has its label cache
         data = tiny_dataset(tmp_path / "unchecked", count=16)
     args = train_args(data, tmp_path / "runs", "--workers", "2", *extra, epochs=3)
-    process, marker, job = _start([sys.executable, str(HARNESS), *args], tmp_path, stage, SLOWED_SECONDS=seconds)
+    process, marker = _start([sys.executable, str(HARNESS), *args], tmp_path, job, stage, SLOWED_SECONDS=seconds)
     _wait(marker, process)
     time.sleep(0.3)
     output, seconds = _stop(process, job, whole_job=stage == "check")  # the check's pool gets the signal too
@@ -153,7 +150,7 @@ def test_sigterm_ends_one_process_within_5_s_wherever_it_lands(data, tmp_path, s
     assert "Traceback" not in output, output[-3000:]
     assert output.strip().splitlines()[-1].startswith(expected), output[-3000:]
     time.sleep(1.0)
-    assert _our_processes(job) == [], "loader workers or label-check processes outlived the run"
+    assert tagged_processes(job) == [], "loader workers or label-check processes outlived the run"
     last = tmp_path / "runs" / "exp" / "weights" / "last.pt"
     if stage != "check":
         assert TrainingCheckpoint.load(last).resumable
@@ -164,12 +161,12 @@ def test_sigterm_ends_one_process_within_5_s_wherever_it_lands(data, tmp_path, s
     (signal.SIGTERM, True),  # a scheduler (Slurm) signals every process of the job
     (signal.SIGINT, False),  # a terminal's Ctrl-C reaches torchrun alone (its ranks have sessions of their own)
 ])
-def test_a_signal_to_a_torchrun_job_in_validation_ends_every_rank_once_and_no_restart(data, tmp_path, sent_signal,
+def test_a_signal_to_a_torchrun_job_in_validation_ends_every_rank_once_and_no_restart(data, tmp_path, job, sent_signal,
                                                                                          whole_job):
     args = train_args(data, tmp_path / "runs", "--workers", "1", epochs=3)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                "--max_restarts", "1", str(HARNESS), *args]
-    process, marker, job = _start(command, tmp_path, "validation", SLOWED_SECONDS="2")
+    process, marker = _start(command, tmp_path, job, "validation", SLOWED_SECONDS="2")
     _wait(marker, process)
     time.sleep(0.3)
     output, seconds = _stop(process, job, whole_job=whole_job, sent_signal=sent_signal)
@@ -181,4 +178,4 @@ def test_a_signal_to_a_torchrun_job_in_validation_ends_every_rank_once_and_no_re
     counters = TrainingCheckpoint.load(tmp_path / "runs" / "exp" / "weights" / "last.pt").counters
     assert (counters.epoch, counters.batch) == (0, BATCHES)  # trained through epoch 1, not validated
     time.sleep(1.0)
-    assert _our_processes(job) == []
+    assert tagged_processes(job) == []
