@@ -243,9 +243,9 @@ def _key(default: float, bound: Bound) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class Hyp:
-    """Training hyper-parameters; names and meanings as in ultralytics/yolov5 hyp yamls (YOLOV5-FACTS.md). Each key
-    has its range (NaN and inf never fit): a value outside it is refused when the Hyp is made, from a file, a
-    checkpoint's stored hyp or an --evolve proposal."""
+    """Training hyper-parameters; names and meanings as in ultralytics/yolov5 hyp yamls
+    (docs/yolov5.md, "Hyper-parameters"). Each key has its range (NaN and inf never fit): a value outside it is refused
+    when the Hyp is made, from a file, a checkpoint's stored hyp or an --evolve proposal."""
 
     lr0: float = _key(0.01, FINITE_POSITIVE)  # initial learning rate
     lrf: float = _key(0.01, FINITE_NON_NEGATIVE)  # final learning rate, a fraction of lr0

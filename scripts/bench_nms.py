@@ -6,7 +6,7 @@
 The predictions are the official yolov5n's decoded outputs (B, 25200, 85) for the first 32 coco128 images,
 letterboxed to 640x640, made once with our inference path and saved (--predictions); yolov5's function gets the
 same file through scripts/time_yolov5_nms.py, run by the yolov5 checkout's own Python (yolov5 is not a dependency).
-Settings are validation's (YOLOV5-FACTS.md): conf 0.001, IoU 0.6, multi-label, max 300 detections per image.
+Settings are validation's (docs/yolov5.md, "NMS"): conf 0.001, IoU 0.6, multi-label, max 300 detections per image.
 Each round times every batch size on both sides; the table gives the median over rounds of each round's median.
 "Worst case" (synthetic, --worst-case): every score in [0.5, 1], so all 2,016,000 pairs pass and the 30,000 cap is hit.
 """

@@ -1,15 +1,15 @@
 """Training throughput in one process: the model-only step rate against the end-to-end rate.
 
 model only:  forward + loss + backward + optimizer (every `accumulate` batches, as in training) on one fixed batch
-             already on the device, once the loader's workers have filled their prefetch and gone idle;
-end to end:  the trainer's own train_one_epoch over the real loader (mosaic and the rest in CPU workers), with
-             warmup, AMP where it applies, gradient clipping and EMA, over --batches consecutive batches of the one
-             stream of batches (across epochs where an epoch is shorter), each round going on where the last stopped.
-The two alternate for --rounds rounds in one process, so the ratio is fair on a shared machine (ENV-NOTES.md).
-A round starts with the workers' prefetched batches (workers x 2) ready, made while the model-only round ran: that
-head start is why a round needs many more batches than that. On coco128 (8 batches an epoch, 2 workers, 2026-12-04)
-rounds of 8 batches gave 0.96 and 0.97, rounds of 32 gave 0.84 and 0.91.
-It runs with OMP_WAIT_POLICY=PASSIVE unless you export another value, as `python -m detect.train` does.
+already on the device, once the loader's workers have filled their prefetch and gone idle; end to end:  the trainer's
+own train_one_epoch over the real loader (mosaic and the rest in CPU workers), with warmup, AMP where it applies,
+gradient clipping and EMA, over --batches consecutive batches of the one stream of batches (across epochs where an epoch
+is shorter), each round going on where the last stopped. The two alternate for --rounds rounds in one process, so the
+ratio is fair on a shared machine (docs/benchmarks.md, "Measuring on shared CPUs"). A round starts with the workers'
+prefetched batches (workers x 2) ready, made while the model-only round ran: that head start is why a round needs many
+more batches than that. On coco128 (8 batches an epoch, 2 workers, 2026-12-04) rounds of 8 batches gave 0.96 and 0.97,
+rounds of 32 gave 0.84 and 0.91. It runs with OMP_WAIT_POLICY=PASSIVE unless you export another value, as `python -m
+detect.train` does.
 
     python scripts/bench_train.py --data coco128.yaml --cfg yolov5n.yaml --imgsz 320 --batch-size 16 --workers 2
 """

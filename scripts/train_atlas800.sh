@@ -10,7 +10,7 @@
 # that a silent rank is named by detect (one line) when HCCL would give up too (docs/scale.md, Timeouts); each rank
 # and its loader workers run on their own host cores, NUMA-local to the NPU (--cpu-affinity auto, or CPU_AFFINITY). MAX_RESTARTS=N lets torchrun restart a failed job
 # up to N times; each restart resumes from the run's weights/last.pt by itself. The HCCL and CANN settings below are
-# the ones ../shared/docs/NPU.md (§2.3, §2.5, §2.7) gives; override any of them by exporting it first.
+# the ones docs/torch-npu.md ("Environment variables") gives; override any of them by exporting it first.
 set -euo pipefail
 
 nnodes=1 node_rank=0 master_addr=127.0.0.1 master_port=${MASTER_PORT:-29500} nproc=${NPROC_PER_NODE:-8}

@@ -1,7 +1,7 @@
 """A CPU stand-in for the few torch_npu names detect.backend.npu calls, enforcing their documented contracts.
 
 Tests built on it are contract tests of our glue against a CPU stand-in, not the hardware. The contracts
-come from docs/NPU.md (checked against the torch_npu 2.14.0 sources); nothing here was run on an NPU.
+come from docs/torch-npu.md (checked against the torch_npu 2.14.0 sources); nothing here was run on an NPU.
 The stand-in enforces torch_npu's rules only: our own rules (such as padding NMS candidates to buckets of
 1024) are checked by our tests, so that a stand-in stricter than the real package cannot hide a bug.
 
@@ -48,7 +48,8 @@ def npu_nms_v4(
     scores_threshold: torch.Tensor,
     pad_to_max_output_size: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """npu_nms_v4 on the CPU: (selected int32 [M], valid int32 0-D), valid entries first (NPU.md §1.1)."""
+    """npu_nms_v4 on the CPU: (selected int32 [M], valid int32 0-D), valid entries first
+    (docs/torch-npu.md, "NMS on the NPU")."""
     _require(boxes.dtype == torch.float32 and scores.dtype == torch.float32, "boxes and scores must be float32")
     _require(boxes.dim() == 2 and boxes.shape[1] == 4, f"boxes must be (N, 4), got {tuple(boxes.shape)}")
     _require(scores.shape == (boxes.shape[0],), f"scores must be (N,), got {tuple(scores.shape)}")
@@ -67,7 +68,7 @@ def npu_nms_v4(
 
 
 class GradScaler(torch.amp.GradScaler):
-    """torch_npu.npu.amp.GradScaler's signature (NPU.md §1 #3), scaling on the CPU."""
+    """torch_npu.npu.amp.GradScaler's signature (docs/torch-npu.md, "AMP and the scaler"), scaling on the CPU."""
 
     def __init__(
         self,
@@ -79,11 +80,13 @@ class GradScaler(torch.amp.GradScaler):
         enabled: bool = True,
     ) -> None:
         super().__init__("cpu", init_scale, growth_factor, backoff_factor, growth_interval, enabled)
-        self._dynamic = dynamic  # the real class keeps it private: there is no `dynamic` attribute (NPU.md §5)
+        # the real class keeps it private: there is no `dynamic` attribute (docs/torch-npu.md, "AMP and the scaler")
+        self._dynamic = dynamic
 
 
 class Hf32Flag:
-    """torch_npu.npu.conv / .matmul: an allow_hf32 property whose setter rejects non-bools (NPU.md §5)."""
+    """torch_npu.npu.conv / .matmul: an allow_hf32 property whose setter rejects non-bools
+    (docs/torch-npu.md, "Compile mode and HF32")."""
 
     def __init__(self, default: bool) -> None:
         self._allow_hf32 = default
@@ -100,7 +103,8 @@ class Hf32Flag:
 
 
 class ProfilerActivity(enum.Enum):
-    """torch_npu.profiler.ProfilerActivity (compiled, torch_npu._C._profiler): CPU and NPU (NPU.md §2.7)."""
+    """torch_npu.profiler.ProfilerActivity (compiled, torch_npu._C._profiler): CPU and NPU
+    (docs/torch-npu.md, "Profiler")."""
 
     CPU = 0
     NPU = 1
@@ -185,7 +189,8 @@ def make_torch_npu(device_count: int = 1) -> ModuleType:
         return npu_nms_v4(boxes, scores, max_output_size, *args, **kwargs)
 
     def is_bf16_supported() -> bool:
-        # It initialises the runtime on the current device, so it belongs after set_device (NPU.md §5).
+        # It initialises the runtime on the current device, so it belongs after set_device
+        # (docs/torch-npu.md, "AMP and the scaler").
         _require("set_device" in [call[0] for call in calls], "is_bf16_supported() called before set_device()")
         calls.append(("is_bf16_supported", (), {}))
         return module.bf16_supported
@@ -209,7 +214,7 @@ def make_torch_npu(device_count: int = 1) -> ModuleType:
         max_memory_allocated=record("max_memory_allocated", 2000),
         mem_get_info=record("mem_get_info", (30 * 2**30, 64 * 2**30)),  # (free, total): torch_npu/npu/__init__.py
         reset_peak_memory_stats=record("reset_peak_memory_stats"),
-        # 910B (A2) defaults: conv HF32 on, matmul HF32 off (NPU.md §2.1).
+        # 910B (A2) defaults: conv HF32 on, matmul HF32 off (docs/torch-npu.md, "Compile mode and HF32").
         conv=Hf32Flag(True),
         matmul=Hf32Flag(False),
         amp=SimpleNamespace(GradScaler=GradScaler),
@@ -248,9 +253,8 @@ def call_names(module: ModuleType) -> list[str]:
 def write_broken_torch_npu(folder: Path, message: str) -> Path:
     """An installed-looking torch_npu in `folder` whose import raises a bare Exception, as its CANN check does.
 
-    Its dist-info registers torch's autoload entry point exactly as the real wheel does (NPU.md §5), so with
-    `folder` on PYTHONPATH a plain `import torch` fails unless TORCH_DEVICE_BACKEND_AUTOLOAD=0.
-    """
+    Its dist-info registers torch's autoload entry point exactly as the real wheel does (docs/torch-npu.md, "Autoload"),
+    so with `folder` on PYTHONPATH a plain `import torch` fails unless TORCH_DEVICE_BACKEND_AUTOLOAD=0."""
     package = folder / "torch_npu"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text(f"raise Exception({message!r})\n\n\ndef _autoload():\n    pass\n")

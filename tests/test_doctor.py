@@ -59,7 +59,8 @@ def test_with_the_npu_standin_auto_picks_the_npu(clean_environment, monkeypatch,
     assert line_of(lines, "torch_npu").split()[:3] == ["OK", "torch_npu", "2.14.0"]
     assert line_of(lines, "CANN").split()[:3] == ["OK", "CANN", "8.3.RC1"]
     assert line_of(lines, "NPUs").split()[2:] == ["1:", "Ascend910B3"]
-    # The stand-in registers no process group; the real torch_npu registers hccl on import (NPU.md §1 #4).
+    # The stand-in registers no process group; the real torch_npu registers hccl on import
+    # (docs/torch-npu.md, "Distributed (HCCL)").
     assert line_of(lines, "hccl").split()[0] == "WARN"
     assert "--device auto picks npu (1 x Ascend910B3, no process group)" in lines[-1]
 
@@ -97,7 +98,7 @@ def test_a_torchvision_for_another_torch_is_a_problem(clean_environment, monkeyp
                                                    ("2.13.0", False)])
 def test_torch_npu_pins_its_torch(monkeypatch, torch_version, paired):
     monkeypatch.setattr(torch, "__version__", torch_version)
-    # torch_npu 2.14.0's METADATA: Requires-Dist: torch==2.14.0.* (NPU.md, ground truth)
+    # torch_npu 2.14.0's METADATA: Requires-Dist: torch==2.14.0.* (docs/torch-npu.md)
     assert probe._torch_pairing(["numpy", "torch==2.14.0.*"], "2.14.0")[0] is paired
 
 

@@ -1,4 +1,5 @@
-"""`python -m detect.*` keeps working when an installed torch_npu is broken (detect/__init__.py, NPU.md §5).
+"""`python -m detect.*` keeps working when an installed torch_npu is broken (detect/__init__.py;
+docs/torch-npu.md, "Autoload").
 
 The fake torch_npu put on PYTHONPATH registers torch's autoload entry point as the real wheel does and raises a
 bare Exception on import, as torch_npu's CANN package check does when the toolkit is broken.

@@ -1,4 +1,5 @@
-"""Device literals ("npu", "cuda", torch_npu, torch.cuda) appear in code only under detect/backend/ (STYLE.md rule 1).
+"""Device literals ("npu", "cuda", torch_npu, torch.cuda) appear in code only under detect/backend/
+(docs/architecture.md, "One place per device").
 
 Only code is checked: NAME tokens and string literals, found with tokenize. Comments and docstrings may mention
 devices. Words joined by '_' or '-' (npu_jit_compile, --npu-jit-compile) and upper case prose (NPU) are allowed,
@@ -97,7 +98,7 @@ def test_checker_allows_prose_and_option_names(code):
     assert device_literals(code) == []
 
 
-# The one layering rule (DESIGN.md; docs/architecture.md "Floors", which tests/test_readme.py holds to FLOORS): a
+# The one layering rule (docs/architecture.md "Floors", which tests/test_readme.py holds to FLOORS): a
 # module imports only from its own package or from lower floors; packages of one floor never import each other;
 # nothing imports floor 8 (the CLIs and tools).
 FLOORS = {
@@ -111,7 +112,7 @@ FLOORS = {
     "cli": 8, "train": 8, "val": 8, "predict": 8, "export": 8, "doctor": 8, "tools": 8, "hub": 8,
 }
 TOP_FLOOR = max(FLOORS.values())
-MAX_MODULE_LINES = 400  # STYLE.md rule 2
+MAX_MODULE_LINES = 400  # docs/architecture.md, "Floors"
 MAX_MODULES_PER_FOLDER = 12  # issue 14: a folder a reader takes in at a glance
 
 

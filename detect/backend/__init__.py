@@ -14,7 +14,8 @@ __all__ = ["NPU_ALLOW_HF32_HELP", "NPU_JIT_COMPILE_HELP", "SPEC_HELP", "Backend"
 
 SPEC_HELP = ("auto (npu > cuda > cpu), cpu, cuda, cuda:N, npu, npu:N, or as yolov5 writes it: 0 or 0,1,2,3 "
              "(accelerator indices: the NPUs when torch_npu works, else the CUDA GPUs)")
-# The NPU switches select() takes (None keeps torch_npu's default: NPU.md §1 #5, §2.1), as settings fields describe them.
+# The NPU switches select() takes (None keeps torch_npu's default: docs/torch-npu.md, "Compile mode and HF32"), as
+# settings fields describe them.
 NPU_JIT_COMPILE_HELP = "NPU only: set_compile_mode(jit_compile=...) (910B default: off)"
 NPU_ALLOW_HF32_HELP = "NPU only: HF32 in fp32 convolutions and matmuls (910B default: conv on, matmul off)"
 _SPEC = re.compile(r"(?:(auto|cpu|cuda|npu)(?::(\d+(?:,\d+)*))?|(\d+(?:,\d+)*))")

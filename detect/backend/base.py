@@ -167,7 +167,7 @@ class Backend:
             raise UserError(f"AMP scaler settings need init_scale > 0, growth_factor > 1 and growth_interval >= 1; "
                             f"got {init_scale}, {growth_factor}, {growth_interval}")
         if self.amp_dtype != torch.float16:
-            # bf16 has fp32's exponent range, so it needs no loss scaling (NPU.md §2.2).
+            # bf16 has fp32's exponent range, so it needs no loss scaling (docs/torch-npu.md, "AMP and the scaler").
             return torch.amp.GradScaler(self.device.type, enabled=False)
         return self._fp16_scaler(init_scale=float(init_scale), growth_factor=float(growth_factor),
                                  growth_interval=int(growth_interval))
@@ -195,7 +195,8 @@ class Backend:
     def resize(self, images: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
         """Bilinear resize of (B, C, H, W) images to size (height, width); integer images come back float32."""
         if not images.is_floating_point():
-            images = images.float()  # uint8 interpolate is unverified on NPU (NPU.md §1.2)
+            # uint8 interpolate is unverified on NPU (docs/torch-npu.md, "Device-side image ops")
+            images = images.float()
         return F.interpolate(images, size=tuple(size), mode="bilinear", align_corners=False)
 
     def nms(self, boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torch.Tensor:

@@ -61,10 +61,12 @@ class CpuBackend(Backend):
     name = "cpu"
     distributed_backend = "gloo"
     amp_by_default = False
-    # fp16 autocast on CPU would need loss scaling and is emulated here (ENV-NOTES.md); bf16 needs no scaler.
+    # fp16 autocast on CPU would need loss scaling and is emulated here
+    # (docs/benchmarks.md, "Measuring on shared CPUs"); bf16 needs no scaler.
     default_amp_dtype = "bf16"
     supported_amp_dtypes = (torch.bfloat16,)
-    # yolov5n at 320 trains 1.17-1.23x faster with channels_last on this project's CPUs (ENV-NOTES.md).
+    # yolov5n at 320 trains 1.17-1.23x faster with channels_last on this project's CPUs
+    # (docs/benchmarks.md, "Measuring on shared CPUs").
     channels_last = True
     # One call per image: torchvision's CPU kernel compares each kept box with every later candidate, so one call
     # over 16 images of coco128 at conf 0.001 took 6.5 s against 0.2 s for 16 calls (measured, torch 2.14).

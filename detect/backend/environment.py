@@ -1,5 +1,5 @@
 """The environment variables that change how the NPU, GPU and distributed runtimes behave, checked for values that
-slow a run down, break it, or do nothing (NPU.md §1 #9c, §2.3, §2.5, §2.7)."""
+slow a run down, break it, or do nothing (docs/torch-npu.md, "Environment variables")."""
 
 from __future__ import annotations
 
@@ -28,14 +28,14 @@ def _integer(value: str) -> int | None:
 
 def _hccl_connect_timeout(value: str) -> str:
     seconds = _integer(value)
-    if seconds is None or not 120 <= seconds <= 7200:  # CANN's range; the default is 120 s (NPU.md §2.3)
+    if seconds is None or not 120 <= seconds <= 7200:  # CANN's range; the default is 120 s
         return "must be whole seconds in 120..7200 (default 120)"
     return ""
 
 
 def _log_level(value: str) -> str:
     level = _integer(value)
-    if level not in (0, 1, 2, 3, 4):  # 0 DEBUG, 1 INFO, 2 WARNING, 3 ERROR (default), 4 NULL (NPU.md §1 #9c)
+    if level not in (0, 1, 2, 3, 4):  # 0 DEBUG, 1 INFO, 2 WARNING, 3 ERROR (default), 4 NULL
         return "must be 0..4 (3, ERROR, is the default)"
     return "DEBUG/INFO logging slows training: use 3 outside debugging" if level < 2 else ""
 
@@ -43,7 +43,7 @@ def _log_level(value: str) -> str:
 def _task_queue(value: str) -> str:
     if value not in ("0", "1", "2"):
         return "must be 0, 1 (default) or 2"
-    return "0 turns the task queue off and slows training (NPU.md §2.5 recommends 1 or 2)" if value == "0" else ""
+    return "0 turns the task queue off and slows training (the docs recommend 1 or 2)" if value == "0" else ""
 
 
 def _launch_blocking(value: str) -> str:
@@ -60,7 +60,8 @@ def _omp_wait_policy(value: str) -> str:
     return ""
 
 
-# name -> (what it does, a rule returning a problem or ""); the names and meanings are NPU.md's.
+# name -> (what it does, a rule returning a problem or ""); the names and meanings:
+# docs/torch-npu.md, "Environment variables".
 VARIABLES: dict[str, tuple[str, Callable[[str], str] | None]] = {
     "ASCEND_RT_VISIBLE_DEVICES": ("the NPUs this process may use", None),
     "ASCEND_HOME_PATH": ("the CANN toolkit (set by set_env.sh)", None),

@@ -1,6 +1,6 @@
 """The Ascend NPU backend (torch_npu): fp16 AMP, hccl, npu_nms_v4 on score-padded candidates.
 
-Every torch_npu name used here is checked against the 2.14.0 wheel in docs/NPU.md; none was run on hardware.
+Every torch_npu name used here is checked against the 2.14.0 wheel in docs/torch-npu.md; none was run on hardware.
 """
 
 from __future__ import annotations
@@ -26,20 +26,23 @@ INSTALL_HINT = (
     'install it with pip install "detect-trainer[npu]" plus the Huawei CANN toolkit matching torch_npu 2.14, '
     "then source the toolkit's set_env.sh (e.g. /usr/local/Ascend/ascend-toolkit/set_env.sh)"
 )
-# Candidate counts are padded up to a multiple of this, so npu_nms_v4 sees few shapes (NPU.md §2.4, Huawei v6.0 port).
+# Candidate counts are padded up to a multiple of this, so npu_nms_v4 sees few shapes
+# (docs/torch-npu.md, "NMS on the NPU").
 NMS_BUCKET = 1024
 # npu_nms_v4 drops scores at or below this, which removes the zero-score pad rows. Real scores must be above it:
-# callers pass confidence-filtered scores (YOLOv5's smallest conf_thres is 0.001, YOLOV5-FACTS.md).
+# callers pass confidence-filtered scores (YOLOv5's smallest conf_thres is 0.001: docs/yolov5.md, "NMS").
 NMS_SCORE_FLOOR = 1e-6
 
 
 def import_torch_npu() -> ModuleType:
     """Import torch_npu, or raise BackendUnavailable (one line) saying what went wrong and what to install."""
     try:
-        import torch_npu  # registers the "npu" device and the "hccl" process-group backend (NPU.md §2.1)
+        # registers the "npu" device and the "hccl" process-group backend (docs/torch-npu.md, "Device and imports")
+        import torch_npu
     except Exception as error:
-        # Any type: a missing package (ImportError), missing CANN libraries (OSError, RuntimeError) or torch_npu's
-        # CANN package check, which raises a bare Exception when parts of the toolkit are missing (NPU.md §5).
+        # Any type: a missing package (ImportError), missing CANN libraries (OSError, RuntimeError) or torch_npu's CANN
+        # package check, which raises a bare Exception when parts of the toolkit are missing
+        # (docs/torch-npu.md, "Device and imports").
         message = f"NPU was asked for but torch_npu cannot be imported ({one_line(error)}); {INSTALL_HINT}"
         raise BackendUnavailable(message) from error
     return torch_npu
@@ -65,7 +68,7 @@ class NpuBackend(AcceleratorBackend):
     amp_by_default = True
     default_amp_dtype = "fp16"
     # One npu_nms_v4 call per batch: one host sync (the valid count) instead of one per image, and one padded
-    # candidate bucket (NPU.md §2.4, §2.5). Checked on the CPU stand-in only, not on a 910B.
+    # candidate bucket (docs/torch-npu.md, "NMS on the NPU"). Checked on the CPU stand-in only, not on a 910B.
     nms_whole_batch = True
 
     def __init__(
@@ -79,7 +82,8 @@ class NpuBackend(AcceleratorBackend):
         device: torch.device | None = None,
     ) -> None:
         self.torch_npu = import_torch_npu()
-        self.runtime = self.torch_npu.npu  # the same module as torch.npu; torch.cuda's API (NPU.md §2.1, §1 #9)
+        # the same module as torch.npu; torch.cuda's API (docs/torch-npu.md, "Device and imports")
+        self.runtime = self.torch_npu.npu
         if device is None:
             if not self.runtime.is_available():
                 message = f"NPU was asked for but torch_npu sees no NPU (check npu-smi info); {INSTALL_HINT}"
@@ -95,17 +99,19 @@ class NpuBackend(AcceleratorBackend):
         """Make this NPU current, then check that it supports the AMP dtype asked for."""
         super().set_device()
         # is_bf16_supported() initialises the runtime on the current device, so it is asked only after set_device:
-        # asked earlier, every rank would open a context on device 0 (NPU.md §5).
+        # asked earlier, every rank would open a context on device 0 (docs/torch-npu.md, "AMP and the scaler").
         if self.amp_dtype == torch.bfloat16 and not self.runtime.is_bf16_supported():
             raise BackendUnavailable("bf16 AMP was asked for but this NPU does not support bf16; use fp16")
 
     def _configure(self, jit_compile: bool | None, allow_hf32: bool | None) -> None:
         """Apply the NPU options that were given; None keeps torch_npu's default."""
         if jit_compile is not None:
-            # 910B (A2) defaults to jit_compile=False (binary mode); keep it unless measured (NPU.md §1 #5, §2.5).
+            # 910B (A2) defaults to jit_compile=False (binary mode); keep it unless measured
+            # (docs/torch-npu.md, "Compile mode and HF32").
             self.runtime.set_compile_mode(jit_compile=jit_compile)
         if allow_hf32 is not None:
-            # A2 defaults: conv HF32 on, matmul off; False gives strict FP32 parity with CPU/GPU (NPU.md §2.1).
+            # A2 defaults: conv HF32 on, matmul off; False gives strict FP32 parity with CPU/GPU
+            # (docs/torch-npu.md, "Compile mode and HF32").
             self.runtime.conv.allow_hf32 = allow_hf32
             self.runtime.matmul.allow_hf32 = allow_hf32
 
@@ -120,19 +126,23 @@ class NpuBackend(AcceleratorBackend):
         return self.device.index or 0
 
     def _fp16_scaler(self, **settings: float) -> torch.amp.GradScaler:
-        # torch_npu's own scaler, dynamic by default (NPU.md §1 #3, §2.2); torch.amp.GradScaler("npu") is unverified.
+        # torch_npu's own scaler, dynamic by default (docs/torch-npu.md, "AMP and the scaler");
+        # torch.amp.GradScaler("npu") is unverified.
         return self.runtime.amp.GradScaler(**settings)
 
     def profiler(self, trace_dir: Path, schedule: ProfileSchedule) -> contextlib.AbstractContextManager:
-        """torch_npu's profiler (NPU.md §1 #8, §2.7): host and NPU activity, Level1 with AI Core pipe utilisation;
-        it writes <trace_dir>/<worker>_<time>_ascend_pt/ASCEND_PROFILER_OUTPUT/ (trace_view.json and CSVs)."""
+        """torch_npu's profiler (docs/torch-npu.md, "Profiler"): host and NPU activity, Level1 with AI Core pipe
+        utilisation; it writes <trace_dir>/<worker>_<time>_ascend_pt/ASCEND_PROFILER_OUTPUT/ (trace_view.json and
+        CSVs)."""
         profiler = importlib.import_module("torch_npu.profiler")  # a subpackage: imported, not assumed loaded
-        settings = profiler._ExperimentalConfig(  # the real, underscored name torch_npu exports (NPU.md §2.7)
+        # the real, underscored name torch_npu exports (docs/torch-npu.md, "Profiler")
+        settings = profiler._ExperimentalConfig(
             profiler_level=profiler.ProfilerLevel.Level1, aic_metrics=profiler.AiCMetrics.PipeUtilization,
             export_type=profiler.ExportType.Text)
         return profiler.profile(
             activities=[profiler.ProfilerActivity.CPU, profiler.ProfilerActivity.NPU],
-            # torch_npu's schedule takes (wait, active, warmup, ...) in that order: keywords only (NPU.md §1 #8).
+            # torch_npu's schedule takes (wait, active, warmup, ...) in that order: keywords only
+            # (docs/torch-npu.md, "Profiler").
             schedule=profiler.schedule(wait=schedule.wait, warmup=schedule.warmup, active=schedule.active, repeat=1),
             on_trace_ready=profiler.tensorboard_trace_handler(str(trace_dir)),
             record_shapes=True, experimental_config=settings)
@@ -146,11 +156,12 @@ class NpuBackend(AcceleratorBackend):
         # Padded on the device (the port pads on the host); a pad is one cheap op and saves two copies.
         padded_boxes = F.pad(boxes.float(), (0, 0, 0, bucket - count))  # zero boxes have zero area: IoU 0
         padded_scores = F.pad(scores.float(), (0, bucket - count))  # zero scores sort last, below the floor
-        # Both thresholds must be 0-D device tensors, not Python floats (NPU.md §1.1).
+        # Both thresholds must be 0-D device tensors, not Python floats (docs/torch-npu.md, "NMS on the NPU").
         iou = torch.tensor(iou_threshold, dtype=torch.float32, device=boxes.device)
         floor = torch.tensor(NMS_SCORE_FLOOR, dtype=torch.float32, device=boxes.device)
-        # npu_nms_v4 is deprecated in torch_npu 2.14 (it warns once) yet is the NMS op documented for 910B (NPU.md §5);
-        # it is called only here, so a successor can replace it in this one method.
+        # npu_nms_v4 is deprecated in torch_npu 2.14 (it warns once) yet is the NMS op documented for 910B
+        # (docs/torch-npu.md, "NMS on the NPU"); it is called only here, so a successor can replace it in this one
+        # method.
         selected, valid = self.torch_npu.npu_nms_v4(
             padded_boxes, padded_scores, bucket, iou, floor, pad_to_max_output_size=True
         )  # fixed-length output (bucket), valid entries first

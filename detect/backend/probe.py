@@ -1,7 +1,7 @@
 """What this machine offers for training: package versions and their pairing, the accelerators torch sees, what the
 vendors' smi tools see, and the process-group backends. Read-only, no network; `python -m detect.doctor` prints it.
 
-torch_npu names used here are checked against the 2.14.0 wheel (docs/NPU.md); none was run on an NPU.
+torch_npu names used here are checked against the 2.14.0 wheel (docs/torch-npu.md); none was run on an NPU.
 """
 
 from __future__ import annotations
@@ -122,7 +122,8 @@ def npu_checks(environ: Mapping[str, str]) -> tuple[list[Check], Accelerator | N
     if not names:
         return [*checks, Check("NPUs", WARN, "torch_npu sees no NPU", "check npu-smi info and "
                                                                          "ASCEND_RT_VISIBLE_DEVICES")], None
-    hccl = dist.is_available() and dist.is_backend_available("hccl")  # importing torch_npu registers it (NPU.md #4)
+    # importing torch_npu registers it (docs/torch-npu.md, "Distributed (HCCL)")
+    hccl = dist.is_available() and dist.is_backend_available("hccl")
     checks.append(Check("NPUs", OK, f"{len(names)}: {', '.join(sorted(set(names)))}"))
     checks.append(Check("hccl", OK if hccl else WARN, "registered" if hccl else "not registered",
                         "" if hccl else "multi-NPU training needs torch_npu's hccl process group"))

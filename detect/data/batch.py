@@ -12,7 +12,7 @@ import torch
 from detect.data.images.letterbox import LetterboxInfo
 
 # Padded targets hold a multiple of this many rows per image, so their shape stays fixed for nearly every batch
-# (static shapes: DESIGN.md); a batch with more targets grows to the next multiple instead of dropping any.
+# (docs/architecture.md, "Static shapes"); a batch with more targets grows to the next multiple instead of dropping any.
 TARGET_BUCKET = 128
 
 

@@ -29,7 +29,7 @@ class DataYaml:
     test_json: str | None = None
     # Ours: the name of a dataset this project generates itself when `path` is missing (see builtin.py).
     builtin: str | None = None
-    # Accepted so ultralytics yamls load unchanged; never run (no network, ever: DESIGN.md).
+    # Accepted so ultralytics yamls load unchanged; never run (docs/architecture.md, "No network").
     download: Any = None
 
 

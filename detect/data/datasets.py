@@ -165,7 +165,7 @@ class RectTrainDataset(TrainDataset):
 
 
 class ValDataset(torch.utils.data.Dataset):
-    """Validation samples in aspect-ratio order, letterboxed to their batch's shape (YOLOV5-FACTS.md).
+    """Validation samples in aspect-ratio order, letterboxed to their batch's shape (docs/yolov5.md, "Rect batches").
 
     An image that cannot be read becomes a grey placeholder of the same shape with no labels and usable False,
     so the batch keeps its shape; the evaluation leaves it out and reports the problem.

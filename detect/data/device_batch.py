@@ -9,8 +9,8 @@ import torch
 
 from detect.data.batch import Batch
 
-# A few fixed scales of imgsz (yolov5 draws from [0.5, 1.5] x imgsz: YOLOV5-FACTS.md); few sizes keep the number
-# of compiled NPU graphs small (DESIGN.md, static shapes).
+# A few fixed scales of imgsz (yolov5 draws from [0.5, 1.5] x imgsz: docs/yolov5.md, "Multi-scale"); few sizes keep the
+# number of compiled NPU graphs small (docs/architecture.md, "Static shapes").
 MULTI_SCALES = (0.5, 0.75, 1.0, 1.25, 1.5)
 
 

@@ -55,7 +55,7 @@ class Metrics:
 
     @property
     def fitness(self) -> float:
-        """0.1 * mAP@0.5 + 0.9 * mAP@0.5:0.95, the score for "best" (YOLOV5-FACTS.md, training recipe)."""
+        """0.1 * mAP@0.5 + 0.9 * mAP@0.5:0.95, the score for "best" (docs/yolov5.md, "Validation during training")."""
         return 0.1 * self.map50 + 0.9 * self.map50_95
 
 

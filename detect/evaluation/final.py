@@ -1,5 +1,5 @@
 """The final evaluation of a training run: its best.pt (else last.pt) scored as the published numbers are
-(YOLOV5-FACTS.md), on one rank or spread over the ranks of a job."""
+(docs/yolov5.md, "Validation during training"), on one rank or spread over the ranks of a job."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ Predict = Callable[[torch.Tensor], torch.Tensor]
 
 @dataclasses.dataclass(frozen=True)
 class EvalSettings:
-    """NMS settings of record for validation (YOLOV5-FACTS.md: conf 0.001, IoU 0.6, 300 per image)."""
+    """NMS settings of record for validation (docs/yolov5.md, "NMS": conf 0.001, IoU 0.6, 300 per image)."""
 
     conf_threshold: float = 0.001
     iou_threshold: float = 0.6
@@ -32,7 +32,7 @@ class EvalSettings:
 
 
 # yolov5 val.py --task speed times detection at predict's thresholds, conf 0.25 and IoU 0.45; an mAP at conf 0.25 is
-# not the one of record (YOLOV5-FACTS.md: 0.001), so measure_speed scores nothing.
+# not the one of record (docs/yolov5.md, "NMS": 0.001), so measure_speed scores nothing.
 SPEED_SETTINGS = EvalSettings(conf_threshold=0.25, iou_threshold=0.45)
 
 

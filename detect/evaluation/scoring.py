@@ -19,10 +19,10 @@ def prepare_scoring(weights: str | Path, data: str, split: str, imgsz: int, batc
                     backend: Backend, *, half: bool = False, augment: bool = False,
                     rect: bool | None = None, cache_dir: str | None = None,
                     max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[Predict, Loader]:
-    """The model's predict (fused, fp32 unless `half`: YOLOV5-FACTS.md; an export in its runtime; with `augment`,
-    test-time augmentation) and the loader of `split`. Rectangular batches where the model takes them, unless
-    `rect` is False (square letterboxes, as a static export needs). `cache_dir`: the label cache's folder;
-    `max_pixels`: images whose header claims more are skipped by the label check."""
+    """The model's predict (fused, fp32 unless `half`: docs/yolov5.md, "Validation during training"; an export in its
+    runtime; with `augment`, test-time augmentation) and the loader of `split`. Rectangular batches where the model
+    takes them, unless `rect` is False (square letterboxes, as a static export needs). `cache_dir`: the label cache's
+    folder; `max_pixels`: images whose header claims more are skipped by the label check."""
     model = load_inference_model(weights, backend, half)
     data_config = load_data_config(data)
     loader = build_val_loader(data_config, split, square_input_size(model, imgsz), batch_size, workers,

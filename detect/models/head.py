@@ -1,4 +1,5 @@
-"""The YOLOv5 Detect head: per-level 1x1 convs, anchor decode and bias initialisation (YOLOV5-FACTS.md)."""
+"""The YOLOv5 Detect head: per-level 1x1 convs, anchor decode and bias initialisation
+(docs/yolov5.md, "Architecture", "Decode")."""
 
 from __future__ import annotations
 
@@ -50,7 +51,8 @@ class Detect(nn.Module):
 
     @torch.no_grad()
     def initialize_biases(self) -> None:
-        """Prior-informed biases: about 8 objects per 640 image and a 0.6 class prior (YOLOV5-FACTS.md)."""
+        """Prior-informed biases: about 8 objects per 640 image and a 0.6 class prior
+        (docs/yolov5.md, "Architecture")."""
         for conv, stride in zip(self.m, self.level_strides):
             bias = conv.bias.view(self.na, self.no)
             bias[:, 4] += math.log(8 / (640 / stride) ** 2)
@@ -81,7 +83,7 @@ class Detect(nn.Module):
         grid = self._grid(ny, nx, raw)
         anchor_px = (self.anchors[level] * self.stride[level]).view(1, self.na, 1, 1, 2).to(raw.dtype)
         # One sigmoid pass over the (possibly permuted) view and one cat that writes the contiguous result: the
-        # scores are never copied on their own (YOLOV5-FACTS.md, "Decode" for the formulas).
+        # scores are never copied on their own (docs/yolov5.md, "Decode" for the formulas).
         xy, wh, scores = raw.sigmoid().split((2, 2, self.no - 4), dim=-1)
         xy = (xy * 2 - 0.5 + grid) * self.stride[level]
         wh = (wh * 2) ** 2 * anchor_px

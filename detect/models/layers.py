@@ -1,4 +1,4 @@
-"""YOLOv5 building blocks (YOLOV5-FACTS.md, "Architecture"); attribute names match ultralytics checkpoints.
+"""YOLOv5 building blocks (docs/yolov5.md, "Architecture"); attribute names match ultralytics checkpoints.
 
 Focus, SPP and BottleneckCSP are the v5.0-era blocks (and hub models'): they are here so that older yolov5
 checkpoints load unchanged, with the same parameters and outputs as yolov5's own definitions. GhostConv, C3Ghost

@@ -173,7 +173,7 @@ def parse_model_spec(data: dict, source: str) -> ModelSpec:
             raise ConfigError(f"{source}: layer {index} key 'from' {list(layer.inputs)} must name earlier layers")
     if not layers or layers[-1].module != "Detect":
         raise ConfigError(f"{source}: key 'head' must end with a Detect layer")
-    if len(layers[-1].inputs) > 5:  # the loss's objectness balance is known for 1 to 5 levels (YOLOV5-FACTS.md)
+    if len(layers[-1].inputs) > 5:  # the loss's objectness balance is known for 1 to 5 levels (docs/yolov5.md, "Loss")
         raise ConfigError(f"{source}: Detect reads {len(layers[-1].inputs)} levels; at most 5 (P3-P7)")
     _check_anchors(raw.anchors, len(layers[-1].inputs), source)
     return ModelSpec(raw.depth_multiple, raw.width_multiple, raw.anchors, raw.nc, layers, source, data, raw.activation)

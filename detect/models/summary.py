@@ -24,8 +24,9 @@ class ModelSummary:
 
 
 def _batch_norm_flops(x_shape, *args, out_shape=None, **kwargs) -> int:
-    # The published GFLOPs are thop's op count doubled, and thop counts 4 ops per element of an affine
-    # BatchNorm: 8 FLOPs. With it our totals match YOLOV5-FACTS.md within 1% for n..x (convs alone: 3% short on n).
+    # The published GFLOPs are thop's op count doubled, and thop counts 4 ops per element of an affine BatchNorm: 8
+    # FLOPs. With it our totals match docs/yolov5.md ("Parameter counts and FLOPs") within 1% for n..x (convs alone: 3%
+    # short on n).
     return 8 * math.prod(x_shape)
 
 

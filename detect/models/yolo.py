@@ -27,7 +27,7 @@ from detect.models.spec import BottleneckArgs, LayerSpec, ModelSpec, load_model_
 
 
 def scale_channels(channels: int, width_multiple: float) -> int:
-    """Channels after the width multiple, rounded up to a multiple of 8 (YOLOV5-FACTS.md)."""
+    """Channels after the width multiple, rounded up to a multiple of 8 (docs/yolov5.md, "Architecture")."""
     return math.ceil(channels * width_multiple / 8) * 8
 
 

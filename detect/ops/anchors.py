@@ -1,4 +1,5 @@
-"""AutoAnchor: how well anchors fit the label sizes, and k-means + evolution of better ones (YOLOV5-FACTS.md).
+"""AutoAnchor: how well anchors fit the label sizes, and k-means + evolution of better ones
+(docs/yolov5.md, "AutoAnchor").
 
 Sizes are (width, height) in pixels at the training image size. The fit of a label to an anchor is
 min over both sides of min(r, 1/r), r = label side / anchor side; a label is reachable by an anchor when that
@@ -14,7 +15,7 @@ import torch
 
 LOGGER = logging.getLogger(__name__)
 
-# Constants of yolov5's AutoAnchor (YOLOV5-FACTS.md, "Training recipe").
+# Constants of yolov5's AutoAnchor (docs/yolov5.md, "AutoAnchor").
 GOOD_RECALL = 0.98  # a best possible recall above this keeps the anchors
 SIZE_JITTER = (0.9, 1.1)  # per-image scale on the label sizes the recall is measured on
 MIN_LABEL_PX = 2.0  # labels with both sides under this are left out of the fit

@@ -51,7 +51,7 @@ def _candidates(
     """
     batch, boxes_per_image, width = prediction.shape
     flat = prediction.reshape(batch * boxes_per_image, width)
-    # Objectness filter first, then score = obj * cls (YOLOV5-FACTS.md, "NMS at validation").
+    # Objectness filter first, then score = obj * cls (docs/yolov5.md, "NMS").
     passing = _where(flat[:, 4] > conf_threshold)
     rows, image = flat.index_select(0, passing), passing // boxes_per_image
     if multi_label:
@@ -156,10 +156,10 @@ def non_max_suppression(
     if prediction.dim() != 3 or prediction.shape[2] < 6:
         raise ValueError(f"prediction must be (B, N, 5 + nc) with nc >= 1, got {tuple(prediction.shape)}")
     batch, num_classes = prediction.shape[0], prediction.shape[2] - 5
-    # Multi-label only makes a difference with more than one class (YOLOV5-FACTS.md).
+    # Multi-label only makes a difference with more than one class (docs/yolov5.md, "NMS").
     detections, image = _candidates(prediction, conf_threshold, multi_label and num_classes > 1, classes)
     # The cap keeps each image's best max_candidates by score, a stable sort so equal scores keep their original
-    # order and every kernel sees the same order (YOLOV5-FACTS.md: at most 30,000 enter NMS). Calls per group need
+    # order and every kernel sees the same order (docs/yolov5.md, "NMS": at most 30,000 enter NMS). Calls per group need
     # no order, so there the sort runs only when the cap bites (it took a fifth of the time, scripts/bench_nms.py).
     if whole_batch or int(torch.bincount(image, minlength=batch).max()) > max_candidates:
         chosen = _best_per_image(detections[:, 4], image, max_candidates)

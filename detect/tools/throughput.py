@@ -72,7 +72,8 @@ def measure_train(model: DetectionModel, batch: Batch, backend: backends.Backend
         with backend.autocast():
             loss, _ = parts.criterion(parts.train_model(images), targets)
         parts.scaler.scale(loss).backward()
-        if (index + 1) % accumulate == 0:  # nominal batch 64, as in training (YOLOV5-FACTS.md)
+        # nominal batch 64, as in training (docs/yolov5.md, "Optimizer and weight decay")
+        if (index + 1) % accumulate == 0:
             optimizer_step(parts.train_model, parts.optimizer, parts.scaler, parts.ema)
 
     rate, peak = _timed(backend, step, warmup, steps, len(batch))

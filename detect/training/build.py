@@ -268,7 +268,7 @@ def _model_and_ema(settings: TrainSettings, hyp: Hyp, loader: Loader, backend: b
     model = model.to(backend.device)
     if backend.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    # The EMA is created before AutoAnchor and averages its way to the new anchors (YOLOV5-FACTS.md).
+    # The EMA is created before AutoAnchor and averages its way to the new anchors (docs/yolov5.md, "EMA").
     ema = ModelEMA(model) if context.is_main else None
     if point is None and context.is_main and not settings.noautoanchor:
         autoanchor(model, loader.records, settings.imgsz, hyp.anchor_t, settings.seed, source.anchors_to_compute)

@@ -26,7 +26,7 @@ from detect.training.loss import DetectionLoss, LossSettings
 from detect.training.optim import ModelEMA, OptimSettings, apply_warmup, build_optimizer
 from detect.training.resume import Counters
 
-MAX_GRAD_NORM = 10.0  # gradient clipping after unscale (YOLOV5-FACTS.md, step order)
+MAX_GRAD_NORM = 10.0  # gradient clipping after unscale (docs/yolov5.md, "Step order and gradient clip")
 # A run stops after this many non-finite losses in a row: one is a bad batch, this many is a diverged run.
 MAX_NONFINITE_STREAK = 10
 POSTFIX_SECONDS = 0.5  # the progress bar's losses and memory are read at most this often
@@ -168,8 +168,9 @@ class StepNumerics:
 
 def optimizer_step(train_model: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
                    ema: ModelEMA | None) -> torch.Tensor:
-    """unscale -> clip at 10 -> step -> update the scale -> zero grads -> EMA (YOLOV5-FACTS.md step order); returns
-    the gradients' total norm before clipping (a device tensor)."""
+    """unscale -> clip at 10 -> step -> update the scale -> zero grads -> EMA
+    (docs/yolov5.md, "Step order and gradient clip"); returns the gradients' total norm before clipping (a device
+    tensor)."""
     scaler.unscale_(optimizer)
     grad_norm = nn.utils.clip_grad_norm_(train_model.parameters(), max_norm=MAX_GRAD_NORM)
     scaler.step(optimizer)
@@ -201,7 +202,7 @@ def _forward_backward(train_model: nn.Module, criterion: Criterion, scaler: torc
             return None, stop, save
         if sync and context.distributed:
             entering("the gradient all-reduce of DDP's backward")
-        # yolov5 multiplies by the world size because DDP averages the gradients (YOLOV5-FACTS.md, loss).
+        # yolov5 multiplies by the world size because DDP averages the gradients (docs/yolov5.md, "Loss").
         scaler.scale(loss * context.world_size).backward()
     return items, stop, save
 

@@ -1,9 +1,9 @@
-"""The YOLOv5 loss (YOLOV5-FACTS.md, "Loss") in fixed shapes: padded targets, masks, no host sync.
+"""The YOLOv5 loss (docs/yolov5.md, "Loss") in fixed shapes: padded targets, masks, no host sync.
 
 Every (offset group, anchor, image, target row) of a level is a candidate match; a mask says which are real. Shapes
-depend only on the batch size, the target capacity M and the grids, so the step compiles once (DESIGN.md). Where
-data-dependent shapes cost nothing (the CPU: Backend.dynamic_shapes), `matched_only` scores the real matches alone.
-"""
+depend only on the batch size, the target capacity M and the grids, so the step compiles once
+(docs/architecture.md, "Static shapes"). Where data-dependent shapes cost nothing (the CPU: Backend.dynamic_shapes),
+`matched_only` scores the real matches alone."""
 
 from __future__ import annotations
 
@@ -16,12 +16,13 @@ from torch import Tensor, nn
 from detect.config import Hyp
 from detect.ops.boxes import ciou_paired
 
-# Objectness weight per level (YOLOV5-FACTS.md): these for 3 levels, otherwise the first nl of the longer list.
+# Objectness weight per level (docs/yolov5.md, "Loss"): these for 3 levels, otherwise the first nl of the longer list.
 BALANCE_THREE_LEVELS = (4.0, 1.0, 0.4)
 BALANCE_OTHER = (4.0, 1.0, 0.25, 0.06, 0.02)
-# Cell offsets (subtracted from the centre) in the reference's order: own cell, x-1, y-1, x+1, y+1 (YOLOV5-FACTS.md).
+# Cell offsets (subtracted from the centre) in the reference's order: own cell, x-1, y-1, x+1, y+1
+# (docs/yolov5.md, "Loss").
 CELL_OFFSETS = ((0.0, 0.0), (0.5, 0.0), (0.0, 0.5), (-0.5, 0.0), (0.0, -0.5))
-FOCAL_ALPHA = 0.25  # YOLOV5-FACTS.md
+FOCAL_ALPHA = 0.25  # docs/yolov5.md, "Loss"
 # Stands in for the boxes of non-matches: CIoU of two such boxes is 1 and finite, so no NaN reaches a gradient.
 UNIT_BOX = (0.5, 0.5, 1.0, 1.0)
 
@@ -42,7 +43,7 @@ class LossSettings:
     @classmethod
     def from_hyp(cls, hyp: Hyp, num_levels: int, num_classes: int, imgsz: int,
                  label_smoothing: float = 0.0) -> LossSettings:
-        """yolov5's gains: box *= 3/nl, cls *= nc/80 * 3/nl, obj *= (imgsz/640)^2 * 3/nl (YOLOV5-FACTS.md)."""
+        """yolov5's gains: box *= 3/nl, cls *= nc/80 * 3/nl, obj *= (imgsz/640)^2 * 3/nl (docs/yolov5.md, "Loss")."""
         return cls(box_gain=hyp.box * (3 / num_levels),
                    obj_gain=hyp.obj * ((imgsz / 640) ** 2 * 3 / num_levels),
                    cls_gain=hyp.cls * (num_classes / 80 * 3 / num_levels),
@@ -168,7 +169,7 @@ class DetectionLoss(nn.Module):
 
     def _bce(self, logits: Tensor, target: Tensor | float, pos_weight: float) -> Tensor:
         """Element-wise BCE with logits and pos_weight (torch's BCEWithLogitsLoss formula), in focal form (alpha
-        0.25, YOLOV5-FACTS.md) when focal_gamma > 0. torchvision's sigmoid_focal_loss has no pos_weight."""
+        0.25, docs/yolov5.md, "Loss") when focal_gamma > 0. torchvision's sigmoid_focal_loss has no pos_weight."""
         loss = (1 - target) * logits - (1 + (pos_weight - 1) * target) * F.logsigmoid(logits)
         gamma = self.settings.focal_gamma
         if gamma > 0:

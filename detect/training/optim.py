@@ -1,4 +1,4 @@
-"""Optimizer, learning-rate schedule, warmup and the weights' moving average (EMA) of yolov5's recipe (YOLOV5-FACTS.md,
+"""Optimizer, learning-rate schedule, warmup and the weights' moving average (EMA) of yolov5's recipe (docs/yolov5.md,
 "Training recipe")."""
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from detect.errors import UserError, short_repr
 # Gradients are accumulated up to this many images per optimizer step, and weight decay is scaled to it.
 NOMINAL_BATCH = 64
 OPTIMIZERS = ("SGD", "Adam", "AdamW")
-# Warmup lasts at least this many iterations, however short the epochs (YOLOV5-FACTS.md).
+# Warmup lasts at least this many iterations, however short the epochs
+# (docs/yolov5.md, "Learning-rate schedule and warmup").
 MIN_WARMUP_ITERATIONS = 100
 ADAM_BETA2 = 0.999
 
@@ -62,7 +63,7 @@ def parameter_groups(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Para
     for module in model.modules():
         norm = "Norm" in type(module).__name__
         for name, parameter in module.named_parameters(recurse=False):
-            # Frozen parameters stay out: YOLOV5-FACTS.md says nothing of them, and they never get a gradient.
+            # Frozen parameters stay out: docs/yolov5.md says nothing of them, and they never get a gradient.
             if not parameter.requires_grad:
                 continue
             if name == "bias":
@@ -77,7 +78,8 @@ def parameter_groups(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Para
 def build_optimizer(model: nn.Module, settings: OptimSettings, batch_size: int) -> torch.optim.Optimizer:
     """SGD (Nesterov) / Adam / AdamW over three groups: [0] biases, [1] decayed weights, [2] Norm weights."""
     biases, decayed, norm_weights = parameter_groups(model)
-    # Decay is scaled to the images per optimizer step, relative to the nominal batch (YOLOV5-FACTS.md).
+    # Decay is scaled to the images per optimizer step, relative to the nominal batch
+    # (docs/yolov5.md, "Optimizer and weight decay").
     decay = settings.weight_decay * batch_size * accumulate_steps(batch_size) / NOMINAL_BATCH
     # A list with one group dict (not bare parameters) lets a group be empty without torch refusing it.
     first = [{"params": biases}]
@@ -93,7 +95,8 @@ def build_optimizer(model: nn.Module, settings: OptimSettings, batch_size: int) 
 
 
 def lr_lambda(settings: OptimSettings, epochs: int) -> Callable[[float], float]:
-    """lf(epoch), the factor on lr0: linear from 1 to lrf, or cosine with --cos-lr (YOLOV5-FACTS.md)."""
+    """lf(epoch), the factor on lr0: linear from 1 to lrf, or cosine with --cos-lr
+    (docs/yolov5.md, "Learning-rate schedule and warmup")."""
     lrf = settings.lrf
 
     # Plain closures, not callable objects: LambdaLR.state_dict would pickle an object's fields into checkpoints.

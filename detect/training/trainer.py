@@ -166,7 +166,8 @@ class Trainer:
         self.problems.extend(problem for rank_problems in problems for problem in rank_problems)
         counters = run.counters
         fitness = metrics.fitness if metrics is not None else 0.0
-        if run.context.is_main and fitness >= counters.best_fitness:  # ties go to the later epoch (YOLOV5-FACTS.md)
+        # ties go to the later epoch (docs/yolov5.md, "Validation during training")
+        if run.context.is_main and fitness >= counters.best_fitness:
             counters.best_fitness, counters.best_epoch = fitness, epoch
         device_peak = None if run.backend.device.type == "cpu" else run.backend.memory_stats().peak_bytes
         return epoch_row(epoch, stats, metrics, backends.host_memory_stats().peak_bytes, device_peak)

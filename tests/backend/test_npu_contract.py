@@ -1,6 +1,6 @@
 """NPU backend: contract tests of our glue against a CPU stand-in, not the hardware.
 
-The stand-in (tests/npu_standin.py) enforces the documented torch_npu 2.14.0 contracts from docs/NPU.md: 0-D
+The stand-in (tests/npu_standin.py) enforces the documented torch_npu 2.14.0 contracts from docs/torch-npu.md: 0-D
 threshold tensors, float32 inputs, int32 padded outputs, bool-only HF32 flags, bf16 queried after set_device.
 Our own rule, candidate counts padded to a multiple of 1024, is checked here, not by the stand-in. Passing
 here shows detect.backend.npu calls torch_npu as documented; it says nothing about speed or accuracy on a 910B.
@@ -76,7 +76,8 @@ def test_standin_enforces_the_contract():
 
 
 def test_standin_is_no_stricter_than_torch_npu():
-    # 1000 candidates: the 1024 bucket is our rule, and torch_npu accepts any count (NPU.md §5).
+    # 1000 candidates: the 1024 bucket is our rule, and torch_npu accepts any count
+    # (docs/torch-npu.md, "NMS on the NPU").
     selected, valid = make_torch_npu().npu_nms_v4(torch.rand(1000, 4), torch.rand(1000), 1000, torch.tensor(0.5),
                                                   torch.tensor(1e-6), pad_to_max_output_size=True)
     assert selected.shape == (1000,) and 0 < int(valid) <= 1000

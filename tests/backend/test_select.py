@@ -64,7 +64,8 @@ def test_npu_without_torch_npu_says_what_to_install(monkeypatch):
 
 @pytest.fixture
 def broken_torch_npu(tmp_path, monkeypatch):
-    """A torch_npu whose import raises a bare, multi-line Exception, as its CANN package check does (NPU.md §5)."""
+    """A torch_npu whose import raises a bare, multi-line Exception, as its CANN package check does
+    (docs/torch-npu.md, "Device and imports")."""
     monkeypatch.delitem(sys.modules, "torch_npu", raising=False)
     monkeypatch.syspath_prepend(str(write_broken_torch_npu(tmp_path, "CANN check failed:\n  opp package missing")))
 

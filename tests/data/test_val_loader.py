@@ -1,4 +1,5 @@
-"""Validation: rectangular batch shapes (YOLOV5-FACTS.md), letterbox, and the exact way back to original pixels."""
+"""Validation: rectangular batch shapes (docs/yolov5.md, "Rect batches"), letterbox, and the exact way back to original
+pixels."""
 
 from __future__ import annotations
 

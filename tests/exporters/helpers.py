@@ -54,7 +54,7 @@ def onnx_outputs(path: Path, images: torch.Tensor) -> np.ndarray:
 
 def static_exports_of(weights: Path, folder: Path) -> dict[str, Path]:
     """TorchScript and a static opset-12 ONNX of `weights`, written with onnxscript blocked: the export must not need
-    the dynamo exporter's package (ENV-NOTES.md); the legacy exporter is chosen on purpose (dynamo=False) and writes
+    the dynamo exporter's package (onnxscript); the legacy exporter is chosen on purpose (dynamo=False) and writes
     the requested opset natively."""
     blocked = pytest.MonkeyPatch()
     blocked.setitem(sys.modules, "onnxscript", None)

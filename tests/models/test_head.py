@@ -1,4 +1,5 @@
-"""The Detect head's decode and bias initialisation against the formulas of YOLOV5-FACTS.md."""
+"""The Detect head's decode and bias initialisation against the formulas of
+docs/yolov5.md ("Architecture", "Decode")."""
 
 import math
 import tracemalloc

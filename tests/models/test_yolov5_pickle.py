@@ -34,7 +34,7 @@ def test_release_checkpoint_reads_tensors_names_yaml_stride() -> None:
     assert names[0] == "model.0.conv.weight" and names[-1] == "model.24.m.2.bias"
     assert "model.24.anchors" in names and "model.0.bn.num_batches_tracked" in names
     learnable = [n for n in names if not n.endswith(("running_mean", "running_var", "num_batches_tracked", "anchors"))]
-    # The exact yolov5n parameter count (YOLOV5-FACTS.md).
+    # The exact yolov5n parameter count (docs/yolov5.md, "Parameter counts and FLOPs").
     assert sum(checkpoint.state_dict[n].numel() for n in learnable) == 1_872_157
     tensors = checkpoint.state_dict.values()
     assert all(isinstance(t, torch.Tensor) and not isinstance(t, torch.nn.Parameter) for t in tensors)

@@ -1,4 +1,5 @@
-"""The model zoo against the published facts (YOLOV5-FACTS.md), generated over configs/models."""
+"""The model zoo against the published facts (docs/yolov5.md, "Parameter counts and FLOPs"), generated over
+configs/models."""
 
 import pytest
 import torch
@@ -7,7 +8,7 @@ from detect.config import CONFIGS_DIR
 from detect.models import PredictModule, build_model, summarize
 
 CONFIGS = sorted((CONFIGS_DIR / "models").glob("yolov5*.yaml"))
-# name -> (exact parameters at nc=80, published GFLOPs at 640: unfused for P5 (YOLOV5-FACTS.md), BN fused for P6
+# name -> (exact parameters at nc=80, published GFLOPs at 640: unfused for P5 (docs/yolov5.md), BN fused for P6
 # (yolov5's README table: 4.6 / 16.8 / 50.0 / 111.4 / 209.8)
 PUBLISHED = {"yolov5n": (1_872_157, 4.6), "yolov5s": (7_235_389, 16.6), "yolov5m": (21_190_557, 49.2),
              "yolov5l": (46_563_709, 109.6), "yolov5x": (86_749_405, 206.3),

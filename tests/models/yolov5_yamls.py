@@ -1,7 +1,7 @@
 """The 23 model yamls of ultralytics/yolov5 (master 5081342f0), as the mappings yaml.safe_load gives of them, made
 by a few functions (most are one feature pyramid with other levels or blocks). Facts, not copies of the files:
 [from, number, module, args] rows as yolov5's format writes them, and the parameter counts at nc=80 that yolov5's
-own Model() gives (YOLOV5-FACTS.md, last section)."""
+own Model() gives (docs/yolov5.md, "Parameter counts and FLOPs")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""AutoAnchor against hand-computed recall and on labels drawn around known anchors (YOLOV5-FACTS.md)."""
+"""AutoAnchor against hand-computed recall and on labels drawn around known anchors (docs/yolov5.md, "AutoAnchor")."""
 
 from __future__ import annotations
 

@@ -114,7 +114,7 @@ def crowded() -> tuple[torch.Tensor, list[np.ndarray]]:
 
 
 def test_candidates_beyond_the_cap_never_enter_nms(kernel, crowded) -> None:
-    # The cap of record is 30,000 (YOLOV5-FACTS.md); the same code path is tested with 2,000 of 3,000.
+    # The cap of record is 30,000 (docs/yolov5.md, "NMS"); the same code path is tested with 2,000 of 3,000.
     prediction, expected = crowded
     actual = non_max_suppression(prediction, 0.001, 0.6, max_candidates=2000, max_det=100000, nms=kernel)
     assert_same_detections(actual, expected)

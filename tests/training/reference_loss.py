@@ -1,4 +1,4 @@
-"""A plain, slow YOLOv5 loss for tests, written from YOLOV5-FACTS.md ("Loss") the way yolov5 structures it:
+"""A plain, slow YOLOv5 loss for tests, written from docs/yolov5.md ("Loss") the way yolov5 structures it:
 flat targets (T, 6) [image, cls, cx, cy, w, h], boolean indexing, one level at a time, Python loops where they
 make the meaning obvious."""
 

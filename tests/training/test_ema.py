@@ -1,4 +1,4 @@
-"""ModelEMA against a hand computation of yolov5's decay sequence (YOLOV5-FACTS.md, EMA)."""
+"""ModelEMA against a hand computation of yolov5's decay sequence (docs/yolov5.md, "EMA")."""
 
 from __future__ import annotations
 

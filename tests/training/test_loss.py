@@ -19,7 +19,8 @@ from detect.training.loss import DetectionLoss, LossSettings, last_write
 from detect.training.optim import OptimSettings
 from tests.training.reference_loss import ReferenceLoss, flat_targets, reference_ciou
 
-# yolov5's P5 anchors (YOLOV5-FACTS.md) in grid units of strides 8, 16, 32, as the model's buffer holds them.
+# yolov5's P5 anchors (docs/yolov5.md, "Architecture") in grid units of strides 8, 16, 32, as the model's buffer holds
+# them.
 ANCHORS = (torch.tensor([[10, 13, 16, 30, 33, 23], [30, 61, 62, 45, 59, 119], [116, 90, 156, 198, 373, 326]],
                         dtype=torch.float32).view(3, 3, 2) / torch.tensor([8.0, 16.0, 32.0]).view(3, 1, 1))
 GRIDS = (8, 4, 2)  # a 64 x 64 input

@@ -1,4 +1,5 @@
-"""Optimizer groups, schedule and warmup against hand-computed values (YOLOV5-FACTS.md, "Training recipe")."""
+"""Optimizer groups, schedule and warmup against hand-computed values
+(docs/yolov5.md, "Optimizer and weight decay", "Learning-rate schedule and warmup")."""
 
 from __future__ import annotations
 

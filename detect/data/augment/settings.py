@@ -9,7 +9,8 @@ from detect.config import Hyp
 
 @dataclasses.dataclass(frozen=True)
 class AugmentSettings:
-    """Gains and probabilities of the CPU augmentations; meanings as in yolov5's hyp yamls (YOLOV5-FACTS.md)."""
+    """Gains and probabilities of the CPU augmentations; meanings as in yolov5's hyp yamls
+    (docs/yolov5.md, "Hyper-parameters")."""
 
     hsv_h: float
     hsv_s: float

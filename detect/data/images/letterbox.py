@@ -11,7 +11,7 @@ import torch
 
 from detect.ops.boxes import clip_boxes
 
-PAD_VALUE = 114  # grey, YOLOV5-FACTS.md
+PAD_VALUE = 114  # grey (docs/yolov5.md, "Letterbox")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +50,8 @@ def letterbox(image: np.ndarray, shape: tuple[int, int], scale_up: bool = False)
 
 def rect_batch_shapes(heights: np.ndarray, widths: np.ndarray, batch_size: int, imgsz: int, stride: int = 32,
                       pad: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
-    """(order, shapes): image order sorted by aspect h/w, and per-batch (h, w) input shapes (YOLOV5-FACTS.md)."""
+    """(order, shapes): image order sorted by aspect h/w, and per-batch (h, w) input shapes
+    (docs/yolov5.md, "Rect batches")."""
     aspect = heights / widths
     # numpy's default (unstable) sort, as yolov5: ties in aspect then land in the same batches as there, and
     # yolov5n on coco128 gives the reference detections (coco_eval_reference/yolov5n_coco128).

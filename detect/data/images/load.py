@@ -1,4 +1,4 @@
-"""Decode an image and resize its long side to imgsz, exactly as YOLOV5-FACTS.md "Validation pipeline details"."""
+"""Decode an image and resize its long side to imgsz, exactly as yolov5 (docs/yolov5.md, "Image load")."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def read_failure(path: Path | str, error: Exception) -> str:
 
 
 def resized_shape(height: int, width: int, imgsz: int) -> tuple[int, int]:
-    """(h, w) after the load resize: ratio imgsz / max(h0, w0), sides rounded up (YOLOV5-FACTS.md)."""
+    """(h, w) after the load resize: ratio imgsz / max(h0, w0), sides rounded up (docs/yolov5.md, "Image load")."""
     ratio = imgsz / max(height, width)
     if ratio == 1:
         return height, width
