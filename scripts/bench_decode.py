@@ -3,7 +3,7 @@ then the resize of the long side to --imgsz) against libjpeg's DCT-scaled decode
 _4, the largest the source allows, at least twice --imgsz) resized to the same shape. Rounds alternate in one
 process; the mean absolute pixel difference says how far the reduced images are from yolov5's.
 
-    python scripts/bench_decode.py --images ../shared/data/coco128/images/train2017 --imgsz 320
+    python scripts/bench_decode.py --images ../datasets/coco128/images/train2017 --imgsz 320
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 fused, channels_last, freed memory kept; and the same without channels_last, to show what it brings), as its
 TorchScript export and as its ONNX export in onnxruntime.
 
-    python scripts/bench_infer.py [--weights ../shared/weights/yolov5n.pt] [--imgsz 640] [--batch-size 1]
+    python scripts/bench_infer.py [--weights weights/yolov5n.pt] [--imgsz 640] [--batch-size 1]
                                   [--rounds 5] [--iterations 10]
 
 The decode is inside every measured forward (the exports carry it in their graph); NMS is not. The runtimes take
@@ -50,7 +50,7 @@ def runtimes(weights: str, settings: ExportSettings, folder: Path) -> dict[str, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--weights", default="../shared/weights/yolov5n.pt")
+    parser.add_argument("--weights", default="weights/yolov5n.pt")
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=5)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # INT8 vs fp32 ONNX on this CPU (docs/deploy.md, "INT8"): export yolov5n at 640, static batch 1, with --int8
 # calibrated on coco128's train split; then val of each file, alternated, ROUNDS times, with the load before each.
-# Run from the repository root with ../shared beside it:
+# Run from the repository root with weights/yolov5n.pt and ../datasets/coco128 (docs/usage.md, "Data"):
 #     scripts/bench_int8.sh [OUT_DIR] [ROUNDS]        (default runs/bench_int8 2; about 2 minutes a round here)
 # Record the mAP rows and the medians of the "Speed:" lines and of the wall times with the date and this command.
 set -euo pipefail
@@ -14,7 +14,7 @@ python -c "import onnxruntime; print('onnxruntime', onnxruntime.__version__)" | 
 grep -m1 "model name" /proc/cpuinfo | tee -a "$out/machine.txt"
 echo "avx512_vnni: $(grep -c -m1 avx512_vnni /proc/cpuinfo || true); cores: $(nproc)" | tee -a "$out/machine.txt"
 
-python -m detect.export --weights ../shared/weights/yolov5n.pt --include onnx --imgsz 640 --batch-size 1 \
+python -m detect.export --weights weights/yolov5n.pt --include onnx --imgsz 640 --batch-size 1 \
     --int8 --data coco128.yaml --output-dir "$out" 2>&1 | tee "$out/export.txt"
 
 for round in $(seq "$rounds"); do

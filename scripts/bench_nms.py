@@ -86,7 +86,7 @@ def time_yolov5(checkout: str, python: str, predictions: Path, batch_sizes: list
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--weights", default="../shared/weights/yolov5n.pt")
+    parser.add_argument("--weights", default="weights/yolov5n.pt")
     parser.add_argument("--data", default="coco128.yaml")
     parser.add_argument("--predictions", type=Path, default=Path("runs/bench/yolov5n_coco128_640_predictions.pt"),
                         help="saved predictions: made on first use, then read (both sides time the same file)")

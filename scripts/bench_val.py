@@ -1,6 +1,6 @@
 """Wall time of `detect.val` on coco128 at 640 (official yolov5n weights), for a few loader worker counts.
 
-    python scripts/bench_val.py [--workers 0 2] [--weights ../shared/weights/yolov5n.pt]
+    python scripts/bench_val.py [--workers 0 2] [--weights weights/yolov5n.pt]
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from detect import val
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--weights", default="../shared/weights/yolov5n.pt")
+    parser.add_argument("--weights", default="weights/yolov5n.pt")
     parser.add_argument("--data", default="coco128.yaml")
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--batch-size", type=int, default=16)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The GPU check (DEVELOPERS.md): CUDA training throughput of yolov5s at 640 with AMP, a short real training run,
-# then COCO mAP of the imported yolov5n.pt on coco128. Run from the repository root with ../shared beside it:
+# The GPU check (docs/testing.md): CUDA training throughput of yolov5s at 640 with AMP, a short real training run,
+# then COCO mAP of the imported yolov5n.pt on coco128. Run from the repository root with weights/yolov5n.pt and
+# ../datasets/coco128 (docs/usage.md, "Data"):
 #     scripts/gpu_check.sh [OUT_DIR]        (default runs/gpu_check; about 5 minutes on one H200)
 # Record the printed img/s, memory and mAP in docs/benchmarks.md with the date and this command.
 set -euo pipefail
@@ -22,5 +23,5 @@ python -m detect.train --cfg yolov5s.yaml --data coco128.yaml --imgsz 640 --batc
     --device cuda --workers 8 --project "$out" --name train --exist-ok --no-progress 2>&1 | tee "$out/train.txt"
 
 # COCO mAP of the official yolov5n weights on coco128 (CPU reference: 0.370 / 0.577).
-python -m detect.val --weights ../shared/weights/yolov5n.pt --data coco128.yaml --imgsz 640 --batch-size 32 \
+python -m detect.val --weights weights/yolov5n.pt --data coco128.yaml --imgsz 640 --batch-size 32 \
     --device cuda --project "$out" --name val --exist-ok --no-progress 2>&1 | tee "$out/val.txt"

@@ -4,7 +4,7 @@
 # detect.predict, export.py -> detect.export, models/yolo.py -> detect.models, hubconf.py -> ours), every flag as
 # written, plus --data coco128.yaml where yolov5 would download coco128, and our sample image for its bus.jpg.
 # Usage: scripts/yolov5_ci_commands.sh WORK_DIR  (WORK_DIR/weights/yolov5n.pt: the official weights; coco128.yaml
-# finds ../shared/data/coco128 from WORK_DIR, so WORK_DIR sits beside shared/).
+# finds ../datasets/coco128 from WORK_DIR, so WORK_DIR sits beside datasets/, as in yolov5's layout).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$1"

@@ -13,11 +13,11 @@ set -euo pipefail
 checkout=$(cd "${1:?usage: $0 YOLOV5_CHECKOUT [YOLOV5_PYTHON] [ROUNDS]}" && pwd)
 yolov5_python=${2:-python}
 rounds=${3:-2}
-weights=$(realpath ../shared/weights/yolov5n.pt)
+weights=$(realpath weights/yolov5n.pt)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # yolov5 reads a data yaml whose relative path is taken from its checkout: give it coco128's absolute path
-sed "s#^path: .*#path: $(realpath ../shared/data/coco128)#" ../shared/data/coco128/coco128.yaml > "$work/coco128.yaml"
+sed "s#^path: .*#path: $(realpath ../datasets/coco128)#" detect/configs/data/coco128.yaml > "$work/coco128.yaml"
 export YOLO_OFFLINE=1  # the ultralytics package that yolov5 imports: no network
 
 seconds() {  # wall seconds of a command, its output kept in $work/log

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.exporters.helpers import static_exports_of, tiny_weights
+from tests.shared_data import ABSENT_REASON, SHARED_PRESENT, coco128_layout
 
 TESTS = Path(__file__).parent
 # Model outputs, loss, NMS, evaluator and exports compared with references within float32 tolerances, whose last bits
@@ -44,3 +45,14 @@ def weights(tmp_path_factory) -> Path:
 def static_exports(weights, tmp_path_factory) -> dict[str, Path]:
     """TorchScript and a static ONNX of `weights`."""
     return static_exports_of(weights, tmp_path_factory.mktemp("static"))
+
+
+@pytest.fixture
+def coco128_workdir(tmp_path, monkeypatch) -> Path:
+    """A working folder with ../datasets/coco128 beside it (yolov5's layout, a link to the shared coco128), made the
+    current folder, so that `--data coco128.yaml` finds the data as a user's checkout does."""
+    if not SHARED_PRESENT:
+        pytest.skip(ABSENT_REASON)
+    work = coco128_layout(tmp_path)
+    monkeypatch.chdir(work)
+    return work

@@ -4,7 +4,6 @@ and a model yaml exported without weights (the exporters themselves: tests/expor
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -15,12 +14,10 @@ import torch
 from detect import export, val
 from detect.exporters.torchscript import TORCHSCRIPT_METADATA
 from tests.exporters.helpers import IMGSZ, NAMES
+from tests.shared_data import YOLOV5N, needs_shared
 
 # torch 2.14 marks torch.jit.load deprecated; loading the TorchScript file is what these tests check.
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:FutureWarning")
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-YOLOV5N = SHARED / "weights" / "yolov5n.pt"
-COCO128 = SHARED / "data" / "coco128"
 
 
 def test_metadata_travels_in_both_exports(static_exports):
@@ -52,8 +49,8 @@ def test_bad_options_are_one_line_and_exit_2(weights, tmp_path, capsys, options,
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (YOLOV5N.is_file() and COCO128.is_dir()), reason=f"shared weights or coco128 absent: {SHARED}")
-def test_val_of_the_exported_yolov5n_onnx_gives_the_pt_map(tmp_path):
+@needs_shared
+def test_val_of_the_exported_yolov5n_onnx_gives_the_pt_map(tmp_path, coco128_workdir):
     # A --dynamic export takes val's rectangular batches as the .pt does; a static one is scored on square
     # letterboxed inputs (0.359 here), as yolov5 scores its exports.
     onnx_path = export.export(export.parse_args(["--weights", str(YOLOV5N), "--include", "onnx", "--dynamic",

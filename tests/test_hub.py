@@ -23,9 +23,9 @@ from detect.models.safe_io import save_checkpoint
 from detect.models.weights import model_state
 from detect.ops.boxes import xyxy_to_xywh
 from tests.data.helpers import write_flat_png
+from tests.shared_data import YOLOV5N, needs_shared
 
 REPO = Path(__file__).resolve().parent.parent
-YOLOV5N = REPO.parent / "shared" / "weights" / "yolov5n.pt"
 NAMES = ["cat", "dog", "bird"]
 SIZE = 64  # input side: an untrained yolov5n at 64 px takes milliseconds
 
@@ -214,7 +214,7 @@ def test_hubconf_as_a_script_predicts_on_the_samples(weights, tmp_path):
     assert len(missing.stderr.splitlines()) == 1
 
 
-@pytest.mark.skipif(not YOLOV5N.is_file(), reason=f"the shared yolov5 weights are absent: {YOLOV5N}")
+@needs_shared
 def test_yolov5n_finds_what_the_samples_show():
     model = hub_load("custom", path=str(YOLOV5N))
     results = model(sample_images(), size=320)

@@ -17,13 +17,14 @@ import detect
 from detect.config import CONFIGS_DIR
 from detect.data import load_data_config
 from detect.data.builtin import ensure_builtin
-from detect.errors import UserError
+from detect.data.data_config import check_sources
+from detect.errors import ConfigError, UserError
 from detect.models import build_model
 from detect.models.weights import resolve_weights
+from tests.shared_data import COCO128
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = Path(detect.__file__).resolve().parent
-COCO128 = REPO.parent / "shared" / "data" / "coco128"
 
 
 def test_bundled_configs_live_inside_the_package():
@@ -89,10 +90,16 @@ def test_bare_weights_name_looks_in_the_working_directory_then_its_weights_folde
         resolve_weights("other.pt")
 
 
-@pytest.mark.skipif(not COCO128.is_dir(), reason=f"the shared data is absent: {COCO128}")
-def test_coco128_yaml_finds_shared_data_from_the_repo_root(monkeypatch):
-    monkeypatch.chdir(REPO)
+def test_coco128_yaml_finds_the_data_in_yolov5s_layout(coco128_workdir):
+    # ../datasets/coco128 from the working folder, as yolov5's coco128.yaml; a link there is followed to the data
     assert load_data_config("coco128.yaml").root == COCO128.resolve()
+
+
+def test_coco128_yaml_names_the_missing_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    data = load_data_config("coco128.yaml")
+    with pytest.raises(ConfigError, match=r"'train' names .*datasets/coco128/images/train2017, which does not exist"):
+        check_sources(data, ("train",))
 
 
 def run(command: list[str | Path], **options) -> str:

@@ -128,3 +128,57 @@ def test_architecture_floors_are_the_layering_tests():
     rows = re.findall(r"^\| (\d) \| (.+?) \|", (DOCS / "architecture.md").read_text(), re.MULTILINE)
     documented = {name: int(floor) for floor, names in rows for name in re.findall(r"`(\w+)`", names)}
     assert documented == FLOORS
+
+
+# Documents outside the repo that code and docs once cited; a reader with only the repo cannot follow them.
+OUTSIDE_DOCS = re.compile(r"DESIGN\.md|STYLE\.md|YOLOV5-FACTS|ROADMAP\.md|ENV-NOTES|(?<![\w-])NPU\.md|\.\./shared\b")
+# `docs/x.md, "Heading"`, `docs/x.md ("Heading", "Other")` or `docs/x.md "Heading"`: a page and the headings cited.
+CITATION = re.compile(r'docs/([\w-]+\.md)(?:,? \(?((?:"[^"]+")(?:, "[^"]+")*))?')
+
+
+def citing_files() -> list[Path]:
+    """The repo's own text that may cite docs: the package, scripts, tests (but this file, whose examples are not
+    citations), hubconf.py, the README and docs/."""
+    roots = [REPO / "detect", REPO / "scripts", REPO / "tests"]
+    files = [path for root in roots for path in root.rglob("*") if path.is_file() and path != Path(__file__).resolve()
+             and path.suffix in (".py", ".yaml", ".sh", ".md", ".txt", ".html", ".toml")]
+    return [*files, REPO / "hubconf.py", README, *DOCS.glob("*.md")]
+
+
+def headings(page: Path) -> set[str]:
+    """The headings of a markdown page as written, outside code blocks."""
+    text = re.sub(r"^ *```.*?^ *```", "", page.read_text(), flags=re.MULTILINE | re.DOTALL)
+    return {heading.strip() for heading in re.findall(r"^#+ (.+)$", text, re.MULTILINE)}
+
+
+def citations(text: str) -> list[tuple[str, list[str]]]:
+    """(page, headings) of each docs/ citation in `text`; a heading broken over comment lines is joined."""
+    found = []
+    for page, quoted in CITATION.findall(text):
+        names = [" ".join(re.sub(r"\s*#\s*", " ", name).split()) for name in re.findall(r'"([^"]+)"', quoted)]
+        found.append((page, names))
+    return found
+
+
+def test_nothing_cites_a_document_outside_the_repo():
+    offenders = [f"{path.relative_to(REPO)}:{number}: {line.strip()}"
+                 for path in citing_files()
+                 for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+                 if OUTSIDE_DOCS.search(line)]
+    assert not offenders, "cite docs/ in the repo instead:\n" + "\n".join(offenders)
+
+
+def test_cited_docs_and_headings_exist():
+    cited = [(path, page, names) for path in citing_files() for page, names in citations(path.read_text())]
+    assert len(cited) > 50  # the pattern finds the citations there are
+    missing = [f"{path.relative_to(REPO)}: docs/{page} {names}" for path, page, names in cited
+               if not (DOCS / page).is_file() or not set(names) <= headings(DOCS / page)]
+    assert not missing, "no such page or heading:\n" + "\n".join(missing)
+
+
+def test_the_citation_checks_can_fail():
+    assert OUTSIDE_DOCS.search("see YOLOV5-FACTS.md") and OUTSIDE_DOCS.search("path: ../shared/data")
+    assert OUTSIDE_DOCS.search("(NPU.md §5)") and not OUTSIDE_DOCS.search("docs/torch-npu.md")
+    assert citations('(docs/yolov5.md, "Loss")  # (docs/yolov5.md, "Step order and\n    # gradient clip")') == [
+        ("yolov5.md", ["Loss"]), ("yolov5.md", ["Step order and gradient clip"])]
+    assert "Nonexistent" not in headings(DOCS / "yolov5.md") and "Loss" in headings(DOCS / "yolov5.md")

@@ -21,10 +21,7 @@ from detect.models.safe_io import save_checkpoint
 from detect.models.weights import model_state
 from detect.ops.nms import non_max_suppression
 from tests.data.helpers import write_sample, write_yaml
-
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-YOLOV5N = SHARED / "weights" / "yolov5n.pt"
-COCO128 = SHARED / "data" / "coco128"
+from tests.shared_data import COCO128, COCO128_JSON, YOLOV5N, needs_shared
 
 
 def bare_pycocotools_stats(ground_truth: Path, predictions: Path) -> list[float]:
@@ -38,7 +35,7 @@ def bare_pycocotools_stats(ground_truth: Path, predictions: Path) -> list[float]
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (YOLOV5N.is_file() and COCO128.is_dir()), reason=f"shared weights or coco128 absent: {SHARED}")
+@needs_shared
 def test_yolov5n_on_coco128_yolo_labels_save_json_scores_with_official_ids(tmp_path):
     # coco128 as ultralytics ships it: YOLO txt labels, COCO's 80 names, no json. --save-json must still write
     # COCO's category ids (the 80 -> 91 map), so the file scores against the official json without remapping.
@@ -51,7 +48,7 @@ def test_yolov5n_on_coco128_yolo_labels_save_json_scores_with_official_ids(tmp_p
     result = val.validate(args)
     assert result.images == 128 and result.problems == ()
     run = tmp_path / "exp"
-    official = bare_pycocotools_stats(COCO128 / "annotations" / "instances_train2017.json", run / "predictions.json")
+    official = bare_pycocotools_stats(COCO128_JSON, run / "predictions.json")
     # pycocotools against instances_train2017.json: AP 0.3703, AP50 0.5766 (expected_metrics.json)
     assert official[0] == pytest.approx(0.370, abs=0.003) and official[1] == pytest.approx(0.577, abs=0.003)
     # Our own score is against the txt labels (no crowd regions); ground_truth.json reproduces it, up to the

@@ -11,18 +11,16 @@ from pathlib import Path
 import pytest
 
 from detect import export, predict, train, val
+from tests.shared_data import YOLOV5N, coco128_layout, needs_shared
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-YOLOV5N = SHARED / "weights" / "yolov5n.pt"
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not YOLOV5N.is_file(), reason=f"the official yolov5n.pt and coco128 are absent: {SHARED}")
+@needs_shared
 def test_yolov5s_ci_test_detection_step_runs(tmp_path):
-    (tmp_path / "shared").symlink_to(SHARED)  # coco128.yaml finds ../shared/data/coco128 from the working folder
-    work = tmp_path / "work"
-    (work / "weights").mkdir(parents=True)
+    work = coco128_layout(tmp_path)  # coco128.yaml finds ../datasets/coco128 from the working folder
+    (work / "weights").mkdir()
     (work / "weights" / "yolov5n.pt").symlink_to(YOLOV5N)
     finished = subprocess.run(["bash", str(REPO / "scripts" / "yolov5_ci_commands.sh"), str(work)],
                               capture_output=True, text=True, timeout=900, check=False,

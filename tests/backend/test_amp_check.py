@@ -4,7 +4,6 @@ one line when they disagree, on the main rank's word."""
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,13 +17,12 @@ from detect.training import build as build_module
 from detect.training.distributed import DistContext
 from detect.training.settings import TrainSettings
 from tests.npu_standin import npu_backend
-
-YOLOV5N = Path(__file__).resolve().parents[2].parent / "shared" / "weights" / "yolov5n.pt"
+from tests.shared_data import ABSENT_REASON, SHARED_PRESENT, YOLOV5N
 
 
 def _model(pretrained: bool):
-    if pretrained and not YOLOV5N.is_file():
-        pytest.skip(f"no {YOLOV5N}")
+    if pretrained and not SHARED_PRESENT:
+        pytest.skip(ABSENT_REASON)
     return (load_model(YOLOV5N) if pretrained else build_model("yolov5n.yaml", num_classes=80)).eval()
 
 

@@ -11,11 +11,10 @@ import pytest
 from detect.data.categories import COCO_CATEGORY_IDS, COCO_NAMES, is_coco, json_categories, yolo_category_ids
 from detect.data.labels.coco_json import read_coco_labels
 from detect.errors import UserError
+from tests.shared_data import COCO128_JSON, needs_shared
 
-COCO128_JSON = Path(__file__).resolve().parents[2].parent / "shared/data/coco128/annotations/instances_train2017.json"
 
-
-@pytest.mark.skipif(not COCO128_JSON.is_file(), reason=f"COCO json absent: {COCO128_JSON}")
+@needs_shared
 def test_coco_map_equals_the_official_categories() -> None:
     categories = json_categories(json.loads(COCO128_JSON.read_text())["categories"])
     assert tuple(category["id"] for category in categories) == COCO_CATEGORY_IDS

@@ -1,22 +1,21 @@
-"""coco128 from ../shared/data: the counts of record, and the COCO json source agrees with the txt labels."""
+"""The shared coco128 through the bundled coco128.yaml (yolov5's layout: ../datasets/coco128 from the working folder):
+the counts of record, and the COCO json source agrees with the txt labels."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from detect.data import load_data_config, load_split
+from tests.shared_data import COCO128, coco128_layout, needs_shared
 
-ROOT = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "coco128"
-pytestmark = pytest.mark.skipif(not ROOT.is_dir(), reason=f"{ROOT} is absent (the shared offline data is not mounted)")
+pytestmark = needs_shared
 
 
 @pytest.fixture(scope="module")
-def config(request: pytest.FixtureRequest):
+def config(request: pytest.FixtureRequest, tmp_path_factory):
     monkeypatch = pytest.MonkeyPatch()
-    monkeypatch.chdir(Path(__file__).resolve().parents[2])  # coco128.yaml's path is relative to the repo root
+    monkeypatch.chdir(coco128_layout(tmp_path_factory.mktemp("coco128")))
     request.addfinalizer(monkeypatch.undo)
     return load_data_config("coco128")
 
@@ -25,7 +24,7 @@ def test_counts(config) -> None:
     split = load_split(config, "train")
     assert split.counts["found"] == 128 and len(split.records) == 128
     assert split.counts["background"] == 2
-    label_files = [record for record in split.records if (ROOT / "labels" / "train2017" / f"{record.path.stem}.txt").is_file()]
+    label_files = [record for record in split.records if (COCO128 / "labels" / "train2017" / f"{record.path.stem}.txt").is_file()]
     assert len(label_files) == 126
     assert sum(len(record.classes) for record in split.records) == 929
     assert split.records[0].image_id == 9 and (split.records[0].width, split.records[0].height) == (640, 480)

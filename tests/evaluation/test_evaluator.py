@@ -20,11 +20,8 @@ from detect.data.categories import COCO_CATEGORY_IDS, COCO_NAMES
 from detect.data.records import ImageRecord
 from detect.errors import UserError
 from detect.evaluation.evaluator import COCO_STAT_NAMES, CocoEvaluator
+from tests.shared_data import COCO128_JSON, EVAL_FIXTURES, needs_shared
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
-REFERENCE = SHARED / "data" / "coco_eval_reference"
-COCO128_JSON = SHARED / "data" / "coco128" / "annotations" / "instances_train2017.json"
-needs_shared = pytest.mark.skipif(not REFERENCE.is_dir(), reason=f"evaluation fixtures absent: {REFERENCE}")
 BACKENDS = ["pycocotools"] + (["faster-coco-eval"] if importlib.util.find_spec("faster_coco_eval") else [])
 
 
@@ -36,7 +33,7 @@ def load(path: Path):
 @needs_shared
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_cocoapi_fake_results_give_the_reference_stats(backend: str) -> None:
-    folder = REFERENCE / "cocoapi_val2014_100"
+    folder = EVAL_FIXTURES / "cocoapi_val2014_100"
     evaluator = CocoEvaluator.from_coco_json(folder / "instances_val2014_100.json", backend=backend)
     evaluator.add_coco_results(load(folder / "instances_val2014_fakebbox100_results.json"))
     metrics = evaluator.evaluate()
@@ -53,7 +50,7 @@ def test_cocoapi_fake_results_give_the_reference_stats(backend: str) -> None:
 @needs_shared
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_yolov5n_coco128_predictions_give_the_reference_ap(backend: str) -> None:
-    folder = REFERENCE / "yolov5n_coco128"
+    folder = EVAL_FIXTURES / "yolov5n_coco128"
     evaluator = CocoEvaluator.from_coco_json(COCO128_JSON, backend=backend)
     evaluator.add_coco_results(load(folder / "yolov5n_train2017_predictions_cocoids.json"))
     metrics = evaluator.evaluate()
@@ -68,7 +65,7 @@ def test_yolov5n_coco128_predictions_give_the_reference_ap(backend: str) -> None
 @needs_shared
 def test_add_with_class_indices_matches_coco_results() -> None:
     # The same detections given as (n, 6) xyxy rows with class indices: class k -> sorted(category ids)[k].
-    folder = REFERENCE / "yolov5n_coco128"
+    folder = EVAL_FIXTURES / "yolov5n_coco128"
     results = load(folder / "yolov5n_train2017_predictions_cocoids.json")
     evaluator = CocoEvaluator.from_coco_json(COCO128_JSON)
     by_image: dict[int, list] = {}

@@ -20,10 +20,8 @@ from detect.inference.exported import GraphNms
 from detect.inference.model import load_inference_model, to_detections
 from detect.ops.nms import non_max_suppression
 from tests.exporters.helpers import IMGSZ, eager, onnx_session, run_export
+from tests.shared_data import ABSENT_REASON, COCO128, SHARED_PRESENT, YOLOV5N
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
-YOLOV5N = SHARED / "weights" / "yolov5n.pt"
-COCO128 = SHARED / "data" / "coco128"
 CPU = backends.select("cpu")
 
 
@@ -95,8 +93,8 @@ def test_nms_flags_that_cannot_work_are_refused(weights, tmp_path, options, mess
 
 @pytest.fixture(scope="module")
 def yolov5n_exports(tmp_path_factory) -> dict[str, Path]:
-    if not (YOLOV5N.is_file() and COCO128.is_dir()):
-        pytest.skip(f"shared weights or coco128 absent: {SHARED}")
+    if not SHARED_PRESENT:
+        pytest.skip(ABSENT_REASON)
     folder = tmp_path_factory.mktemp("yolov5n")
     common = ["--weights", str(YOLOV5N), "--include", "onnx", "--batch-size", "16"]
     plain = export.export(export.parse_args([*common, "--output-dir", str(folder / "plain")]))["onnx"]
@@ -120,7 +118,8 @@ def row_set(rows: torch.Tensor) -> set[tuple[float, ...]]:
 
 
 @pytest.mark.slow
-def test_yolov5n_graph_nms_equals_ours_on_coco128_images_and_scores_the_same_map(yolov5n_exports, tmp_path):
+def test_yolov5n_graph_nms_equals_ours_on_coco128_images_and_scores_the_same_map(yolov5n_exports, tmp_path,
+                                                                                  coco128_workdir):
     """The graph keeps what NMS in exact coordinates keeps. Ours (yolov5's) moves each class by class * 7680 px
     into one call, where float32 rounds boxes by up to 0.06 px, so a pair at the IoU threshold may fall the other
     way: 12 of 3,267 rows of these 16 images differ (2026-12-05); the mAP is the same."""

@@ -21,11 +21,9 @@ from detect.exporters.int8 import STEM_CONVS, calibration_batches, float_nodes, 
 from detect.exporters.torchscript import ExportSettings
 from tests.exporters.helpers import IMGSZ, onnx_outputs, run_export
 from tests.exporters.test_om import fake_atc
+from tests.shared_data import YOLOV5N, needs_shared
 from tests.training.helpers import tiny_dataset
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
-YOLOV5N = SHARED / "weights" / "yolov5n.pt"
-COCO128 = SHARED / "data" / "coco128"
 CALIB_IMAGES = 4
 
 
@@ -182,8 +180,8 @@ def test_om_int8_without_amct_names_what_to_install(weights, data, tmp_path, mon
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (YOLOV5N.is_file() and COCO128.is_dir()), reason=f"shared weights or coco128 absent: {SHARED}")
-def test_int8_yolov5n_keeps_the_fp32_map_on_coco128(tmp_path):
+@needs_shared
+def test_int8_yolov5n_keeps_the_fp32_map_on_coco128(tmp_path, coco128_workdir):
     written = export.run(weights=str(YOLOV5N), include=("onnx",), int8=True, data="coco128.yaml",
                          output_dir=str(tmp_path))
     results = {}

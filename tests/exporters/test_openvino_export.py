@@ -20,7 +20,8 @@ from detect.exporters.torchscript import ExportSettings
 from detect.inference.exported import GraphNms
 from detect.inference.runtimes.openvino_model import OpenVinoInference
 from tests.exporters.helpers import IMGSZ, onnx_outputs, onnx_session, run_export
-from tests.exporters.test_graph_nms import COCO128, SHARED, YOLOV5N, assert_same_rows
+from tests.exporters.test_graph_nms import assert_same_rows
+from tests.shared_data import YOLOV5N, needs_shared
 
 # find_spec, not importorskip: a bare `import openvino` sends its telemetry (detect/backend/openvino_runtime.py).
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("openvino") is None,
@@ -94,8 +95,8 @@ def test_nms_in_the_graph_gives_the_onnx_detections(weights, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (YOLOV5N.is_file() and COCO128.is_dir()), reason=f"shared weights or coco128 absent: {SHARED}")
-def test_yolov5n_ir_scores_the_onnx_map_on_coco128(tmp_path):
+@needs_shared
+def test_yolov5n_ir_scores_the_onnx_map_on_coco128(tmp_path, coco128_workdir):
     written = export.export(export.parse_args(["--weights", str(YOLOV5N), "--include", "onnx", "openvino",
                                                "--batch-size", "16", "--output-dir", str(tmp_path)]))
     scores = {}

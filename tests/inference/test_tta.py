@@ -4,7 +4,6 @@ levels yolov5 keeps (at 2, 3 and 4 levels), a real model runs through it, and an
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,10 +13,7 @@ from detect.errors import UserError
 from detect.inference.model import TorchInference
 from detect.inference.tta import augment_model, augmented, level_rows, restore_boxes, scale_images
 from detect.models import build_model
-
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
-YOLOV5N = SHARED / "weights" / "yolov5n.pt"
-COCO128 = SHARED / "data" / "coco128"
+from tests.shared_data import COCO128, YOLOV5N, needs_shared
 
 
 def bright_box_predict(strides: list[int], anchors: int = 3):
@@ -117,7 +113,7 @@ def test_an_export_is_refused_in_one_line():
         augment_model(Exported())
 
 
-@pytest.mark.skipif(not (YOLOV5N.is_file() and COCO128.is_dir()), reason=f"shared weights or coco128 absent: {SHARED}")
+@needs_shared
 def test_yolov5n_augmented_finds_what_the_plain_pass_finds():
     from detect.inference.detector import Detector
 

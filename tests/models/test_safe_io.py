@@ -14,6 +14,7 @@ import torch
 
 from detect.errors import UserError
 from detect.models.safe_io import load_checkpoint, save_checkpoint
+from tests.shared_data import YOLOV5N, needs_shared
 
 
 def test_round_trip(tmp_path: Path) -> None:
@@ -114,10 +115,7 @@ def test_foreign_files_are_user_errors(tmp_path: Path) -> None:
         load_checkpoint(listed)
 
 
-YOLOV5N = Path(__file__).resolve().parents[2].parent / "shared" / "weights" / "yolov5n.pt"
-
-
-@pytest.mark.skipif(not YOLOV5N.is_file(), reason=f"official weights absent: {YOLOV5N}")
+@needs_shared
 def test_a_yolov5_file_as_a_checkpoint_names_its_classes_and_the_flag_that_reads_it() -> None:
     with pytest.raises(UserError, match=r"asks for models\.common\.\w+, .*, \.\.\., which is refused "
                                         r"\(a yolov5 \.pt\? give it as --weights\)$"):

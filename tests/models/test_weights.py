@@ -13,9 +13,7 @@ from detect.models.safe_io import save_checkpoint
 from detect.models.weights import load_model, model_state
 from detect.models.yolov5_pickle import read_yolov5_checkpoint
 from tests.models.yolov5_standins import standin_checkpoint
-
-YOLOV5N = Path(__file__).resolve().parents[2].parent / "shared" / "weights" / "yolov5n.pt"
-needs_yolov5n = pytest.mark.skipif(not YOLOV5N.is_file(), reason=f"official weights absent: {YOLOV5N}")
+from tests.shared_data import YOLOV5N, needs_shared
 
 
 def test_our_checkpoint_round_trips(tmp_path):
@@ -40,7 +38,7 @@ def test_a_checkpoint_without_a_model_is_refused(tmp_path):
         load_model(path)
 
 
-@needs_yolov5n
+@needs_shared
 def test_yolov5n_imports_onto_our_model_tensor_for_tensor():
     model = load_model(YOLOV5N)
     raw = read_yolov5_checkpoint(YOLOV5N).state_dict

@@ -21,13 +21,12 @@ from detect.models.weights import load_model
 from detect.models.yolov5_pickle import RestrictedUnpickler, read_yolov5_checkpoint
 from tests.models.yolov5_standins import standin_checkpoint
 from tests.models.yolov5_task_standins import task_checkpoint
+from tests.shared_data import YOLOV5N, needs_shared
 
-WEIGHTS = Path(__file__).resolve().parents[2].parent / "shared" / "weights" / "yolov5n.pt"
 
-
-@pytest.mark.skipif(not WEIGHTS.is_file(), reason=f"yolov5n release checkpoint absent: {WEIGHTS}")
+@needs_shared
 def test_release_checkpoint_reads_tensors_names_yaml_stride() -> None:
-    checkpoint = read_yolov5_checkpoint(WEIGHTS)
+    checkpoint = read_yolov5_checkpoint(YOLOV5N)
     names = list(checkpoint.state_dict)
     # 349 = every nn.Module.state_dict entry, BN running stats, num_batches_tracked and Detect's anchors.
     assert len(names) == 349

@@ -14,13 +14,12 @@ import cv2
 import numpy as np
 import pytest
 
+from tests.shared_data import COCO128, YOLOV5N, needs_shared
+
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared"
-YOLOV5N, COCO128 = SHARED / "weights" / "yolov5n.pt", SHARED / "data" / "coco128"
 WORKER = str(Path(__file__).with_name("distributed_eval_worker.py"))
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not (YOLOV5N.is_file() and COCO128.is_dir()), reason=f"no yolov5n.pt or coco128 in {SHARED}")]
+pytestmark = [pytest.mark.slow, needs_shared]
 
 
 def _evaluate(out: Path, ranks: int) -> dict:
