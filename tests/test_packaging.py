@@ -95,10 +95,11 @@ def test_coco128_yaml_finds_the_data_in_yolov5s_layout(coco128_workdir):
     assert load_data_config("coco128.yaml").root == COCO128.resolve()
 
 
-def test_coco128_yaml_names_the_missing_folder(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def test_coco128_yaml_names_the_missing_folder_where_the_user_should_put_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path / "..")
     data = load_data_config("coco128.yaml")
-    with pytest.raises(ConfigError, match=r"'train' names .*datasets/coco128/images/train2017, which does not exist"):
+    expected = tmp_path.parent.parent / "datasets" / "coco128" / "images" / "train2017"  # not inside the package
+    with pytest.raises(ConfigError, match=f"'train' names {expected}, which does not exist"):
         check_sources(data, ("train",))
 
 

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from detect.config import from_mapping, read_yaml, resolve_config
+from detect.config import CONFIGS_DIR, from_mapping, read_yaml, resolve_config
 from detect.errors import ConfigError, short_repr
 
 SPLITS = ("train", "val", "test")
@@ -78,7 +78,8 @@ def user_cache() -> Path:
 
 
 def _resolve_root(raw: str | None, source: Path) -> Path:
-    """`path` from the yaml's folder, else from the working directory (where yolov5 looks)."""
+    """`path` from the yaml's folder, else from the working directory (where yolov5 looks). Where neither exists, the
+    one an error should name: the working directory's for a bundled yaml (its data is never inside the package)."""
     if raw is None:
         return source.parent.resolve()
     path = Path(raw).expanduser()
@@ -88,7 +89,7 @@ def _resolve_root(raw: str | None, source: Path) -> Path:
     if beside.exists():
         return beside
     from_cwd = path.resolve()
-    return from_cwd if from_cwd.exists() else beside
+    return from_cwd if from_cwd.exists() or source.is_relative_to(CONFIGS_DIR.resolve()) else beside
 
 
 def load_data_config(name_or_path: str | Path) -> DataConfig:

@@ -58,3 +58,17 @@ def coco_ids() -> list[int]:
     return [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 27, 28, 31, 32, 33,
             34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61,
             62, 63, 64, 65, 67, 70, 72, 73, 74, 75, 76, 77, 78, 79, 80, 81, 82, 84, 85, 86, 87, 88, 89, 90]
+
+
+def test_without_the_coco_json_as_in_yolov5s_zip_val_reads_the_txt_labels(tmp_path, monkeypatch, caplog) -> None:
+    zip_layout = tmp_path / "datasets" / "coco128"
+    zip_layout.mkdir(parents=True)
+    for folder in ("images", "labels"):  # what coco128.zip holds: no annotations/
+        (zip_layout / folder).symlink_to(COCO128 / folder)
+    monkeypatch.chdir(tmp_path / "datasets")
+    with caplog.at_level("WARNING"):
+        split = load_split(load_data_config("coco128"), "val")
+    assert split.coco_json is None and len(split.records) == 128
+    assert sum(len(record.classes) for record in split.records) == 929
+    (warning,) = [record.getMessage() for record in caplog.records if "val_json" in record.getMessage()]
+    assert "instances_train2017.json, which does not exist: the txt labels are read instead" in warning

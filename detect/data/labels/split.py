@@ -172,6 +172,10 @@ def load_split(config: DataConfig, split: str = "train", single_class: bool = Fa
         raise UserError(f"{config.source}: no images in the '{split}' split "
                         f"({', '.join(map(str, config.splits[split]))}){first}")
     json_file = config.json_files.get(split)
+    if json_file is not None and not json_file.is_file():  # coco128.zip, say, has no COCO json: its txt labels score
+        LOGGER.warning("%s: %s_json names %s, which does not exist: the txt labels are read instead", config.source,
+                       split, json_file)
+        json_file = None
     if json_file is not None:
         coco = read_coco_labels(json_file)
         labels: list[str | None] = [None] * len(images)
