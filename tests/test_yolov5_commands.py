@@ -48,8 +48,37 @@ README_LINES = [
 ]
 
 
-@pytest.mark.parametrize("cli, line", README_LINES)
-def test_yolov5s_readme_command_lines_parse(cli, line):
-    parsed = cli.parse_args(shlex.split(line))
-    assert parsed is not None
+# yolov5's short spellings of our fields; any other --a-b flag is the field a_b.
+FIELDS = {"--img": "imgsz", "--batch": "batch_size", "--conf": "conf_thres", "--iou": "iou_thres"}
 
+
+def given_values(argv: list[str]) -> dict[str, list[str]]:
+    """Each flag of a command line with the values after it: {"--img": ["640"], "--augment": []}."""
+    given: dict[str, list[str]] = {}
+    for token in argv:
+        if token.startswith("--"):
+            given[token] = []
+        else:
+            given[next(reversed(given))].append(token)
+    return given
+
+
+def holds(parsed, values: list[str]) -> bool:
+    """Whether a parsed setting holds the command line's values (a flag without one: True)."""
+    if not values:
+        return parsed is True
+    items = [str(item) for item in (parsed if isinstance(parsed, (tuple, list)) else (parsed,))]
+    try:
+        return [float(item) for item in items] == [float(value) for value in values]
+    except ValueError:
+        return items == values
+
+
+@pytest.mark.parametrize("cli, line", README_LINES)
+def test_yolov5s_readme_command_lines_parse_to_the_values_given(cli, line):
+    argv = shlex.split(line)
+    parsed = vars(cli.parse_args(argv))
+    for flag, values in given_values(argv).items():
+        field = FIELDS.get(flag, flag.lstrip("-").replace("-", "_"))
+        assert field in parsed, f"{flag} was dropped: {sorted(parsed)}"
+        assert holds(parsed[field], values), f"{flag} {values} parsed as {parsed[field]!r}"
