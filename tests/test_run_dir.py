@@ -48,8 +48,10 @@ def test_a_suffix_that_is_taken_moves_on():
 
 
 @pytest.mark.parametrize("name", ["exp", "exp/a", "exp/a/b", "./exp", "exp/", "my run", "v1:test", "x..y"])
-def test_a_name_inside_the_project_is_allowed(name):
+def test_a_name_inside_the_project_is_allowed(name, tmp_path):
     check_run_name(name)
+    made = make_run_dir(tmp_path / "runs", name)
+    assert made.is_dir() and made.resolve().is_relative_to(tmp_path / "runs") and made.resolve() != tmp_path / "runs"
 
 
 @pytest.mark.parametrize("name", ["../x", "../../x", "exp/../../x", "..", "/abs/path", "\\abs", "..\\x", "a\nb",
