@@ -10,15 +10,14 @@ from detect.data import load_data_config
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS
 from detect.data.loader import Loader, build_val_loader
 from detect.errors import UserError
-from detect.evaluation.loop import Predict
-from detect.inference.model import load_inference_model, square_input_size
+from detect.inference.model import Predictor, load_inference_model, square_input_size
 from detect.inference.tta import augment_model
 
 
 def prepare_scoring(weights: str | Path, data: str, split: str, imgsz: int, batch_size: int, workers: int | None,
                     backend: Backend, *, half: bool = False, augment: bool = False,
                     rect: bool | None = None, cache_dir: str | None = None,
-                    max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[Predict, Loader]:
+                    max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[Predictor, Loader]:
     """The model's predict (fused, fp32 unless `half`: YOLOV5-FACTS.md; an export in its runtime; with `augment`,
     test-time augmentation) and the loader of `split`. Rectangular batches where the model takes them, unless
     `rect` is False (square letterboxes, as a static export needs). `cache_dir`: the label cache's folder;
@@ -30,4 +29,4 @@ def prepare_scoring(weights: str | Path, data: str, split: str, imgsz: int, batc
                               pin_memory=backend.device.type != "cpu", cache_dir=cache_dir, max_pixels=max_pixels)
     if len(data_config.names) != len(model.names):
         raise UserError(f"the model predicts {len(model.names)} classes but {data} has {len(data_config.names)}")
-    return augment_model(model) if augment else model, loader
+    return augment_model(model) if augment else Predictor(model, model.nms), loader

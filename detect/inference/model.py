@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -67,15 +68,37 @@ class TorchInference:
         return self.model.predict(images).float()
 
 
-def to_detections(output: torch.Tensor, graph_nms: GraphNms | None, backend: Backend, *, conf_threshold: float,
-                  iou_threshold: float, max_det: int, classes: Sequence[int] | None = None, agnostic: bool = False,
-                  multi_label: bool = True) -> list[torch.Tensor]:
-    """Per-image (n, 6) [x1, y1, x2, y2, score, class] detections in input pixels of a model's output: our NMS on
-    decoded predictions, or the rows that the NMS in an export's graph (`graph_nms`, the model's `nms`) kept."""
-    if graph_nms is not None:
-        return graph_nms.detections(output, conf_threshold, iou_threshold, max_det, classes=classes, agnostic=agnostic)
-    return non_max_suppression(output.float(), conf_threshold, iou_threshold, classes=classes, agnostic=agnostic,
-                               multi_label=multi_label, max_det=max_det, **backend.nms_arguments())
+@dataclasses.dataclass(frozen=True)
+class Predictor:
+    """A predict callable typed by what it returns: decoded rows that our NMS still sorts, or with `graph_nms` the
+    rows that the NMS in an export's graph kept (the model already did NMS)."""
+
+    predict: Callable[[torch.Tensor], torch.Tensor]  # (B, 3, H, W) float in [0, 1] on the device -> its outputs
+    graph_nms: GraphNms | None = None  # the NMS in an export's graph; None: outputs are (B, N, 5+nc) decoded rows
+
+    @classmethod
+    def of(cls, predict: Predictor | Callable[[torch.Tensor], torch.Tensor]) -> Predictor:
+        """`predict` as a Predictor: a plain callable (e.g. DetectionModel.predict) returns decoded rows."""
+        return predict if isinstance(predict, Predictor) else cls(predict)
+
+    @property
+    def did_nms(self) -> bool:
+        """Whether the model's outputs are detections already (NMS in its graph)."""
+        return self.graph_nms is not None
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        return self.predict(images)
+
+    def detections(self, output: torch.Tensor, backend: Backend, *, conf_threshold: float, iou_threshold: float,
+                   max_det: int, classes: Sequence[int] | None = None, agnostic: bool = False,
+                   multi_label: bool = True) -> list[torch.Tensor]:
+        """Per-image (n, 6) [x1, y1, x2, y2, score, class] detections in input pixels of this callable's `output`:
+        our NMS on decoded rows, or the rows that the graph's NMS kept."""
+        if self.graph_nms is not None:
+            return self.graph_nms.detections(output, conf_threshold, iou_threshold, max_det, classes=classes,
+                                             agnostic=agnostic)
+        return non_max_suppression(output.float(), conf_threshold, iou_threshold, classes=classes, agnostic=agnostic,
+                                   multi_label=multi_label, max_det=max_det, **backend.nms_arguments())
 
 
 def square_input_size(model: InferenceModel, imgsz: int) -> int:
