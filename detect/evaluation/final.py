@@ -14,7 +14,7 @@ from detect.evaluation.evaluator import CocoEvaluator, Metrics
 from detect.evaluation.loop import EvalSettings, RankExchange, evaluate
 from detect.evaluation.outputs import ValOutputs
 from detect.evaluation.report import metrics_table
-from detect.inference.model import TorchInference
+from detect.inference.runtimes.torch_model import TorchInference
 from detect.models import DetectionModel
 
 LOGGER = logging.getLogger(__name__)

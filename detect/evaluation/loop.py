@@ -14,7 +14,7 @@ from detect.backend import Backend
 from detect.data import Batch, LabelledSplit, LetterboxInfo, Loader, boxes_to_original
 from detect.data.device_batch import to_device_batch
 from detect.evaluation.evaluator import CocoEvaluator, Metrics
-from detect.inference.model import Predictor
+from detect.inference.predictor import Predictor
 
 # What a pass scores: a Predictor, or a plain callable such as DetectionModel.predict, (B, 3, H, W) float images in
 # [0, 1] on the backend's device -> (B, N, 5+nc) decoded rows [cx, cy, w, h (input pixels), obj, class scores...].
@@ -101,7 +101,7 @@ def _detections(predictor: Predictor, batch: Batch, backend: Backend, settings: 
     clock.start()
     images = to_device_batch(batch, backend).images
     clock.lap("preprocess")
-    output = predictor(images)
+    output = predictor.predict(images)
     clock.lap("inference")
     found = predictor.detections(output, backend, conf_threshold=settings.conf_threshold,
                                  iou_threshold=settings.iou_threshold, max_det=settings.max_det)
@@ -142,7 +142,7 @@ def predict_shard(predict: Predict, loader: Loader, backend: Backend, settings: 
                   progress: bool = True, stop: Callable[[], bool] | None = None) -> ShardPredictions:
     """Detections (original-image pixels, on the CPU) of every image `loader` yields; when `stop()` turns true, the
     pass ends after the batch at hand (`stopped`)."""
-    predictor, clock, images, unusable, batches = Predictor.of(predict), _Clock(backend), 0, set(), []
+    predictor, clock, images, unusable, batches = predict if isinstance(predict, Predictor) else Predictor(predict), _Clock(backend), 0, set(), []
     problems: dict[str, None] = {}  # a dict keeps the lines in first-seen order without repeats
     for batch in tqdm(loader, desc="val", disable=not progress, leave=False):
         if stop is not None and stop():
@@ -216,7 +216,7 @@ def measure_speed(predict: Predict, loader: Loader, backend: Backend, settings: 
                   progress: bool = True) -> tuple[Speed, int]:
     """Milliseconds per image of pre-processing, inference and NMS over `loader`, and the images seen; nothing is
     scored (yolov5's --task speed)."""
-    predictor, clock, images = Predictor.of(predict), _Clock(backend), 0
+    predictor, clock, images = predict if isinstance(predict, Predictor) else Predictor(predict), _Clock(backend), 0
     for batch in tqdm(loader, desc="speed", disable=not progress, leave=False):
         _detections(predictor, batch, backend, settings, clock)
         images += len(batch)

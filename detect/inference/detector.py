@@ -19,7 +19,8 @@ from detect.data.images.letterbox import LetterboxInfo, boxes_to_original, fitte
 from detect.data.images.load import read_failure
 from detect.errors import UserError
 from detect.inference.media import load_image
-from detect.inference.model import InferenceModel, Predictor, load_inference_model
+from detect.inference.model import InferenceModel, load_inference_model
+from detect.inference.predictor import Predictor
 from detect.inference.tta import augment_model
 
 LOGGER = logging.getLogger(__name__)

@@ -10,7 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from detect.errors import UserError
-from detect.inference.model import InferenceModel, Predictor, TorchInference
+from detect.inference.model import InferenceModel
+from detect.inference.predictor import Predictor
+from detect.inference.runtimes.torch_model import TorchInference
 
 Predict = Callable[[torch.Tensor], torch.Tensor]
 

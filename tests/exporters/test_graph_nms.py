@@ -17,7 +17,8 @@ from detect import export, val
 from detect.data.images.letterbox import letterbox
 from detect.errors import UserError
 from detect.inference.exported import GraphNms
-from detect.inference.model import Predictor, load_inference_model
+from detect.inference.model import load_inference_model
+from detect.inference.predictor import Predictor
 from detect.ops.nms import non_max_suppression
 from tests.exporters.helpers import IMGSZ, eager, onnx_session, run_export
 

@@ -14,7 +14,8 @@ import torch
 from detect import backend as backends
 from detect import predict, val
 from detect.errors import UserError
-from detect.inference.model import Predictor, load_inference_model
+from detect.inference.model import load_inference_model
+from detect.inference.predictor import Predictor
 from tests import ais_bench_standin
 from tests.data.helpers import write_sample, write_yaml
 from tests.exporters.helpers import IMGSZ, NAMES, eager, run_export
