@@ -16,7 +16,10 @@ from detect.data.labels.cache import CACHE_DIR_HELP
 from detect.data.loader import Loader
 from detect.errors import UserError
 from detect.evaluation.evaluator import BACKENDS
-from detect.evaluation.loop import (
+from detect.evaluation.report import coco_stats, metrics_table, problems_list
+from detect.evaluation.scoring import prepare_scoring
+from detect.evaluation.size_study import STUDY_SIZES, run_study
+from detect.evaluation.val_loop import (
     SPEED_SETTINGS,
     EvalResult,
     EvalSettings,
@@ -26,10 +29,7 @@ from detect.evaluation.loop import (
     evaluate,
     measure_speed,
 )
-from detect.evaluation.outputs import ValOutputs
-from detect.evaluation.report import coco_stats, metrics_table, problems_list
-from detect.evaluation.scoring import prepare_scoring
-from detect.evaluation.study import STUDY_SIZES, run_study
+from detect.evaluation.val_outputs import ValOutputs
 from detect.models.weights import YOLOV5_DEFAULT_WEIGHTS
 from detect.run_dir import check_run_folder, make_run_dir
 
