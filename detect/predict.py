@@ -15,7 +15,7 @@ from detect.config import IMAGE_SIZE, NON_NEGATIVE, POSITIVE, UNIT, Settings, op
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS, MAX_PIXELS_HELP
 from detect.errors import UserError
 from detect.inference.detector import Detector, PredictSettings
-from detect.inference.outputs import OutputSettings, PredictOutputs, predict_frames
+from detect.inference.predict_outputs import OutputSettings, PredictOutputs, predict_frames
 from detect.inference.sample_images import SAMPLES_DIR
 from detect.inference.sources import open_source
 from detect.models.weights import YOLOV5_DEFAULT_WEIGHTS

@@ -16,7 +16,10 @@ from detect.data.labels.cache import CACHE_DIR_HELP
 from detect.data.loader import Loader
 from detect.errors import UserError
 from detect.evaluation.evaluator import BACKENDS
-from detect.evaluation.loop import (
+from detect.evaluation.report import coco_stats, metrics_table, problems_list
+from detect.evaluation.scoring import prepare_scoring
+from detect.evaluation.size_study import STUDY_SIZES, run_study
+from detect.evaluation.val_loop import (
     SPEED_SETTINGS,
     EvalResult,
     EvalSettings,
@@ -26,10 +29,7 @@ from detect.evaluation.loop import (
     evaluate,
     measure_speed,
 )
-from detect.evaluation.outputs import ValOutputs
-from detect.evaluation.report import coco_stats, metrics_table, problems_list
-from detect.evaluation.scoring import prepare_scoring
-from detect.evaluation.study import STUDY_SIZES, run_study
+from detect.evaluation.val_outputs import ValOutputs
 from detect.models.weights import YOLOV5_DEFAULT_WEIGHTS
 from detect.run_dir import check_run_folder, make_run_dir
 
@@ -77,6 +77,11 @@ class ValSettings(Settings):
         super().__post_init__()
         check_run_folder(self.project, self.name)
 
+    @property
+    def nms(self) -> EvalSettings:
+        """The NMS settings these flags ask for."""
+        return EvalSettings(self.conf_thres, self.iou_thres, self.max_det)
+
 
 parse_args = cli.settings_reader(ValSettings, "python -m detect.val", __doc__, no_ops=("--dnn",))
 
@@ -114,8 +119,9 @@ def _prepare(settings: ValSettings, weights: str, imgsz: int) -> tuple[backends.
 
 def score(settings: ValSettings, weights: str, imgsz: int) -> EvalResult:
     """mAP and speed of one checkpoint at one size, nothing written (a --task study point)."""
+    thresholds = settings.nms
     backend, predict, loader = _prepare(settings, weights, imgsz)
-    result = evaluate(predict, loader, backend, build_evaluator(loader.split, settings.evaluator), _nms(settings),
+    result = evaluate(predict, loader, backend, build_evaluator(loader.split, settings.evaluator), thresholds,
                       progress=settings.progress)
     LOGGER.info("%s at %d: mAP50 %.4f, mAP50-95 %.4f; %s", weights, imgsz, result.metrics.map50,
                 result.metrics.map50_95, result.speed)
@@ -134,19 +140,17 @@ def speed(settings: ValSettings) -> Speed:
     return measured
 
 
-def _nms(settings: ValSettings) -> EvalSettings:
-    return EvalSettings(settings.conf_thres, settings.iou_thres, settings.max_det)
-
-
 def validate(settings: ValSettings) -> EvalResult:
     """Score the one --weights on its data split, with the optional outputs (a train, val or test task)."""
     (weights,) = settings.weights
+    thresholds = settings.nms
     backend, predict, loader = _prepare(settings, weights, settings.imgsz)
     save_dir = make_run_dir(settings.project, settings.name, settings.exist_ok)
-    outputs = ValOutputs(save_dir, loader.split, settings.save_txt, settings.save_conf, settings.plots)
     evaluator = build_evaluator(loader.split, settings.evaluator)
-    result = evaluate(predict, loader, backend, evaluator, _nms(settings), progress=settings.progress,
+    outputs = ValOutputs(save_dir, loader.split, settings.save_txt, settings.save_conf, settings.plots)
+    result = evaluate(predict, loader, backend, evaluator, thresholds, progress=settings.progress,
                       on_image=outputs.add)
+    outputs.finish(result.metrics)
     LOGGER.info("%d images\n%s", result.images, metrics_table(result.metrics, per_class=settings.verbose))
     if settings.verbose:
         LOGGER.info("pycocotools bbox stats:\n%s", coco_stats(result.metrics))
@@ -157,7 +161,6 @@ def validate(settings: ValSettings) -> EvalResult:
         LOGGER.info("COCO results json: %s", evaluator.save_json(save_dir / "predictions.json"))
         if evaluator.json_file is None:  # ground truth built from txt labels: write it, so both files rescore
             LOGGER.info("its ground truth: %s", evaluator.save_ground_truth(save_dir / "ground_truth.json"))
-    outputs.finish(result.metrics)
     LOGGER.info("results saved to %s", save_dir)
     return result
 

@@ -25,7 +25,7 @@ import torch
 from detect import backend as backends
 from detect.exporters.onnx_export import export_onnx
 from detect.exporters.torchscript import ExportSettings, export_metadata, export_torchscript, traced_module
-from detect.inference.model import TorchInference
+from detect.inference.runtimes.torch_model import TorchInference
 from detect.models.weights import load_model
 
 

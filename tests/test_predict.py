@@ -19,7 +19,7 @@ from detect.data.plots import class_colour
 from detect.inference.annotate import annotate
 from detect.inference.detector import Detections, Detector, PredictSettings
 from detect.inference.media import Frame
-from detect.inference.outputs import OutputSettings, PredictOutputs, crop_box, display_problem, predict_frames
+from detect.inference.predict_outputs import OutputSettings, PredictOutputs, crop_box, display_problem, predict_frames
 from detect.inference.sample_images import SAMPLES_DIR, sample_images
 from detect.inference.sources import Source
 from detect.inference.streams import stream_name

@@ -14,8 +14,8 @@ from pycocotools.cocoeval import COCOeval
 
 from detect import val
 from detect.data.categories import COCO_NAMES
-from detect.evaluation import loop, scoring
-from detect.inference import model as inference_model
+from detect.evaluation import scoring, val_loop
+from detect.inference import predictor as inference_predictor
 from detect.models import build_model
 from detect.models.safe_io import save_checkpoint
 from detect.models.weights import model_state
@@ -127,8 +127,8 @@ def test_speed_times_each_stage_at_yolov5s_thresholds_and_scores_nothing(tiny_ru
         thresholds.append((conf_threshold, iou_threshold))
         return non_max_suppression(decoded, conf_threshold, iou_threshold, **options)
 
-    monkeypatch.setattr(inference_model, "non_max_suppression", recording_nms)
-    monkeypatch.setattr(loop.CocoEvaluator, "evaluate", lambda *args, **kwargs: pytest.fail("speed scored mAP"))
+    monkeypatch.setattr(inference_predictor, "non_max_suppression", recording_nms)
+    monkeypatch.setattr(val_loop.CocoEvaluator, "evaluate", lambda *args, **kwargs: pytest.fail("speed scored mAP"))
     with caplog.at_level(logging.INFO):
         # the flags' thresholds (validation's 0.001 / 0.6 or any other) do not apply to the speed run
         speed = val.run(weights=str(weights), data=str(data), task="speed", imgsz=64, device="cpu", workers=0,

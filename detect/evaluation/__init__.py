@@ -1,3 +1,3 @@
-"""Evaluation: COCO mAP by pycocotools (evaluator.py), the validation loop over a loader (loop.py), the confusion
-matrix, metric plots, text reports and val's optional outputs. May import floors 1-4 (inference: the annotated
-grid of predictions and YOLO txt rows)."""
+"""Evaluation: COCO mAP by pycocotools (evaluator.py), the validation loop over a loader (val_loop.py), the confusion
+matrix, metric plots (metric_plots.py), text reports, val's optional outputs (val_outputs.py) and the image-size study
+(size_study.py). May import floors 1-4 (inference: the annotated grid of predictions and YOLO txt rows)."""

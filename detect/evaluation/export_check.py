@@ -13,8 +13,8 @@ from pathlib import Path
 
 from detect.backend import Backend
 from detect.errors import UserError
-from detect.evaluation.loop import build_evaluator, evaluate
 from detect.evaluation.scoring import prepare_scoring
+from detect.evaluation.val_loop import build_evaluator, evaluate
 
 
 @dataclasses.dataclass(frozen=True)

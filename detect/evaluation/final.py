@@ -11,10 +11,10 @@ from detect.backend import Backend
 from detect.data import Loader
 from detect.data.categories import is_coco
 from detect.evaluation.evaluator import CocoEvaluator, Metrics
-from detect.evaluation.loop import EvalSettings, RankExchange, evaluate
-from detect.evaluation.outputs import ValOutputs
 from detect.evaluation.report import metrics_table
-from detect.inference.model import TorchInference
+from detect.evaluation.val_loop import EvalSettings, RankExchange, evaluate
+from detect.evaluation.val_outputs import ValOutputs
+from detect.inference.runtimes.torch_model import TorchInference
 from detect.models import DetectionModel
 
 LOGGER = logging.getLogger(__name__)

@@ -10,24 +10,26 @@ from detect.data import load_data_config
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS
 from detect.data.loader import Loader, build_val_loader
 from detect.errors import UserError
-from detect.evaluation.loop import Predict
 from detect.inference.model import load_inference_model, square_input_size
+from detect.inference.predictor import Predictor
 from detect.inference.tta import augment_model
 
 
 def prepare_scoring(weights: str | Path, data: str, split: str, imgsz: int, batch_size: int, workers: int | None,
                     backend: Backend, *, half: bool = False, augment: bool = False,
                     rect: bool | None = None, cache_dir: str | None = None,
-                    max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[Predict, Loader]:
+                    max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[Predictor, Loader]:
     """The model's predict (fused, fp32 unless `half`: docs/yolov5.md, "Validation during training"; an export in its
-    runtime; with `augment`, test-time augmentation) and the loader of `split`. Rectangular batches where the model
-    takes them, unless `rect` is False (square letterboxes, as a static export needs). `cache_dir`: the label cache's
-    folder; `max_pixels`: images whose header claims more are skipped by the label check."""
-    model = load_inference_model(weights, backend, half)
+    runtime; with `augment`, test-time augmentation) and the loader of `split`, in one pass: the data yaml, the model
+    (its classes checked against the yaml's at once), then the loader. Rectangular batches where the model takes them,
+    unless `rect` is False (square letterboxes, as a static export needs). `cache_dir`: the label cache's folder;
+    `max_pixels`: images whose header claims more are skipped by the label check."""
     data_config = load_data_config(data)
+    model = load_inference_model(weights, backend, half)
+    if len(data_config.names) != len(model.names):
+        raise UserError(f"the model predicts {len(model.names)} classes but {data} has {len(data_config.names)}")
+    predictor = augment_model(model) if augment else Predictor(model, model.nms)
     loader = build_val_loader(data_config, split, square_input_size(model, imgsz), batch_size, workers,
                               stride=model.stride, rect=model.fixed_shape is None and rect is not False,
                               pin_memory=backend.device.type != "cpu", cache_dir=cache_dir, max_pixels=max_pixels)
-    if len(data_config.names) != len(model.names):
-        raise UserError(f"the model predicts {len(model.names)} classes but {data} has {len(data_config.names)}")
-    return augment_model(model) if augment else model, loader
+    return predictor, loader

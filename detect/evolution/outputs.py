@@ -75,7 +75,7 @@ def write_best_hyp(records: Sequence[TrialRecord], path: Path) -> Path | None:
 
 def plot_evolution(records: Sequence[TrialRecord], path: Path) -> Path:
     """evolve.png: the evolution figure."""
-    from detect.evaluation.plots import save_figure
+    from detect.evaluation.metric_plots import save_figure
 
     return save_figure(evolution_figure(records), path)
 

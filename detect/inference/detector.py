@@ -19,7 +19,8 @@ from detect.data.images.letterbox import LetterboxInfo, boxes_to_original, fitte
 from detect.data.images.load import read_failure
 from detect.errors import UserError
 from detect.inference.media import load_image
-from detect.inference.model import InferenceModel, load_inference_model, to_detections
+from detect.inference.model import InferenceModel, load_inference_model
+from detect.inference.predictor import Predictor
 from detect.inference.tta import augment_model
 
 LOGGER = logging.getLogger(__name__)
@@ -101,9 +102,14 @@ class Detector:
     def names(self) -> tuple[str, ...]:
         return self.model.names
 
+    @property
+    def predictor(self) -> Predictor:
+        """The model's predict, test-time augmented when asked."""
+        return augment_model(self.model) if self.augment else Predictor(self.model, self.model.nms)
+
     def predict(self, images: torch.Tensor) -> torch.Tensor:
-        """The model's decoded predictions (inference/model.py's contract), test-time augmented when asked."""
-        return (augment_model(self.model) if self.augment else self.model)(images)
+        """The model's outputs (inference/model.py's contract), test-time augmented when asked."""
+        return self.predictor(images)
 
     def _input_limit(self, imgsz: tuple[int, int]) -> tuple[int, int]:
         """imgsz rounded up to the stride (as yolov5 does, with a note), or a static export's own shape."""
@@ -144,10 +150,11 @@ class Detector:
         tensor = self.backend.to_device(stack_images(batch)).float() / 255
         settings = self.settings
         # One label per box (multi_label off), as yolov5's detect.py; validation keeps every label above conf.
-        found = to_detections(self.predict(tensor), self.model.nms, self.backend,
-                              conf_threshold=settings.conf_threshold, iou_threshold=settings.iou_threshold,
-                              max_det=settings.max_det, classes=settings.classes, agnostic=settings.agnostic,
-                              multi_label=False)
+        predictor = self.predictor
+        found = predictor.detections(predictor(tensor), self.backend,
+                                     conf_threshold=settings.conf_threshold, iou_threshold=settings.iou_threshold,
+                                     max_det=settings.max_det, classes=settings.classes, agnostic=settings.agnostic,
+                                     multi_label=False)
         results = []
         for rows, info in zip(found, infos):
             rows = rows.float().cpu()

@@ -10,7 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from detect.errors import UserError
-from detect.inference.model import InferenceModel, TorchInference
+from detect.inference.model import InferenceModel
+from detect.inference.predictor import Predictor
+from detect.inference.runtimes.torch_model import TorchInference
 
 Predict = Callable[[torch.Tensor], torch.Tensor]
 
@@ -88,8 +90,8 @@ def augmented(predict: Predict, strides: Sequence[int]) -> Predict:
     return predict_augmented
 
 
-def augment_model(model: InferenceModel) -> Predict:
-    """The model's predict with test-time augmentation; an exported model is refused in one line.
+def augment_model(model: InferenceModel) -> Predictor:
+    """The model's predict with test-time augmentation (decoded rows); an exported model is refused in one line.
 
     An export holds no per-level strides (the tails to drop) and a static one takes a single input shape; yolov5
     likewise augments only its PyTorch weights. Augment the .pt, then export it.
@@ -97,4 +99,4 @@ def augment_model(model: InferenceModel) -> Predict:
     if not isinstance(model, TorchInference):
         raise UserError("--augment runs PyTorch weights (.pt) only, not an exported model: validate or predict with "
                         "the .pt it was exported from")
-    return augmented(model, model.model.stride.tolist())
+    return Predictor(augmented(model, model.model.stride.tolist()))

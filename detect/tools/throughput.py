@@ -13,7 +13,7 @@ from detect import backend as backends
 from detect.config import load_hyp
 from detect.data.batch import Batch
 from detect.data.device_batch import to_device_batch
-from detect.inference.model import TorchInference
+from detect.inference.runtimes.torch_model import TorchInference
 from detect.models import DetectionModel
 from detect.tools.workload import precision_name
 from detect.training.loop import TrainingParts, build_parts, optimizer_step

@@ -33,7 +33,7 @@ from detect.data.loader import default_workers
 from detect.data.plots import plot_label_stats
 from detect.errors import UserError
 from detect.evaluation.evaluator import CocoEvaluator
-from detect.evaluation.loop import build_evaluator
+from detect.evaluation.val_loop import build_evaluator
 from detect.inference.sample_images import sample_images
 from detect.models import DetectionModel, ModelSpec, build_model, load_model_spec, model_max_stride
 from detect.models.safe_io import save_checkpoint

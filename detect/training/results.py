@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from detect.evaluation.evaluator import Metrics
-from detect.evaluation.plots import save_figure
+from detect.evaluation.metric_plots import save_figure
 from detect.training.loop import EpochStats
 
 LOGGER = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from detect.backend.profiler import ProfileSchedule
 from detect.errors import Interrupted
 from detect.evaluation.evaluator import Metrics
 from detect.evaluation.final import final_evaluation
-from detect.evaluation.loop import EvalSettings, EvaluationStopped, ShardPredictions, evaluate
+from detect.evaluation.val_loop import EvalSettings, EvaluationStopped, ShardPredictions, evaluate
 from detect.models import DetectionModel
 from detect.models.weights import load_model, model_from_state, model_state
 from detect.training.build import Run, build_run
@@ -52,7 +52,7 @@ class FitResult:
 
 @dataclasses.dataclass(frozen=True)
 class JobExchange:
-    """The ranks of a torchrun job sharing a validation pass (evaluation.loop.RankExchange): flags agreed by an
+    """The ranks of a torchrun job sharing a validation pass (evaluation.val_loop.RankExchange): flags agreed by an
     all-reduce on the backend's device, the shards gathered to the main rank."""
 
     context: DistContext

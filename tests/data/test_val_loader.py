@@ -83,7 +83,7 @@ def test_val_loader_gives_every_image_once_whole_or_in_shards(tmp_path: Path) ->
     paths = [path for batch_paths, _ in whole for path in batch_paths]
     assert len(paths) == len(set(paths)) == len(SIZES)
     # Two ranks: rank r takes whole batches r, r + 2, ... with the paths and shapes of the one-process batches, so the
-    # main rank can gather and score every image once (evaluation/loop.py merge_shards).
+    # main rank can gather and score every image once (evaluation/val_loop.py merge_shards).
     shards = [[(tuple(batch.paths), tuple(batch.images.shape))
                for batch in build_val_loader(config, imgsz=128, batch_size=3, workers=0, pin_memory=False, rank=rank,
                                              world_size=2)] for rank in (0, 1)]

@@ -50,7 +50,7 @@ def test_iou_threshold_is_strict() -> None:
 
 
 def test_plots_write_pngs_without_pyplot(tmp_path: Path) -> None:
-    from detect.evaluation import plots as metric_plots
+    from detect.evaluation import metric_plots
     from tests.evaluation.test_evaluator import perfect_detections, tiny_dataset
 
     records = tiny_dataset()
@@ -68,7 +68,7 @@ def test_plots_write_pngs_without_pyplot(tmp_path: Path) -> None:
 
 
 def test_20000_classes_keep_the_pairs_seen_and_the_plot_the_most_counted(tmp_path: Path) -> None:
-    from detect.evaluation import plots as metric_plots
+    from detect.evaluation import metric_plots
 
     names = [f"class{index}" for index in range(20_000)]
     tracemalloc.start()

@@ -17,7 +17,8 @@ from detect import export, val
 from detect.data.images.letterbox import letterbox
 from detect.errors import UserError
 from detect.inference.exported import GraphNms
-from detect.inference.model import load_inference_model, to_detections
+from detect.inference.model import load_inference_model
+from detect.inference.predictor import Predictor
 from detect.ops.nms import non_max_suppression
 from tests.exporters.helpers import IMGSZ, eager, onnx_session, run_export
 from tests.shared_data import ABSENT_REASON, COCO128, SHARED_PRESENT, YOLOV5N
@@ -72,12 +73,14 @@ def test_val_and_predict_read_the_graph_nms_and_warn_of_thresholds_it_cannot_app
     images = torch.rand(1, 3, *IMGSZ)
     expected = non_max_suppression(torch.from_numpy(eager(weights, images)), 0.003, 0.45, max_det=40,
                                    classes=[1], **CPU.nms_arguments())
-    got = to_detections(model(images), model.nms, CPU, conf_threshold=0.003, iou_threshold=0.45, max_det=40,
-                        classes=[1])
+    predictor = Predictor(model, model.nms)
+    assert predictor.did_nms
+    got = predictor.detections(predictor(images), CPU, conf_threshold=0.003, iou_threshold=0.45, max_det=40,
+                               classes=[1])
     assert len(expected[0]) > 0
     assert_same_rows(got[0], expected[0], 1e-3)
     assert "fixed at export" not in caplog.text
-    to_detections(model(images), model.nms, CPU, conf_threshold=0.001, iou_threshold=0.6, max_det=40)
+    predictor.detections(predictor(images), CPU, conf_threshold=0.001, iou_threshold=0.6, max_det=40)
     assert "--conf-thres 0.001 (the graph keeps scores above 0.002); --iou-thres 0.6" in caplog.text
 
 

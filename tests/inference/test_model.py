@@ -15,8 +15,9 @@ from detect import backend as backends
 from detect.errors import UserError
 from detect.exporters.onnx_export import export_onnx
 from detect.exporters.torchscript import ExportSettings, export_metadata, traced_module
-from detect.inference.model import TorchInference, load_inference_model, square_input_size
+from detect.inference.model import load_inference_model, square_input_size
 from detect.inference.runtimes.onnx_model import OnnxInference
+from detect.inference.runtimes.torch_model import TorchInference
 from detect.models import build_model
 from tests.exporters.helpers import assert_static_batches_cut_and_padded
 
@@ -62,7 +63,7 @@ PAGE_FAULTS = """
 import resource, sys, torch
 from detect import backend
 from detect.config import load_hyp
-from detect.inference.model import TorchInference
+from detect.inference.runtimes.torch_model import TorchInference
 from detect.models import build_model
 from detect.training.loop import build_parts
 from detect.training.optim import OptimSettings

@@ -14,7 +14,8 @@ import torch
 from detect import backend as backends
 from detect import predict, val
 from detect.errors import UserError
-from detect.inference.model import load_inference_model, to_detections
+from detect.inference.model import load_inference_model
+from detect.inference.predictor import Predictor
 from tests import ais_bench_standin
 from tests.data.helpers import write_sample, write_yaml
 from tests.exporters.helpers import IMGSZ, NAMES, eager, run_export
@@ -58,10 +59,11 @@ def test_an_om_with_nms_in_its_graph_gives_its_detections(weights, tmp_path, mon
     model = load_inference_model(om, backend)
     assert model.nms is not None and model.nms.max_det == 20
     images = torch.rand(1, 3, *IMGSZ)
-    rows = to_detections(model(images), model.nms, backend, conf_threshold=0.002, iou_threshold=0.45, max_det=20)
+    rows = Predictor(model, model.nms).detections(model(images), backend, conf_threshold=0.002, iou_threshold=0.45,
+                                                  max_det=20)
     onnx_model = load_inference_model(om.with_suffix(".onnx"), backends.select("cpu"))
-    expected = to_detections(onnx_model(images), onnx_model.nms, backend, conf_threshold=0.002, iou_threshold=0.45,
-                             max_det=20)
+    expected = Predictor(onnx_model, onnx_model.nms).detections(onnx_model(images), backend, conf_threshold=0.002,
+                                                                iou_threshold=0.45, max_det=20)
     assert len(rows[0]) == len(expected[0]) > 0
     assert (rows[0][:, :4] - expected[0][:, :4]).abs().max() < 0.5  # fp16 output
 

@@ -10,7 +10,7 @@ import torch
 
 from detect import backend as backends
 from detect.errors import UserError
-from detect.inference.model import TorchInference
+from detect.inference.runtimes.torch_model import TorchInference
 from detect.inference.tta import augment_model, augmented, level_rows, restore_boxes, scale_images
 from detect.models import build_model
 from tests.shared_data import COCO128, YOLOV5N, needs_shared

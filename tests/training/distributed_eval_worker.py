@@ -14,7 +14,7 @@ import numpy as np
 from detect import backend
 from detect.data import build_val_loader, load_data_config
 from detect.evaluation.final import final_evaluation
-from detect.evaluation.loop import build_evaluator
+from detect.evaluation.val_loop import build_evaluator
 from detect.models.weights import load_model
 from detect.training.distributed import DistContext, destroy_process_group, init_process_group
 from detect.training.trainer import JobExchange

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from detect import cli, train
 from detect.data.labels import check, split
-from detect.evaluation import loop
+from detect.evaluation import val_loop
 from detect.models import safe_io
 from detect.training import build, hooks
 
@@ -46,7 +46,7 @@ def slow_check_image(*args, **kwargs):
 
 def slow_validation(first_pass: int) -> None:
     """Each batch of the validation passes from `first_pass` on slowed."""
-    passes, predict_shard, detections = [0], loop.predict_shard, loop._detections
+    passes, predict_shard, detections = [0], val_loop.predict_shard, val_loop._detections
     slow = slowed(detections)
 
     def counted(*args, **kwargs):
@@ -56,7 +56,7 @@ def slow_validation(first_pass: int) -> None:
     def batch(*args, **kwargs):
         return (slow if passes[0] >= first_pass else detections)(*args, **kwargs)
 
-    loop.predict_shard, loop._detections = counted, batch
+    val_loop.predict_shard, val_loop._detections = counted, batch
 
 
 def main() -> int:

@@ -12,7 +12,7 @@ from detect.backend import select
 from detect.config import Hyp
 from detect.data import AugmentSettings, build_train_loader, build_val_loader, load_data_config
 from detect.data.device_batch import to_device_batch
-from detect.evaluation.loop import EvalSettings, build_evaluator, evaluate
+from detect.evaluation.val_loop import EvalSettings, build_evaluator, evaluate
 from detect.models import build_model
 from detect.training.loss import DetectionLoss, LossSettings
 from tests.training.helpers import tiny_dataset

@@ -17,14 +17,11 @@ LOGGER = logging.getLogger(__name__)
 INPUT_TYPES = {"f32": np.float32, "f16": np.float16}  # OpenVINO's element type names of the inputs an export has
 
 
-def openvino_file(weights: str | Path) -> Path | None:
-    """The .xml that `weights` names (the file itself, or an export's <stem>_openvino_model folder); None when
-    `weights` is no OpenVINO IR."""
+def openvino_file(weights: str | Path) -> Path:
+    """The .xml that `weights` names: the file itself, or the one in an export's <stem>_openvino_model folder."""
     path = Path(weights)
-    if path.suffix.lower() == ".xml":
+    if path.suffix.lower() == ".xml" or not path.is_dir():
         return path
-    if not (path.name.endswith(FOLDER_SUFFIX) and path.is_dir()):
-        return None
     own = path / f"{path.name.removesuffix(FOLDER_SUFFIX)}.xml"
     found = [own] if own.is_file() else sorted(path.glob("*.xml"))
     if len(found) != 1:
@@ -35,8 +32,9 @@ def openvino_file(weights: str | Path) -> Path | None:
 class OpenVinoInference(ExportedModel):
     """An OpenVINO IR compiled once for the CPU; names, stride and NMS-in-graph from its rt_info."""
 
-    def __init__(self, path: str | Path, backend: Backend) -> None:
-        self.path = existing_file(path, "OpenVINO")
+    def __init__(self, weights: str | Path, backend: Backend) -> None:
+        """`weights`: the .xml, or the export's <stem>_openvino_model folder that holds it."""
+        self.path = existing_file(openvino_file(weights), "OpenVINO")
         purpose = f"running {self.path}"
         openvino, core = import_openvino(purpose), shared_core(purpose)
         try:

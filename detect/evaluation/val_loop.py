@@ -14,12 +14,11 @@ from detect.backend import Backend
 from detect.data import Batch, LabelledSplit, LetterboxInfo, Loader, boxes_to_original
 from detect.data.device_batch import to_device_batch
 from detect.evaluation.evaluator import CocoEvaluator, Metrics
-from detect.inference.model import to_detections
+from detect.inference.predictor import Predictor
 
-# The inference contract (DetectionModel.predict, an InferenceModel): (B, 3, H, W) float images in [0, 1] on the
-# backend's device -> (B, N, 5+nc) decoded predictions [cx, cy, w, h (input pixels), obj, class scores...], or an
-# export's own NMS output when the callable has an `nms` (inference/model.py's detections).
-Predict = Callable[[torch.Tensor], torch.Tensor]
+# What a pass scores: a Predictor, or a plain callable such as DetectionModel.predict, (B, 3, H, W) float images in
+# [0, 1] on the backend's device -> (B, N, 5+nc) decoded rows [cx, cy, w, h (input pixels), obj, class scores...].
+Predict = Predictor | Callable[[torch.Tensor], torch.Tensor]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,16 +95,16 @@ class _Clock:
         return Speed(**{stage: 1000 * total / max(images, 1) for stage, total in self.totals.items()})
 
 
-def _detections(predict: Predict, batch: Batch, backend: Backend, settings: EvalSettings,
+def _detections(predictor: Predictor, batch: Batch, backend: Backend, settings: EvalSettings,
                 clock: _Clock) -> list[torch.Tensor]:
     """Per-image (n, 6) detections in input pixels for one batch."""
     clock.start()
     images = to_device_batch(batch, backend).images
     clock.lap("preprocess")
-    output = predict(images)
+    output = predictor.predict(images)
     clock.lap("inference")
-    found = to_detections(output, getattr(predict, "nms", None), backend, conf_threshold=settings.conf_threshold,
-                          iou_threshold=settings.iou_threshold, max_det=settings.max_det)
+    found = predictor.detections(output, backend, conf_threshold=settings.conf_threshold,
+                                 iou_threshold=settings.iou_threshold, max_det=settings.max_det)
     clock.lap("nms")
     return found
 
@@ -143,7 +142,7 @@ def predict_shard(predict: Predict, loader: Loader, backend: Backend, settings: 
                   progress: bool = True, stop: Callable[[], bool] | None = None) -> ShardPredictions:
     """Detections (original-image pixels, on the CPU) of every image `loader` yields; when `stop()` turns true, the
     pass ends after the batch at hand (`stopped`)."""
-    clock, images, unusable, batches = _Clock(backend), 0, set(), []
+    predictor, clock, images, unusable, batches = predict if isinstance(predict, Predictor) else Predictor(predict), _Clock(backend), 0, set(), []
     problems: dict[str, None] = {}  # a dict keeps the lines in first-seen order without repeats
     for batch in tqdm(loader, desc="val", disable=not progress, leave=False):
         if stop is not None and stop():
@@ -152,7 +151,7 @@ def predict_shard(predict: Predict, loader: Loader, backend: Backend, settings: 
         problems.update(dict.fromkeys(batch.problems))
         unusable.update(batch.unusable_ids)
         scored = []
-        for index, detections in enumerate(_detections(predict, batch, backend, settings, clock)):
+        for index, detections in enumerate(_detections(predictor, batch, backend, settings, clock)):
             if batch.image_ids[index] in unusable:
                 continue
             info, detections = batch.letterbox[index], detections.cpu()
@@ -217,8 +216,8 @@ def measure_speed(predict: Predict, loader: Loader, backend: Backend, settings: 
                   progress: bool = True) -> tuple[Speed, int]:
     """Milliseconds per image of pre-processing, inference and NMS over `loader`, and the images seen; nothing is
     scored (yolov5's --task speed)."""
-    clock, images = _Clock(backend), 0
+    predictor, clock, images = predict if isinstance(predict, Predictor) else Predictor(predict), _Clock(backend), 0
     for batch in tqdm(loader, desc="speed", disable=not progress, leave=False):
-        _detections(predict, batch, backend, settings, clock)
+        _detections(predictor, batch, backend, settings, clock)
         images += len(batch)
     return clock.per_image(images), images

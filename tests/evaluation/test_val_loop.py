@@ -9,8 +9,8 @@ import torch
 from detect import backend as backends
 from detect.data import LetterboxInfo, Sample, collate
 from detect.evaluation.evaluator import CocoEvaluator
-from detect.evaluation.loop import evaluate
 from detect.evaluation.report import problems_list
+from detect.evaluation.val_loop import evaluate
 from tests.evaluation.test_evaluator import tiny_dataset
 
 NAMES = ["cat", "dog", "bird"]

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from detect.errors import UserError
-from detect.evaluation.loop import EvalResult
-from detect.evaluation.plots import save_figure
+from detect.evaluation.metric_plots import save_figure
+from detect.evaluation.val_loop import EvalResult
 
 LOGGER = logging.getLogger(__name__)
 

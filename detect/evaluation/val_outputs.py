@@ -10,17 +10,17 @@ import torch
 from detect.data import LabelledSplit
 from detect.evaluation.confusion import ConfusionMatrix
 from detect.evaluation.evaluator import Metrics
-from detect.evaluation.loop import ImageDetections
-from detect.evaluation.plots import plot_confusion_matrix, plot_pr_curve
+from detect.evaluation.metric_plots import plot_confusion_matrix, plot_pr_curve
+from detect.evaluation.val_loop import ImageDetections
 from detect.inference.annotate import plot_predictions
-from detect.inference.outputs import yolo_txt
+from detect.inference.predict_outputs import yolo_txt
 from detect.ops.boxes import xywhn_to_xyxy
 
 PLOTTED_IMAGES = 16
 
 
 class ValOutputs:
-    """Consumes each image's detections (see evaluation.loop.evaluate's on_image) and writes the extras."""
+    """Consumes each image's detections (see evaluation.val_loop.evaluate's on_image) and writes the extras."""
 
     def __init__(self, save_dir: Path, split: LabelledSplit, save_txt: bool, save_conf: bool, plots: bool):
         self.save_dir, self.split, self.save_conf = save_dir, split, save_conf

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from detect.data import LabelledSplit, LetterboxInfo
-from detect.evaluation.loop import ImageDetections
-from detect.evaluation.outputs import ValOutputs
+from detect.evaluation.val_loop import ImageDetections
+from detect.evaluation.val_outputs import ValOutputs
 from tests.evaluation.test_evaluator import perfect_detections, tiny_dataset
 
 

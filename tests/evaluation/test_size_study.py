@@ -9,10 +9,10 @@ import pytest
 from detect import backend as backends
 from detect.errors import UserError
 from detect.evaluation.evaluator import CocoEvaluator
-from detect.evaluation.loop import evaluate
-from detect.evaluation.study import COLUMNS, STUDY_SIZES, run_study, study_file_name
+from detect.evaluation.size_study import COLUMNS, STUDY_SIZES, run_study, study_file_name
+from detect.evaluation.val_loop import evaluate
 from tests.evaluation.test_evaluator import tiny_dataset
-from tests.evaluation.test_loop import NAMES, batch, decoded_rows, fixed_outputs
+from tests.evaluation.test_val_loop import NAMES, batch, decoded_rows, fixed_outputs
 
 
 def fake_score(calls: list):
