@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from detect import export, predict
-from detect.data.plots import class_colour
+from detect.data.dataset_plots import class_colour
 from detect.inference.annotate import annotate
 from detect.inference.detector import Detections, Detector, PredictSettings
 from detect.inference.media import Frame

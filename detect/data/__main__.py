@@ -13,8 +13,8 @@ from detect.data import (
     load_data_config,
     load_split,
 )
+from detect.data.dataset_plots import plot_batch, plot_label_stats
 from detect.data.labels.cache import CACHE_DIR_HELP
-from detect.data.plots import plot_batch, plot_label_stats
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from detect.data.plots import literal
+from detect.data.dataset_plots import literal
 from detect.evaluation.confusion import ConfusionMatrix
 from detect.evaluation.evaluator import Metrics
 

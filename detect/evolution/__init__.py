@@ -15,9 +15,8 @@ from types import ModuleType
 from typing import Any
 
 from detect.errors import UserError, short_repr
-from detect.evolution.outputs import TrialRecord, best_record, plot_evolution, write_best_hyp, write_csv
-from detect.evolution.space import start_params
-from detect.evolution.study import (
+from detect.evolution.evolve_files import TrialRecord, best_record, plot_evolution, write_best_hyp, write_csv
+from detect.evolution.optuna_study import (
     SAMPLERS,
     build_sampler,
     check_settings,
@@ -27,6 +26,7 @@ from detect.evolution.study import (
     open_study,
     study_identity,
 )
+from detect.evolution.space import start_params
 from detect.evolution.trials import drop_weights, run_trials, trial_dir, trial_records
 from detect.training.settings import TrainSettings
 

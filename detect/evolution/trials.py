@@ -24,7 +24,7 @@ import yaml
 
 from detect.config import Hyp
 from detect.errors import Interrupted, UserError, one_line
-from detect.evolution.outputs import METRIC_COLUMNS, TrialRecord
+from detect.evolution.evolve_files import METRIC_COLUMNS, TrialRecord
 from detect.evolution.space import suggest_hyp
 from detect.training.settings import TrainSettings
 from detect.training.trainer import Trainer

@@ -9,9 +9,9 @@ import cv2
 import numpy as np
 import torch
 
+from detect.data.dataset_plots import class_colour
 from detect.data.images.letterbox import fitted_size
 from detect.data.images.load import read_image
-from detect.data.plots import class_colour
 from detect.errors import UserError
 from detect.inference.detector import Detections
 

@@ -27,10 +27,10 @@ from detect.data import (
     load_split,
 )
 from detect.data.data_config import check_sources
+from detect.data.dataset_plots import plot_label_stats
 from detect.data.device_batch import multi_scale_sizes
 from detect.data.images.ram_cache import NodeShare
 from detect.data.loader import default_workers
-from detect.data.plots import plot_label_stats
 from detect.errors import UserError
 from detect.evaluation.evaluator import CocoEvaluator
 from detect.evaluation.val_loop import build_evaluator

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from detect.backend.profiler import ProfileSchedule, find_trace, format_summary, summarize
 from detect.data import Batch
-from detect.data.plots import plot_batch
+from detect.data.dataset_plots import plot_batch
 from detect.errors import Interrupted, UserError
 from detect.evaluation.evaluator import Metrics
 from detect.models.safe_io import save_checkpoint

@@ -19,7 +19,7 @@ import pytest
 from detect.config import load_hyp
 from detect.errors import Interrupted, UserError
 from detect.evolution import evolve
-from detect.evolution import study as study_module
+from detect.evolution import optuna_study as study_module
 from detect.evolution import trials as trials_module
 from detect.training.settings import TrainSettings
 from tests.training.helpers import tiny_dataset
@@ -174,10 +174,10 @@ def test_the_trial_of_a_killed_process_runs_again(data, tmp_path, monkeypatch):
     # A process dies (kill -9) during its first trial, the start hyp; once its heartbeat is 2 s stale, the next
     # process fails that trial and runs its hyp again: the study holds 2 trials, one of them the start hyp.
     script = textwrap.dedent(f"""
-        from detect.evolution import evolve, study, trials
+        from detect.evolution import evolve, optuna_study, trials
         from detect.training.settings import TrainSettings
         from tests.evolution.test_evolve import StandIn
-        study.HEARTBEAT_SECONDS, study.GRACE_SECONDS = 1, 2
+        optuna_study.HEARTBEAT_SECONDS, optuna_study.GRACE_SECONDS = 1, 2
         trials.Trainer = StandIn(delay=600)
         evolve(TrainSettings(cfg="yolov5n.yaml", data={str(data)!r}, imgsz=64, epochs=1, batch_size=4, workers=0,
                              device="cpu", project={str(tmp_path)!r}, name="study", progress=False), 2)

@@ -6,7 +6,7 @@ import cv2
 import numpy as np
 import torch
 
-from detect.data.plots import class_colour
+from detect.data.dataset_plots import class_colour
 from detect.inference.annotate import GRID_TILE, plot_predictions
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from detect.config import Hyp
 from detect.data import AugmentSettings, build_train_loader, load_data_config, load_split
-from detect.data.plots import plot_batch, plot_label_stats
+from detect.data.dataset_plots import plot_batch, plot_label_stats
 from detect.data.records import ImageRecord
 from tests.data.helpers import simple_dataset
 

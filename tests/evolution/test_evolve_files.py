@@ -12,7 +12,7 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from detect.config import load_hyp
-from detect.evolution.outputs import (
+from detect.evolution.evolve_files import (
     HYP_KEYS,
     TrialRecord,
     best_record,
