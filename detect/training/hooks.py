@@ -22,16 +22,15 @@ from detect.data.plots import plot_batch
 from detect.errors import Interrupted, UserError
 from detect.evaluation.evaluator import Metrics
 from detect.models.safe_io import save_checkpoint
-from detect.training.build import Run
 from detect.training.distributed import stop_signals_handled_by
 from detect.training.loop import Control
-from detect.training.results import epoch_line
+from detect.training.run import Run, epoch_line
 
 LOGGER = logging.getLogger(__name__)
 
 
 class Hook:
-    """Override any of these; each gets the run (training/build.py Run: settings, folder, model, control, ...)."""
+    """Override any of these; each gets the run (training/run.py Run: settings, folder, model, control, ...)."""
 
     def before_train(self, run: Run) -> None:
         """Once, after the run is set up (a resumed run: restored), before its first step."""
@@ -182,14 +181,14 @@ class ResultsLogger(Hook):
     """One results.csv row (and TensorBoard scalars) and one log line per epoch; results.png at the end."""
 
     def after_epoch(self, run: Run, epoch: int, row: dict[str, float]) -> None:
-        run.validation.results.add(row)
+        run.results.add(row)
         LOGGER.info("%s", epoch_line(epoch, run.settings.epochs, row))
 
     def after_train(self, run: Run, metrics: Metrics | None) -> None:
         if not run.settings.noplots:
             with run.phases.time("plots"):
-                run.validation.results.plot()
-        run.validation.results.close()
+                run.results.plot()
+        run.results.close()
 
 
 class Checkpointer(Hook):

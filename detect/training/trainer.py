@@ -20,7 +20,7 @@ from detect.evaluation.final import final_evaluation
 from detect.evaluation.loop import EvalSettings, EvaluationStopped, ShardPredictions, evaluate
 from detect.models import DetectionModel
 from detect.models.weights import load_model, model_from_state, model_state
-from detect.training.build import Run, build_run
+from detect.training.build import build_run
 from detect.training.distributed import (
     DistContext,
     any_rank,
@@ -33,7 +33,7 @@ from detect.training.distributed import (
 )
 from detect.training.hooks import Hook, HookList, SignalStop, run_hooks
 from detect.training.loop import EpochStats, train_one_epoch
-from detect.training.results import epoch_row
+from detect.training.run import Run, epoch_row
 from detect.training.settings import TrainSettings
 
 LOGGER = logging.getLogger(__name__)
