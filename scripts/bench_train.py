@@ -118,7 +118,7 @@ def end_to_end(parts: TrainingParts, backend: backends.Backend, plan: IterationP
         after_warmup = Counters(iteration=10**6, last_optimizer_step=10**6 - 1, batch=window.batch)
         stats = train_one_epoch(parts.train_model, parts.criterion, parts.optimizer, parts.scaler, parts.ema, window,
                                 backend, context=DistContext(), plan=plan, epoch=window.epoch,
-                                epochs=window.epoch + 1, control=Control(after_warmup), show_progress=False)
+                                epochs=window.epoch + 1, counters=after_warmup, control=Control(), show_progress=False)
         images, seconds = images + stats.images, seconds + stats.seconds
     return images / seconds
 

@@ -344,4 +344,4 @@ def build_run(settings: TrainSettings, context: DistContext, resume: bool | str 
                 plot_label_stats(train_loader.records, train_loader.names, folder.save_dir / "labels.png")
     patient_barrier(context, "labels.png")  # the others wait here, not in the first step's collectives
     return Run(settings, hyp, context, backend, folder, train_loader, model, parts, plan, scheduler,
-               Control(counters), validation, results, phases, dict(point.checkpoint.tracking) if point else {})
+               counters, Control(), validation, results, phases, dict(point.checkpoint.tracking) if point else {})

@@ -1,6 +1,6 @@
 """One training epoch: warmup, forward and loss under autocast, scaled backward, accumulation, clipping, EMA; the parts
-a step uses, built in one place for the trainer and the throughput tool; and `Control`, the one channel between the
-epoch loop and the trainer's hooks."""
+a step uses, built in one place for the trainer and the throughput tool; and how the loop and the trainer's hooks talk:
+the hooks ask in `Control` (stop, save, end the run), the loop answers in the events it sends (`StepEnd`)."""
 
 from __future__ import annotations
 
@@ -82,21 +82,27 @@ class IterationPlan:
 
 @dataclasses.dataclass
 class Control:
-    """The one channel between the epoch loop and the trainer's hooks. The loop advances `counters`; a hook asks the
-    job to stop (`stop_signal`, e.g. the signal that came) or to save (`save_asked`); the loop answers at the next step
-    boundary that every rank agrees on: `save_now` during that step's after_step hooks (counters then say where the
-    epoch stands), `stopped` when the epoch ended there. `end_training` (early stopping) ends the run after an epoch."""
+    """What the hooks ask of the loop and the trainer; only the hooks' side writes it (a hook asks, the hook list
+    withdraws a save once answered), the loop and the trainer read it. Any rank's ask holds for the job: the ranks
+    agree at the next step boundary (the loop answers in StepEnd) or validation batch."""
 
-    counters: Counters
-    stop_signal: int | None = None
-    save_asked: bool = False
-    save_now: bool = False
-    stopped: bool = False
-    end_training: bool = False
+    stop_signal: int | None = None  # stop at the next step boundary, last.pt written; exit 128 + this signal
+    save_asked: bool = False  # write last.pt at the next step boundary (a mid-epoch save)
+    end_training: bool = False  # end the run after this epoch (early stopping)
 
     def stop_asked(self) -> bool:
         """Whether a stop was asked on this rank (what a validation pass checks after each batch)."""
         return self.stop_signal is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class StepEnd:
+    """The loop's answer at the end of a step, sent with after_step: `save_now` when the ranks stopped at a step
+    boundary that a save or a stop asked for (the counters then say where the epoch stands, for last.pt), `stopped`
+    when a stop ends the epoch there."""
+
+    save_now: bool = False
+    stopped: bool = False
 
 
 class StepHooks(Protocol):
@@ -104,7 +110,7 @@ class StepHooks(Protocol):
 
     def before_step(self, index: int, batch: Batch) -> None: ...
 
-    def after_step(self, index: int) -> None: ...
+    def after_step(self, index: int, step: StepEnd) -> None: ...
 
 
 class NoHooks:
@@ -113,7 +119,7 @@ class NoHooks:
     def before_step(self, index: int, batch: Batch) -> None:
         pass
 
-    def after_step(self, index: int) -> None:
+    def after_step(self, index: int, step: StepEnd) -> None:
         pass
 
 
@@ -135,6 +141,7 @@ class EpochStats:
     grad_norm_max: float | None = None
     loss_scale_min: float | None = None  # the GradScaler's scale after each step (None: no loss scaling)
     loss_scale_last: float | None = None
+    stopped: bool = False  # a stop asked ended the epoch at a step boundary (the counters say where)
 
 
 class StepNumerics:
@@ -216,20 +223,19 @@ def _postfix(backend: Backend, mean_losses: torch.Tensor, batch: Batch, size: in
 
 def train_one_epoch(train_model: nn.Module, criterion: Criterion, optimizer: torch.optim.Optimizer,
                     scaler: torch.amp.GradScaler, ema: ModelEMA | None, loader: Loader, backend: Backend, *,
-                    context: DistContext, plan: IterationPlan, epoch: int, epochs: int, control: Control,
-                    hooks: StepHooks = NO_HOOKS, show_progress: bool = True) -> EpochStats:
-    """Train over one pass of `loader` from batch control.counters.batch (a run resumed inside the epoch). At a step
-    boundary that a hook asked for (every rank agrees), the counters record where the epoch stands and the after_step
-    hooks see control.save_now; a stop then ends the epoch early (control.stopped). At the epoch's end the counters
-    hold its last batch and sums (Counters.end_epoch starts the next one)."""
-    counters = control.counters
+                    context: DistContext, plan: IterationPlan, epoch: int, epochs: int, counters: Counters,
+                    control: Control, hooks: StepHooks = NO_HOOKS, show_progress: bool = True) -> EpochStats:
+    """Train over one pass of `loader` from batch counters.batch (a run resumed inside the epoch). At a step boundary
+    that `control` asked for (a save or a stop; every rank agrees), the counters record where the epoch stands and the
+    after_step hooks get StepEnd.save_now; a stop then ends the epoch early (EpochStats.stopped). At the epoch's end
+    the counters hold its last batch and sums (Counters.end_epoch starts the next one)."""
     train_model.train()
     loader.set_epoch(epoch, start_batch=counters.batch)
     optimizer.zero_grad(set_to_none=True)
     loss_sum = torch.tensor(counters.epoch_loss_sum, device=backend.device)
     steps, images, streak, nonfinite, problems = counters.epoch_steps, counters.epoch_images, 0, 0, []
     numerics = StepNumerics(backend.device)
-    stop_asked = save_asked = control.stopped = False
+    stop_asked = save_asked = stopped = False
     bar = tqdm(loader, desc=f"{epoch + 1}/{epochs}", disable=not show_progress, leave=False, initial=counters.batch)
     started = next_postfix = time.perf_counter()
     for index, batch in enumerate(bar, start=counters.batch):
@@ -264,21 +270,21 @@ def train_one_epoch(train_model: nn.Module, criterion: Criterion, optimizer: tor
         if at_boundary:
             counters.batch, counters.epoch_steps, counters.epoch_images = index + 1, steps, images
             counters.epoch_loss_sum = loss_sum.tolist()
-        control.save_now, control.stopped = at_boundary, at_boundary and stop_asked
-        hooks.after_step(index)
+        stopped = at_boundary and stop_asked
+        hooks.after_step(index, StepEnd(save_now=at_boundary, stopped=stopped))
+        if stopped:
+            break
         if at_boundary:
-            control.save_now = control.save_asked = save_asked = False
-            if control.stopped:
-                break
+            save_asked = False
         if show_progress and steps and time.perf_counter() >= next_postfix:  # reading the losses is a host sync
             bar.set_postfix_str(_postfix(backend, loss_sum / steps, batch, size))
             next_postfix = time.perf_counter() + POSTFIX_SECONDS
     backend.synchronize()
     counters.nonfinite_steps += nonfinite
-    if not control.stopped:  # every batch done; the trainer ends the epoch once it is validated
+    if not stopped:  # every batch done; the trainer ends the epoch once it is validated
         counters.batch, counters.epoch_steps, counters.epoch_images = len(loader), steps, images
         counters.epoch_loss_sum = loss_sum.tolist()
     means = (loss_sum / max(steps, 1)).tolist()
     return EpochStats(losses=(means[0], means[1], means[2]), images=images, seconds=time.perf_counter() - started,
                       learning_rates=tuple(group["lr"] for group in optimizer.param_groups),
-                      nonfinite_steps=nonfinite, problems=tuple(problems), **numerics.summary())
+                      nonfinite_steps=nonfinite, problems=tuple(problems), stopped=stopped, **numerics.summary())

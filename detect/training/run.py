@@ -57,15 +57,12 @@ class Run:
     parts: TrainingParts
     plan: IterationPlan
     scheduler: torch.optim.lr_scheduler.LambdaLR
-    control: Control  # the loop's channel to the hooks, with the counters the epochs advance
+    counters: Counters  # where the run stands: the epoch loop and the trainer advance them, last.pt keeps them
+    control: Control  # what the hooks ask of the loop (stop, save, end the run)
     validation: Validation
     results: ResultsLog | None  # results.csv, written by the main rank
     phases: PhaseTimes
     tracking: dict[str, str] = dataclasses.field(default_factory=dict)  # experiment trackers' ids, kept in last.pt
-
-    @property
-    def counters(self) -> Counters:
-        return self.control.counters
 
     def checkpoint(self, full: bool) -> TrainingCheckpoint:
         """The run as a checkpoint; `full` adds what resuming needs (optimizer, scaler, scheduler, every RNG)."""

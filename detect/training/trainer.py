@@ -123,8 +123,9 @@ class Trainer:
                 stats = train_one_epoch(
                     parts.train_model, parts.criterion, parts.optimizer, parts.scaler, parts.ema, run.train_loader,
                     run.backend, context=run.context, plan=run.plan, epoch=epoch, epochs=run.settings.epochs,
-                    control=control, hooks=hooks, show_progress=run.context.is_main and run.settings.progress)
-            if control.stopped:
+                    counters=run.counters, control=control, hooks=hooks,
+                    show_progress=run.context.is_main and run.settings.progress)
+            if stats.stopped:
                 raise self.stopped(run, f"at epoch {epoch + 1}, batch {run.counters.batch}/{len(run.train_loader)}")
             with run.phases.time("validation"):
                 metrics = self.validate(run, epoch)

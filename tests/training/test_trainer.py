@@ -220,7 +220,8 @@ def test_non_finite_losses_skip_steps_then_stop_the_run(data, tmp_path, monkeypa
     def one_epoch(criterion, epoch):
         return train_one_epoch(parts.train_model, criterion, parts.optimizer, parts.scaler, parts.ema,
                                run.train_loader, run.backend, context=run.context, plan=run.plan, epoch=epoch,
-                               epochs=2, control=run.control, show_progress=False)
+                               epochs=2, counters=run.counters, control=run.control,
+                               show_progress=False)
 
     before = [parameter.detach().clone() for parameter in run.model.parameters()]
     stats = one_epoch(nan_on_second_call, 0)
