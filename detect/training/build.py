@@ -48,7 +48,7 @@ from detect.training.distributed import (
     patient_barrier,
 )
 from detect.training.loop import Control, IterationPlan, TrainingParts, build_parts
-from detect.training.optim import ModelEMA, OptimSettings, build_scheduler, lr_lambda, warmup_iterations
+from detect.training.optim import ModelEMA, OptimSettings, build_scheduler, warmup_iterations
 from detect.training.resume import Counters, ResumePoint, TrainingCheckpoint, restore_rng_state, resume_point
 from detect.training.run import PhaseTimes, ResultsLog, Run, Validation
 from detect.training.run_folder import RunFolder
@@ -333,7 +333,7 @@ def build_run(settings: TrainSettings, context: DistContext, resume: bool | str 
         _restore(point.checkpoint, model, parts, scheduler, backend)
     sizes = multi_scale_sizes(settings.imgsz, model.max_stride) if settings.multi_scale else None
     plan = IterationPlan(optim_settings, settings.batch_size, warmup_iterations(optim_settings, len(train_loader)),
-                         lr_lambda(optim_settings, settings.epochs), sizes, settings.seed)
+                         settings.epochs, sizes, settings.seed)
     with phases.time("label check"):
         validation = _validation(settings, data, model, ema, backend, context, workers)
     results = ResultsLog(folder.save_dir, first_epoch=counters.epoch) if context.is_main else None
@@ -343,5 +343,5 @@ def build_run(settings: TrainSettings, context: DistContext, resume: bool | str 
             with phases.time("plots"):
                 plot_label_stats(train_loader.records, train_loader.names, folder.save_dir / "labels.png")
     patient_barrier(context, "labels.png")  # the others wait here, not in the first step's collectives
-    return Run(settings, hyp, context, backend, folder, train_loader, model, parts, plan, scheduler,
+    return Run(settings, hyp, folder, train_loader, model, parts, plan, scheduler,
                counters, Control(), validation, results, phases, dict(point.checkpoint.tracking) if point else {})

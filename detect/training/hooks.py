@@ -61,6 +61,11 @@ class HookList:
     def __init__(self, run: Run, hooks: Sequence[Hook]) -> None:
         self.run, self.hooks = run, tuple(hooks)
 
+    @property
+    def control(self) -> Control:
+        """What the hooks ask of the loop: the run's control."""
+        return self.run.control
+
     def before_train(self) -> None:
         for hook in self.hooks:
             hook.before_train(self.run)

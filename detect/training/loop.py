@@ -18,12 +18,12 @@ from tqdm import tqdm
 from detect.backend import Backend
 from detect.config import Hyp
 from detect.data import Batch, Loader
-from detect.data.device_batch import pick_size, to_device_batch
+from detect.data.device_batch import DeviceBatch, pick_size, to_device_batch
 from detect.errors import UserError
 from detect.models import DetectionModel
 from detect.training.distributed import DistContext, any_rank, entering
 from detect.training.loss import DetectionLoss, LossSettings
-from detect.training.optim import ModelEMA, OptimSettings, apply_warmup, build_optimizer
+from detect.training.optim import ModelEMA, OptimSettings, apply_warmup, build_optimizer, lr_lambda
 from detect.training.resume import Counters
 
 MAX_GRAD_NORM = 10.0  # gradient clipping after unscale (YOLOV5-FACTS.md, step order)
@@ -35,13 +35,16 @@ Criterion = Callable[[list[torch.Tensor], torch.Tensor], tuple[torch.Tensor, tor
 
 @dataclasses.dataclass(frozen=True)
 class TrainingParts:
-    """What a training step uses besides the batch; `ema` exists on the main rank only."""
+    """What a training step uses besides the batch, the device and the job included; `ema` exists on the main rank
+    only."""
 
     train_model: nn.Module  # what the step calls: DistributedDataParallel around the model under torchrun, else it
     criterion: Criterion
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
     ema: ModelEMA | None
+    backend: Backend
+    context: DistContext
 
 
 def build_parts(model: DetectionModel, backend: Backend, hyp: Hyp, optim_settings: OptimSettings, batch_size: int,
@@ -64,20 +67,24 @@ def build_parts(model: DetectionModel, backend: Backend, hyp: Hyp, optim_setting
         # DDP broadcasts rank 0's parameters and buffers (the AutoAnchor result included) to every rank.
         device_ids = None if backend.device.type == "cpu" else [backend.device.index]
         train_model = DistributedDataParallel(train_model, device_ids=device_ids)
-    return TrainingParts(train_model, criterion, optimizer, scaler, ema)
+    return TrainingParts(train_model, criterion, optimizer, scaler, ema, backend, context)
 
 
 @dataclasses.dataclass(frozen=True)
 class IterationPlan:
     """What each iteration's learning rate, accumulation and image size follow: warmup, accumulation to the nominal
-    batch, the epoch's lr factor, multi-scale sizes."""
+    batch, the epoch's lr factor over the run's epochs, multi-scale sizes."""
 
     optim: OptimSettings
     global_batch: int
     warmup_iterations: int
-    lr_factor: Callable[[float], float]
+    epochs: int
     multi_scale_sizes: tuple[int, ...] | None = None
     seed: int = 0
+
+    def lr_factor(self, epoch: int) -> float:
+        """The schedule's factor on lr0 in `epoch` (what the LambdaLR scheduler steps through)."""
+        return lr_lambda(self.optim, self.epochs)(epoch)
 
 
 @dataclasses.dataclass
@@ -106,7 +113,11 @@ class StepEnd:
 
 
 class StepHooks(Protocol):
-    """What the epoch loop calls around each step (the trainer's hook list, training/hooks.py)."""
+    """The epoch loop's side of the hooks (the trainer's hook list, training/hooks.py): the requests it reads, the
+    events it sends around each step."""
+
+    @property
+    def control(self) -> Control: ...
 
     def before_step(self, index: int, batch: Batch) -> None: ...
 
@@ -114,7 +125,10 @@ class StepHooks(Protocol):
 
 
 class NoHooks:
-    """No hook points (the loop alone, as benchmarks and tests run it)."""
+    """No hook points, nothing asked (the loop alone, as benchmarks and tests run it)."""
+
+    def __init__(self) -> None:
+        self.control = Control()
 
     def before_step(self, index: int, batch: Batch) -> None:
         pass
@@ -187,18 +201,18 @@ def optimizer_step(train_model: nn.Module, optimizer: torch.optim.Optimizer, sca
     return grad_norm
 
 
-def _forward_backward(train_model: nn.Module, criterion: Criterion, scaler: torch.amp.GradScaler, images: torch.Tensor,
-                      targets: torch.Tensor, backend: Backend, context: DistContext, sync: bool,
+def _forward_backward(parts: TrainingParts, batch: DeviceBatch, sync: bool,
                       control: Control) -> tuple[torch.Tensor | None, bool, bool]:
     """(loss items (3,) after the backward pass or None when the loss was not finite on some rank (no backward),
     whether any rank asks to stop, whether any rank asks to save)."""
+    train_model, context = parts.train_model, parts.context
     # Gradients are all-reduced only on the micro-step that ends an accumulation (DDP no_sync before it).
     no_sync = context.distributed and not sync
     with train_model.no_sync() if no_sync else contextlib.nullcontext():
         if context.distributed:
             entering("DDP's forward (its broadcast of rank 0's BatchNorm buffers)")
-        with backend.autocast():
-            loss, items = criterion(train_model(images), targets)
+        with parts.backend.autocast():
+            loss, items = parts.criterion(train_model(batch.images), batch.padded_targets)
         # One host sync per step: the ranks must agree to skip (or DDP's backward would wait forever), to stop and to
         # save, so one all-reduce carries the three.
         asks = torch.tensor([False, control.stop_signal is not None, control.save_asked], device=loss.device)
@@ -209,7 +223,7 @@ def _forward_backward(train_model: nn.Module, criterion: Criterion, scaler: torc
         if sync and context.distributed:
             entering("the gradient all-reduce of DDP's backward")
         # yolov5 multiplies by the world size because DDP averages the gradients (YOLOV5-FACTS.md, loss).
-        scaler.scale(loss * context.world_size).backward()
+        parts.scaler.scale(loss * context.world_size).backward()
     return items, stop, save
 
 
@@ -221,14 +235,15 @@ def _postfix(backend: Backend, mean_losses: torch.Tensor, batch: Batch, size: in
             f"instances {int(batch.target_counts.sum())} size {size or batch.images.shape[-1]}")
 
 
-def train_one_epoch(train_model: nn.Module, criterion: Criterion, optimizer: torch.optim.Optimizer,
-                    scaler: torch.amp.GradScaler, ema: ModelEMA | None, loader: Loader, backend: Backend, *,
-                    context: DistContext, plan: IterationPlan, epoch: int, epochs: int, counters: Counters,
-                    control: Control, hooks: StepHooks = NO_HOOKS, show_progress: bool = True) -> EpochStats:
-    """Train over one pass of `loader` from batch counters.batch (a run resumed inside the epoch). At a step boundary
-    that `control` asked for (a save or a stop; every rank agrees), the counters record where the epoch stands and the
-    after_step hooks get StepEnd.save_now; a stop then ends the epoch early (EpochStats.stopped). At the epoch's end
-    the counters hold its last batch and sums (Counters.end_epoch starts the next one)."""
+def train_one_epoch(parts: TrainingParts, loader: Loader, plan: IterationPlan, counters: Counters,
+                    hooks: StepHooks = NO_HOOKS, show_progress: bool = True) -> EpochStats:
+    """Train epoch counters.epoch over one pass of `loader` from batch counters.batch (a run resumed inside the epoch).
+    At a step boundary that the hooks asked for (hooks.control: a save or a stop; every rank agrees), the counters
+    record where the epoch stands and the after_step hooks get StepEnd.save_now; a stop then ends the epoch early
+    (EpochStats.stopped). At the epoch's end the counters hold its last batch and sums (Counters.end_epoch starts the
+    next one)."""
+    train_model, optimizer, scaler, backend = parts.train_model, parts.optimizer, parts.scaler, parts.backend
+    epoch, world_size = counters.epoch, parts.context.world_size
     train_model.train()
     loader.set_epoch(epoch, start_batch=counters.batch)
     optimizer.zero_grad(set_to_none=True)
@@ -236,7 +251,7 @@ def train_one_epoch(train_model: nn.Module, criterion: Criterion, optimizer: tor
     steps, images, streak, nonfinite, problems = counters.epoch_steps, counters.epoch_images, 0, 0, []
     numerics = StepNumerics(backend.device)
     stop_asked = save_asked = stopped = False
-    bar = tqdm(loader, desc=f"{epoch + 1}/{epochs}", disable=not show_progress, leave=False, initial=counters.batch)
+    bar = tqdm(loader, desc=f"{epoch + 1}/{plan.epochs}", disable=not show_progress, leave=False, initial=counters.batch)
     started = next_postfix = time.perf_counter()
     for index, batch in enumerate(bar, start=counters.batch):
         hooks.before_step(index, batch)
@@ -248,10 +263,9 @@ def train_one_epoch(train_model: nn.Module, criterion: Criterion, optimizer: tor
         size = pick_size(plan.multi_scale_sizes, plan.seed, iteration) if plan.multi_scale_sizes else None
         step_now = iteration - counters.last_optimizer_step >= accumulate
         device_batch = to_device_batch(batch, backend, size)
-        items, stop, save = _forward_backward(train_model, criterion, scaler, device_batch.images,
-                                              device_batch.padded_targets, backend, context, step_now, control)
+        items, stop, save = _forward_backward(parts, device_batch, step_now, hooks.control)
         stop_asked, save_asked = stop_asked or stop, save_asked or save
-        images += len(batch) * context.world_size
+        images += len(batch) * world_size
         if items is None:
             nonfinite, streak = nonfinite + 1, streak + 1
             if streak >= MAX_NONFINITE_STREAK:
@@ -260,7 +274,7 @@ def train_one_epoch(train_model: nn.Module, criterion: Criterion, optimizer: tor
         else:
             streak = 0
             if step_now:
-                numerics.add(optimizer_step(train_model, optimizer, scaler, ema), scaler)
+                numerics.add(optimizer_step(train_model, optimizer, scaler, parts.ema), scaler)
                 counters.last_optimizer_step = iteration
             loss_sum += items
             steps += 1

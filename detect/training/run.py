@@ -49,8 +49,6 @@ class Run:
 
     settings: TrainSettings
     hyp: Hyp
-    context: DistContext
-    backend: backends.Backend
     folder: RunFolder
     train_loader: Loader
     model: DetectionModel  # what checkpoints save; the steps call parts.train_model (DDP around it under torchrun)
@@ -63,6 +61,16 @@ class Run:
     results: ResultsLog | None  # results.csv, written by the main rank
     phases: PhaseTimes
     tracking: dict[str, str] = dataclasses.field(default_factory=dict)  # experiment trackers' ids, kept in last.pt
+
+    @property
+    def backend(self) -> backends.Backend:
+        """This rank's device (the steps' own: parts.backend)."""
+        return self.parts.backend
+
+    @property
+    def context(self) -> DistContext:
+        """This rank in its job (the steps' own: parts.context)."""
+        return self.parts.context
 
     def checkpoint(self, full: bool) -> TrainingCheckpoint:
         """The run as a checkpoint; `full` adds what resuming needs (optimizer, scaler, scheduler, every RNG)."""

@@ -116,15 +116,11 @@ class Trainer:
         """Epoch by epoch: train, validate, end the epoch (counters, schedule, hooks), until the last epoch or an early
         stop. A signal stops at the next step boundary, or at the next batch of the validation, with last.pt written
         (Interrupted)."""
-        parts, control = run.parts, run.control
         for epoch in range(run.counters.epoch, run.settings.epochs):
             hooks.before_epoch(epoch)
             with run.phases.time("training"):
-                stats = train_one_epoch(
-                    parts.train_model, parts.criterion, parts.optimizer, parts.scaler, parts.ema, run.train_loader,
-                    run.backend, context=run.context, plan=run.plan, epoch=epoch, epochs=run.settings.epochs,
-                    counters=run.counters, control=control, hooks=hooks,
-                    show_progress=run.context.is_main and run.settings.progress)
+                stats = train_one_epoch(run.parts, run.train_loader, run.plan, run.counters, hooks,
+                                        show_progress=run.context.is_main and run.settings.progress)
             if stats.stopped:
                 raise self.stopped(run, f"at epoch {epoch + 1}, batch {run.counters.batch}/{len(run.train_loader)}")
             with run.phases.time("validation"):
@@ -134,7 +130,7 @@ class Trainer:
             run.scheduler.step()
             hooks.after_epoch(epoch, self.end_epoch(run, epoch, stats, metrics))
             run.backend.reset_peak_memory()
-            if broadcast_object(run.context, control.end_training):
+            if broadcast_object(run.context, run.control.end_training):
                 return
 
     def validate(self, run: Run, epoch: int) -> Metrics | None:

@@ -217,21 +217,19 @@ def test_non_finite_losses_skip_steps_then_stop_the_run(data, tmp_path, monkeypa
         total, items = loss(raw, targets)
         return (total * math.nan if len(calls) == 2 else total), items
 
-    def one_epoch(criterion, epoch):
-        return train_one_epoch(parts.train_model, criterion, parts.optimizer, parts.scaler, parts.ema,
-                               run.train_loader, run.backend, context=run.context, plan=run.plan, epoch=epoch,
-                               epochs=2, counters=run.counters, control=run.control,
-                               show_progress=False)
+    def one_epoch(criterion):
+        return train_one_epoch(dataclasses.replace(parts, criterion=criterion), run.train_loader, run.plan,
+                               run.counters, show_progress=False)
 
     before = [parameter.detach().clone() for parameter in run.model.parameters()]
-    stats = one_epoch(nan_on_second_call, 0)
+    stats = one_epoch(nan_on_second_call)
     run.counters.end_epoch()
     assert stats.nonfinite_steps == 1 and run.counters.nonfinite_steps == 1
     assert all(torch.isfinite(parameter).all() for parameter in run.model.parameters())
     assert any(not torch.equal(a, b) for a, b in zip(before, run.model.parameters()))
     monkeypatch.setattr(train_loop, "MAX_NONFINITE_STREAK", 3)
     with pytest.raises(UserError, match="not finite for 3 steps in a row"):
-        one_epoch(lambda raw, targets: (loss(raw, targets)[0] * math.nan, torch.zeros(3)), 1)
+        one_epoch(lambda raw, targets: (loss(raw, targets)[0] * math.nan, torch.zeros(3)))
 
 
 @pytest.mark.parametrize("device, context, spec", [
