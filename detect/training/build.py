@@ -52,7 +52,15 @@ from detect.training.optim import ModelEMA, OptimSettings, build_scheduler, warm
 from detect.training.resume import Counters, ResumePoint, TrainingCheckpoint, restore_rng_state, resume_point
 from detect.training.run import PhaseTimes, ResultsLog, Run, Validation
 from detect.training.run_folder import RunFolder
-from detect.training.settings import AUTO_BATCH, TrainSettings, check_batch_size, check_model_given, fit_imgsz
+from detect.training.settings import (
+    AUTO_BATCH,
+    NEW_RUN,
+    Resume,
+    TrainSettings,
+    check_batch_size,
+    check_model_given,
+    fit_imgsz,
+)
 
 LOGGER = logging.getLogger(__name__)
 
@@ -285,12 +293,12 @@ def _amp_checked(backend: backends.Backend, model: DetectionModel, settings: Tra
     return select_backend(dataclasses.replace(settings, amp=False), context)
 
 
-def build_run(settings: TrainSettings, context: DistContext, resume: bool | str = False,
+def build_run(settings: TrainSettings, context: DistContext, resume: Resume = NEW_RUN,
               resume_overrides: dict[str, Any] | None = None) -> Run:
     """Everything a run needs, in order; bad settings and yamls stop before the run folder (a new run's, where this
     rank can tell alone, before the process group)."""
     phases = PhaseTimes()
-    source = None if resume else ModelSource.read(settings)
+    source = None if resume.asked else ModelSource.read(settings)
     if source is not None:
         settings = fit_imgsz(settings, source.max_stride)
         check_batch_size(settings, context)  # a bad flag must not leave ranks waiting

@@ -34,7 +34,7 @@ from detect.training.distributed import (
 from detect.training.hooks import Hook, HookList, SignalStop, run_hooks
 from detect.training.loop import EpochStats, train_one_epoch
 from detect.training.run import Run, epoch_row
-from detect.training.settings import TrainSettings
+from detect.training.settings import NEW_RUN, Resume, TrainSettings
 
 LOGGER = logging.getLogger(__name__)
 
@@ -75,10 +75,10 @@ class JobExchange:
 class Trainer:
     """One training run; every rank builds one, the main rank alone evaluates and writes."""
 
-    def __init__(self, settings: TrainSettings, context: DistContext | None = None, resume: bool | str = False,
+    def __init__(self, settings: TrainSettings, context: DistContext | None = None, resume: Resume = NEW_RUN,
                  resume_overrides: dict[str, Any] | None = None, profile: ProfileSchedule | None = None,
                  callbacks: Sequence[Hook] = ()) -> None:
-        """resume: False, True (the latest <project>/*/weights/last.pt) or a run folder or checkpoint path; a resumed
+        """resume: a new run, the newest <project>/*/weights/last.pt or a run folder or checkpoint path; a resumed
         run takes its stored settings, with `resume_overrides` (e.g. device, workers) replacing some. profile: record
         these steps of this process's first epoch (--profile). callbacks: your hooks, called after the trainer's own."""
         self.settings, self.context = settings, context or DistContext.from_env()

@@ -25,7 +25,7 @@ from detect.training.hooks import EarlyStopping
 from detect.training.loop import train_one_epoch
 from detect.training.resume import TrainingCheckpoint
 from detect.training.run_folder import RunFolder
-from detect.training.settings import TrainSettings
+from detect.training.settings import NEW_RUN, NEWEST_RUN, Resume, TrainSettings
 from tests.training.helpers import tiny_dataset, train_args
 
 
@@ -204,6 +204,13 @@ def test_a_resumed_run_clears_a_killed_save(tmp_path):
     leftover.write_bytes(b"half a checkpoint")
     assert RunFolder.open(settings, DistContext(), resume=True).save_dir == tmp_path / "exp"
     assert not leftover.exists()
+
+
+def test_resume_is_read_once_into_one_of_three_cases(tmp_path):
+    assert Resume.parse(False) == Resume.parse(None) == Resume.parse("") == NEW_RUN and not NEW_RUN.asked
+    assert Resume.parse(True) == NEWEST_RUN and NEWEST_RUN.asked and NEWEST_RUN.path is None
+    given = Resume.parse(str(tmp_path))
+    assert given == Resume(path=tmp_path) and given.asked and not given.newest
 
 
 def test_non_finite_losses_skip_steps_then_stop_the_run(data, tmp_path, monkeypatch):
