@@ -32,7 +32,7 @@ from detect.config import load_hyp
 from detect.data import AugmentSettings, build_train_loader, load_data_config
 from detect.data.device_batch import to_device_batch
 from detect.models import build_model
-from detect.training.loop import IterationPlan, TrainingParts, build_parts, optimizer_step, train_one_epoch
+from detect.training.epoch import IterationPlan, TrainingParts, build_parts, optimizer_step, train_one_epoch
 from detect.training.optim import ModelEMA, OptimSettings, accumulate_steps
 from detect.training.resume import Counters
 

@@ -47,7 +47,7 @@ from detect.training.distributed import (
     one_voice,
     patient_barrier,
 )
-from detect.training.loop import Control, IterationPlan, TrainingParts, build_parts
+from detect.training.epoch import Control, IterationPlan, TrainingParts, build_parts
 from detect.training.optim import ModelEMA, OptimSettings, build_scheduler, warmup_iterations
 from detect.training.resume import Counters, ResumePoint, TrainingCheckpoint, restore_rng_state, resume_point
 from detect.training.run import PhaseTimes, ResultsLog, Run, Validation

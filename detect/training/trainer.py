@@ -31,8 +31,8 @@ from detect.training.distributed import (
     gather_objects,
     replicas_in_sync,
 )
+from detect.training.epoch import EpochStats, train_one_epoch
 from detect.training.hooks import Hook, HookList, SignalStop, run_hooks
-from detect.training.loop import EpochStats, train_one_epoch
 from detect.training.run import Run, epoch_row
 from detect.training.settings import NEW_RUN, Resume, TrainSettings
 

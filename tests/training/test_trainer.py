@@ -18,11 +18,11 @@ import yaml
 from detect import train, val
 from detect.errors import UserError
 from detect.training import build as build_module
-from detect.training import loop as train_loop
+from detect.training import epoch as train_epoch
 from detect.training.build import build_run, select_backend
 from detect.training.distributed import DistContext
+from detect.training.epoch import train_one_epoch
 from detect.training.hooks import EarlyStopping
-from detect.training.loop import train_one_epoch
 from detect.training.resume import TrainingCheckpoint
 from detect.training.run_folder import RunFolder
 from detect.training.settings import NEW_RUN, NEWEST_RUN, Resume, TrainSettings
@@ -234,7 +234,7 @@ def test_non_finite_losses_skip_steps_then_stop_the_run(data, tmp_path, monkeypa
     assert stats.nonfinite_steps == 1 and run.counters.nonfinite_steps == 1
     assert all(torch.isfinite(parameter).all() for parameter in run.model.parameters())
     assert any(not torch.equal(a, b) for a, b in zip(before, run.model.parameters()))
-    monkeypatch.setattr(train_loop, "MAX_NONFINITE_STREAK", 3)
+    monkeypatch.setattr(train_epoch, "MAX_NONFINITE_STREAK", 3)
     with pytest.raises(UserError, match="not finite for 3 steps in a row"):
         one_epoch(lambda raw, targets: (loss(raw, targets)[0] * math.nan, torch.zeros(3)))
 
