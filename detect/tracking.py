@@ -24,8 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from detect.evaluation.evaluator import Metrics
-from detect.training.build import Run
 from detect.training.hooks import Hook
+from detect.training.run import Run
 
 LOGGER = logging.getLogger(__name__)
 QUEUE_SIZE = 1000  # events waiting for the tracking server (an epoch is a handful)

@@ -24,7 +24,7 @@ from detect.evolution import EVOLVE_PROJECT, SAMPLERS, EvolveResult, evolve
 from detect.tracking import tracking_hooks
 from detect.training.distributed import DistContext, launch_ranks, one_voice
 from detect.training.hooks import Hook
-from detect.training.settings import TrainSettings, resume_fields
+from detect.training.settings import Resume, TrainSettings, resume_fields
 from detect.training.trainer import FitResult, Trainer
 
 LOGGER = logging.getLogger("detect.train")
@@ -61,15 +61,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def run(*, resume: bool | str = False, profile: ProfileSchedule | None = None, callbacks: Sequence[Hook] = (),
         mlflow: bool = False, **options: Any) -> FitResult:
     """Train with the CLI's options as keyword arguments (same names and defaults as TrainSettings); a bad one raises
-    UserError with the CLI's one-line message. `callbacks`: your hooks (detect.training.hooks.Hook), called at every
-    hook point after the trainer's own. `mlflow`: track the run in MLflow (also on when MLFLOW_TRACKING_URI is set).
+    UserError with the CLI's one-line message. `resume`: as --resume, True for the newest run of `project`, or a run
+    folder or last.pt. `callbacks`: your hooks (detect.training.hooks.Hook), called at every hook point after the
+    trainer's own. `mlflow`: track the run in MLflow (also on when MLFLOW_TRACKING_URI is set).
     Returns where the run left its files and its final metrics."""
-    settings = TrainSettings.from_dict(options, "detect.train.run")
+    settings, resume_from = TrainSettings.from_dict(options, "detect.train.run"), Resume.parse(resume)
     context = DistContext.from_env()
     one_voice(context)  # until the job knows its main rank (build_run sets it again)
     # A resumed run keeps its stored settings except the machine-specific ones given here.
     overrides = {name: options[name] for name in resume_fields() if name in options}
-    return Trainer(settings, context, resume=resume, resume_overrides=overrides, profile=profile,
+    return Trainer(settings, context, resume=resume_from, resume_overrides=overrides, profile=profile,
                    callbacks=[*tracking_hooks(mlflow), *callbacks]).fit()
 
 

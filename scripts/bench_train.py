@@ -32,9 +32,8 @@ from detect.config import load_hyp
 from detect.data import AugmentSettings, build_train_loader, load_data_config
 from detect.data.device_batch import to_device_batch
 from detect.models import build_model
-from detect.training.distributed import DistContext
-from detect.training.loop import Control, IterationPlan, TrainingParts, build_parts, optimizer_step, train_one_epoch
-from detect.training.optim import ModelEMA, OptimSettings, accumulate_steps, lr_lambda
+from detect.training.epoch import IterationPlan, TrainingParts, build_parts, optimizer_step, train_one_epoch
+from detect.training.optim import ModelEMA, OptimSettings, accumulate_steps
 from detect.training.resume import Counters
 
 
@@ -110,15 +109,12 @@ def model_only(parts: TrainingParts, backend: backends.Backend, batch, steps: in
     return steps * len(batch) / seconds, (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / steps
 
 
-def end_to_end(parts: TrainingParts, backend: backends.Backend, plan: IterationPlan, cursor: StreamCursor,
-               batches: int) -> float:
+def end_to_end(parts: TrainingParts, plan: IterationPlan, cursor: StreamCursor, batches: int) -> float:
     """Images per second of the trainer's epoch loop over the next `batches` batches of the real loader."""
     images = seconds = 0.0
     for window in cursor.windows(batches):
-        after_warmup = Counters(iteration=10**6, last_optimizer_step=10**6 - 1, batch=window.batch)
-        stats = train_one_epoch(parts.train_model, parts.criterion, parts.optimizer, parts.scaler, parts.ema, window,
-                                backend, context=DistContext(), plan=plan, epoch=window.epoch,
-                                epochs=window.epoch + 1, control=Control(after_warmup), show_progress=False)
+        after_warmup = Counters(epoch=window.epoch, iteration=10**6, last_optimizer_step=10**6 - 1, batch=window.batch)
+        stats = train_one_epoch(parts, window, plan, after_warmup, show_progress=False)
         images, seconds = images + stats.images, seconds + stats.seconds
     return images / seconds
 
@@ -151,19 +147,19 @@ def main() -> None:
         model = model.to(memory_format=torch.channels_last)
     settings = OptimSettings.from_hyp(hyp)
     parts = build_parts(model, backend, hyp, settings, args.batch_size, args.imgsz, ema=ModelEMA(model))
-    plan = IterationPlan(settings, args.batch_size, warmup_iterations=0, lr_factor=lr_lambda(settings, 100))
+    plan = IterationPlan(settings, args.batch_size, warmup_iterations=0, epochs=100)
     cursor = StreamCursor(loader)
     fixed = next(iter(loader))
     accumulate = accumulate_steps(args.batch_size)
     model_only(parts, backend, fixed, 2, accumulate)  # warm-up: allocator, kernels, worker start
-    end_to_end(parts, backend, plan, cursor, len(loader))
+    end_to_end(parts, plan, cursor, len(loader))
     rates, faults = {"model only": [], "end to end": []}, []
     for _ in range(args.rounds):
         wait_for_idle_workers(loader)
         rate, faults_per_step = model_only(parts, backend, fixed, args.batches, accumulate)
         rates["model only"].append(rate)
         faults.append(faults_per_step)
-        rates["end to end"].append(end_to_end(parts, backend, plan, cursor, args.batches))
+        rates["end to end"].append(end_to_end(parts, plan, cursor, args.batches))
     medians = {mode: statistics.median(values) for mode, values in rates.items()}
     print(f"{args.cfg} at {args.imgsz}, batch {args.batch_size}, {args.workers} workers, {backend}, "
           f"{torch.get_num_threads()} threads")

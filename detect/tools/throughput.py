@@ -16,7 +16,7 @@ from detect.data.device_batch import to_device_batch
 from detect.inference.runtimes.torch_model import TorchInference
 from detect.models import DetectionModel
 from detect.tools.workload import precision_name
-from detect.training.loop import TrainingParts, build_parts, optimizer_step
+from detect.training.epoch import TrainingParts, build_parts, optimizer_step
 from detect.training.optim import ModelEMA, OptimSettings, accumulate_steps
 
 

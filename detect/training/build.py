@@ -1,5 +1,5 @@
 """Set a training run up, top to bottom: backend and process group, resume point (a resumed run's own backend), loaders,
-run folder, model, optimizer and schedule, restored state; `build_run` returns one frozen `Run`."""
+run folder, model, optimizer and schedule, restored state; `build_run` returns one frozen `Run` (training/run.py)."""
 
 from __future__ import annotations
 
@@ -32,12 +32,10 @@ from detect.data.device_batch import multi_scale_sizes
 from detect.data.images.ram_cache import NodeShare
 from detect.data.loader import default_workers
 from detect.errors import UserError
-from detect.evaluation.evaluator import CocoEvaluator
 from detect.evaluation.val_loop import build_evaluator
 from detect.inference.sample_images import sample_images
 from detect.models import DetectionModel, ModelSpec, build_model, load_model_spec, model_max_stride
-from detect.models.safe_io import save_checkpoint
-from detect.models.weights import load_model, model_from_state, model_state, restore_model_state
+from detect.models.weights import load_model, model_from_state, restore_model_state
 from detect.models.yolo import check_class_count
 from detect.ops.anchors import check_anchors, evolve_anchors, label_sizes
 from detect.training.distributed import (
@@ -49,64 +47,22 @@ from detect.training.distributed import (
     one_voice,
     patient_barrier,
 )
-from detect.training.loop import Control, IterationPlan, TrainingParts, build_parts
-from detect.training.optim import ModelEMA, OptimSettings, build_scheduler, lr_lambda, warmup_iterations
-from detect.training.results import PhaseTimes, ResultsLog
-from detect.training.resume import Counters, ResumePoint, TrainingCheckpoint, restore_rng_state, resume_point, rng_state
+from detect.training.epoch import Control, IterationPlan, TrainingParts, build_parts
+from detect.training.optim import ModelEMA, OptimSettings, build_scheduler, warmup_iterations
+from detect.training.resume import Counters, ResumePoint, TrainingCheckpoint, restore_rng_state, resume_point
+from detect.training.run import PhaseTimes, ResultsLog, Run, Validation
 from detect.training.run_folder import RunFolder
-from detect.training.settings import AUTO_BATCH, TrainSettings, check_batch_size, check_model_given, fit_imgsz
+from detect.training.settings import (
+    AUTO_BATCH,
+    NEW_RUN,
+    Resume,
+    TrainSettings,
+    check_batch_size,
+    check_model_given,
+    fit_imgsz,
+)
 
 LOGGER = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass(frozen=True)
-class Validation:
-    """What validates the run on each rank: its shard of the val batches, the weights it scores (the main rank's EMA
-    module; a copy on the other ranks, which the main rank's EMA weights are sent to before each validation), and on
-    the main rank alone the COCO evaluator and the results log."""
-
-    loader: Loader
-    model: DetectionModel
-    evaluator: CocoEvaluator | None
-    results: ResultsLog | None
-
-
-@dataclasses.dataclass(frozen=True)
-class Run:
-    """What one training run holds once set up, on every rank; `parts.ema` on the main rank only."""
-
-    settings: TrainSettings
-    hyp: Hyp
-    context: DistContext
-    backend: backends.Backend
-    folder: RunFolder
-    train_loader: Loader
-    model: DetectionModel  # what checkpoints save; the steps call parts.train_model (DDP around it under torchrun)
-    parts: TrainingParts
-    plan: IterationPlan
-    scheduler: torch.optim.lr_scheduler.LambdaLR
-    control: Control  # the loop's channel to the hooks, with the counters the epochs advance
-    validation: Validation
-    phases: PhaseTimes
-    tracking: dict[str, str] = dataclasses.field(default_factory=dict)  # experiment trackers' ids, kept in last.pt
-
-    @property
-    def counters(self) -> Counters:
-        return self.control.counters
-
-    def checkpoint(self, full: bool) -> TrainingCheckpoint:
-        """The run as a checkpoint; `full` adds what resuming needs (optimizer, scaler, scheduler, every RNG)."""
-        ema, parts = self.parts.ema, self.parts
-        return TrainingCheckpoint(
-            model=model_state(self.model), ema=model_state(ema.module), ema_updates=ema.updates,
-            counters=self.counters, settings=self.settings, hyp=self.hyp,
-            optimizer=parts.optimizer.state_dict() if full else None, scaler=parts.scaler.state_dict() if full else None,
-            scheduler=self.scheduler.state_dict() if full else None, rng=rng_state(self.backend) if full else None,
-            tracking=dict(self.tracking) if full else {})
-
-    def save_last(self) -> None:
-        """last.pt: the run where the counters stand, with all a resume needs (main rank)."""
-        save_checkpoint(self.folder.last_path, self.checkpoint(full=True).to_payload())
 
 
 def select_backend(settings: TrainSettings, context: DistContext) -> backends.Backend:
@@ -293,18 +249,16 @@ def _restore(checkpoint: TrainingCheckpoint, model: DetectionModel, parts: Train
 
 
 def _validation(settings: TrainSettings, data: DataConfig, model: DetectionModel, ema: ModelEMA | None,
-                backend: backends.Backend, context: DistContext, folder: RunFolder, first_epoch: int,
-                workers: int) -> Validation:
+                backend: backends.Backend, context: DistContext, workers: int) -> Validation:
     """This rank's val loader shard (twice the rank's batch, as yolov5; the labels checked once a node:
-    _checked_split) and weights; the main rank's evaluator and results log."""
+    _checked_split) and weights; the main rank's evaluator."""
     loader = build_val_loader(
         data, "val", settings.imgsz, 2 * (settings.batch_size // context.world_size), workers,
         stride=model.max_stride, pin_memory=backend.device.type != "cpu", single_class=settings.single_cls,
         rank=context.rank, world_size=context.world_size, checked=_checked_split(settings, data, "val", context))
     if ema is None:
-        return Validation(loader, copy.deepcopy(model).eval().requires_grad_(False), None, None)
-    return Validation(loader, ema.module, build_evaluator(loader.split),
-                      ResultsLog(folder.save_dir, first_epoch=first_epoch))
+        return Validation(loader, copy.deepcopy(model).eval().requires_grad_(False), None)
+    return Validation(loader, ema.module, build_evaluator(loader.split))
 
 
 def _resumed_backend(point: ResumePoint, joined: backends.Backend, context: DistContext) -> backends.Backend:
@@ -339,12 +293,12 @@ def _amp_checked(backend: backends.Backend, model: DetectionModel, settings: Tra
     return select_backend(dataclasses.replace(settings, amp=False), context)
 
 
-def build_run(settings: TrainSettings, context: DistContext, resume: bool | str = False,
+def build_run(settings: TrainSettings, context: DistContext, resume: Resume = NEW_RUN,
               resume_overrides: dict[str, Any] | None = None) -> Run:
     """Everything a run needs, in order; bad settings and yamls stop before the run folder (a new run's, where this
     rank can tell alone, before the process group)."""
     phases = PhaseTimes()
-    source = None if resume else ModelSource.read(settings)
+    source = None if resume.asked else ModelSource.read(settings)
     if source is not None:
         settings = fit_imgsz(settings, source.max_stride)
         check_batch_size(settings, context)  # a bad flag must not leave ranks waiting
@@ -387,14 +341,15 @@ def build_run(settings: TrainSettings, context: DistContext, resume: bool | str 
         _restore(point.checkpoint, model, parts, scheduler, backend)
     sizes = multi_scale_sizes(settings.imgsz, model.max_stride) if settings.multi_scale else None
     plan = IterationPlan(optim_settings, settings.batch_size, warmup_iterations(optim_settings, len(train_loader)),
-                         lr_lambda(optim_settings, settings.epochs), sizes, settings.seed)
+                         settings.epochs, sizes, settings.seed)
     with phases.time("label check"):
-        validation = _validation(settings, data, model, ema, backend, context, folder, counters.epoch, workers)
+        validation = _validation(settings, data, model, ema, backend, context, workers)
+    results = ResultsLog(folder.save_dir, first_epoch=counters.epoch) if context.is_main else None
     if context.is_main:
         folder.write_config(settings, hyp, data, context)
         if point is None and not settings.noplots:
             with phases.time("plots"):
                 plot_label_stats(train_loader.records, train_loader.names, folder.save_dir / "labels.png")
     patient_barrier(context, "labels.png")  # the others wait here, not in the first step's collectives
-    return Run(settings, hyp, context, backend, folder, train_loader, model, parts, plan, scheduler,
-               Control(counters), validation, phases, dict(point.checkpoint.tracking) if point else {})
+    return Run(settings, hyp, folder, train_loader, model, parts, plan, scheduler,
+               counters, Control(), validation, results, phases, dict(point.checkpoint.tracking) if point else {})

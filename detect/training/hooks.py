@@ -4,9 +4,10 @@ checkpoints and early stopping.
 
 The trainer calls, in this order: before_train; for each epoch before_epoch, then for each step before_step and
 after_step, then after_epoch (after validation, with the epoch's results.csv row); after_train once the run ends
-(also when it fails or a signal stops it: then `metrics` is None). Hooks talk to the loop through `run.control`
-(loop.Control): ask for a stop or a save, see when one happens. Only the signal stop runs on every rank; the other
-hooks, yours included, run on the rank that writes the run (run.context.is_main)."""
+(also when it fails or a signal stops it: then `metrics` is None). Hooks ask through `run.control` (epoch.Control:
+stop, save, end the run); the loop answers in the events: after_step's `step` (epoch.StepEnd) says when the ranks
+stopped at a boundary to save or to stop. Only the signal stop runs on every rank; the other hooks, yours included,
+run on the rank that writes the run (run.context.is_main)."""
 
 from __future__ import annotations
 
@@ -22,16 +23,15 @@ from detect.data.dataset_plots import plot_batch
 from detect.errors import Interrupted, UserError
 from detect.evaluation.evaluator import Metrics
 from detect.models.safe_io import save_checkpoint
-from detect.training.build import Run
 from detect.training.distributed import stop_signals_handled_by
-from detect.training.loop import Control
-from detect.training.results import epoch_line
+from detect.training.epoch import Control, StepEnd
+from detect.training.run import Run, epoch_line
 
 LOGGER = logging.getLogger(__name__)
 
 
 class Hook:
-    """Override any of these; each gets the run (training/build.py Run: settings, folder, model, control, ...)."""
+    """Override any of these; each gets the run (training/run.py Run: settings, folder, model, control, ...)."""
 
     def before_train(self, run: Run) -> None:
         """Once, after the run is set up (a resumed run: restored), before its first step."""
@@ -42,8 +42,9 @@ class Hook:
     def before_step(self, run: Run, index: int, batch: Batch) -> None:
         """Before the forward pass on batch `index` of the epoch (as the loader gave it, on the host)."""
 
-    def after_step(self, run: Run, index: int) -> None:
-        """After the step on batch `index`; run.control.save_now says the ranks stopped at a boundary to save."""
+    def after_step(self, run: Run, index: int, step: StepEnd) -> None:
+        """After the step on batch `index`; `step.save_now` says the ranks stopped at a boundary to save (and
+        `step.stopped` that a stop ends the epoch there)."""
 
     def after_epoch(self, run: Run, epoch: int, row: dict[str, float]) -> None:
         """After the epoch's validation; `row` is its results.csv row (column -> value; no metrics without
@@ -60,6 +61,11 @@ class HookList:
     def __init__(self, run: Run, hooks: Sequence[Hook]) -> None:
         self.run, self.hooks = run, tuple(hooks)
 
+    @property
+    def control(self) -> Control:
+        """What the hooks ask of the loop: the run's control."""
+        return self.run.control
+
     def before_train(self) -> None:
         for hook in self.hooks:
             hook.before_train(self.run)
@@ -72,9 +78,11 @@ class HookList:
         for hook in self.hooks:
             hook.before_step(self.run, index, batch)
 
-    def after_step(self, index: int) -> None:
+    def after_step(self, index: int, step: StepEnd) -> None:
         for hook in self.hooks:
-            hook.after_step(self.run, index)
+            hook.after_step(self.run, index, step)
+        if step.save_now:  # answered: every save asked before this boundary is written
+            self.run.control.save_asked = False
 
     def after_epoch(self, epoch: int, row: dict[str, float]) -> None:
         for hook in self.hooks:
@@ -127,8 +135,8 @@ class TimedSave(Hook):
         if time.monotonic() >= self.next_save:
             run.control.save_asked = True
 
-    def after_step(self, run: Run, index: int) -> None:
-        if run.control.save_now:
+    def after_step(self, run: Run, index: int, step: StepEnd) -> None:
+        if step.save_now:
             self.next_save = time.monotonic() + self.period
 
 
@@ -158,8 +166,8 @@ class Profiler(Hook):
         if self.profiler is not None:
             self.profiler.step()
 
-    def after_step(self, run: Run, index: int) -> None:
-        if self.profiler is not None and (index + 1 == len(run.train_loader) or run.control.stopped):
+    def after_step(self, run: Run, index: int, step: StepEnd) -> None:
+        if self.profiler is not None and (index + 1 == len(run.train_loader) or step.stopped):
             self.close(run)
             try:
                 LOGGER.info("%s", format_summary(summarize(find_trace(self.folder(run)))))
@@ -182,22 +190,22 @@ class ResultsLogger(Hook):
     """One results.csv row (and TensorBoard scalars) and one log line per epoch; results.png at the end."""
 
     def after_epoch(self, run: Run, epoch: int, row: dict[str, float]) -> None:
-        run.validation.results.add(row)
+        run.results.add(row)
         LOGGER.info("%s", epoch_line(epoch, run.settings.epochs, row))
 
     def after_train(self, run: Run, metrics: Metrics | None) -> None:
         if not run.settings.noplots:
             with run.phases.time("plots"):
-                run.validation.results.plot()
-        run.validation.results.close()
+                run.results.plot()
+        run.results.close()
 
 
 class Checkpointer(Hook):
     """last.pt every epoch (only the final one with --nosave) and at the step boundaries a stop or a timed save asks
     for; best.pt on a new best; epoch<N>.pt every --save-period epochs."""
 
-    def after_step(self, run: Run, index: int) -> None:
-        if run.control.save_now:
+    def after_step(self, run: Run, index: int, step: StepEnd) -> None:
+        if step.save_now:
             run.save_last()
             LOGGER.info("saved %s at epoch %d, batch %d/%d", run.folder.last_path, run.counters.epoch + 1,
                         run.counters.batch, len(run.train_loader))

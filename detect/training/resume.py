@@ -21,7 +21,7 @@ from detect.models.safe_io import load_checkpoint
 from detect.models.weights import EMA_KEY, MODEL_KEY, check_finite
 from detect.training.distributed import DistContext, all_gather_objects, broadcast_object
 from detect.training.run_folder import CONFIG_FILE, LAST, RUN_WEIGHTS
-from detect.training.settings import TrainSettings
+from detect.training.settings import Resume, TrainSettings
 
 LOGGER = logging.getLogger(__name__)
 
@@ -199,16 +199,16 @@ def _elastic_last(project: Path, context: DistContext) -> Path | None:
     return latest / RUN_WEIGHTS / LAST
 
 
-def _local_point(settings: TrainSettings, context: DistContext, resume: bool | str,
+def _local_point(settings: TrainSettings, context: DistContext, resume: Resume,
                  overrides: dict[str, Any]) -> ResumePoint | UserError | None:
     """What this rank's storage says: the resume point, the error that stops the run, or nowhere (a new run, or a
     checkpoint another node may hold)."""
     project = Path(settings.project)
     try:
-        if resume is True:
+        if resume.newest:
             path = _latest_last(project, missing_ok=context.distributed)
-        elif resume:
-            path = _given_checkpoint(Path(resume), missing_ok=context.distributed)
+        elif resume.path is not None:
+            path = _given_checkpoint(resume.path, missing_ok=context.distributed)
         else:
             path = _elastic_last(project, context)
         return None if path is None else _resumable(path, overrides)
@@ -218,10 +218,10 @@ def _local_point(settings: TrainSettings, context: DistContext, resume: bool | s
         return error
 
 
-def resume_point(settings: TrainSettings, context: DistContext, resume: bool | str,
+def resume_point(settings: TrainSettings, context: DistContext, resume: Resume,
                  overrides: dict[str, Any]) -> tuple[ResumePoint | None, DistContext]:
-    """Where the run continues from, the same on every rank, and the job's context: --resume (True: the latest
-    last.pt of --project; a path: that checkpoint or run folder), else this torchrun job's last.pt after an elastic
+    """Where the run continues from, the same on every rank, and the job's context: --resume (the newest last.pt
+    of --project, or the checkpoint or run folder at its path), else this torchrun job's last.pt after an elastic
     restart, else nowhere (None: a new run). Called once, after the process group exists.
 
     On storage that is not shared only some nodes see the run folder: the rank that holds the newest checkpoint of
@@ -237,8 +237,8 @@ def resume_point(settings: TrainSettings, context: DistContext, resume: bool | s
         raise UserError(errors[0])
     newest = max(range(context.world_size), key=lambda rank: (seen[rank], -rank))
     if seen[newest] < 0:
-        if resume:
-            raise UserError(f"--resume {'' if resume is True else resume}: no rank of the job can read a checkpoint "
+        if resume.asked:
+            raise UserError(f"--resume {resume.path or ''}: no rank of the job can read a checkpoint "
                             f"to resume from")
         return None, context
     context = dataclasses.replace(context, main_rank=newest)

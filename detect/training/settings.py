@@ -1,12 +1,14 @@
 """What a training run was asked to do: yolov5's train.py options as one frozen, checked dataclass, the one home of
-their names, defaults, ranges and help; the train CLI's flags and the Python API are made from it. Also the checks of
-the settings against the model and the job, made before anything is written."""
+their names, defaults, ranges and help; the train CLI's flags and the Python API are made from it; and what --resume
+asks for. Also the checks of the settings against the model and the job, made before anything is written."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 import math
+import os
+from pathlib import Path
 from typing import Any
 
 from detect.backend import NPU_ALLOW_HF32_HELP, NPU_JIT_COMPILE_HELP, SPEC_HELP
@@ -99,6 +101,32 @@ class TrainSettings(Settings):
 def resume_fields() -> tuple[str, ...]:
     """The settings a resumed run may take anew (machine-specific); the rest come from its checkpoint."""
     return tuple(field.name for field in dataclasses.fields(TrainSettings) if field.metadata["again_on_resume"])
+
+
+@dataclasses.dataclass(frozen=True)
+class Resume:
+    """What --resume asks for, one of three: a new run (NEW_RUN; a torchrun job restarted by --max-restarts still
+    resumes its own run), the newest weights/last.pt of --project (NEWEST_RUN), or the run folder or last.pt at
+    `path`."""
+
+    path: Path | None = None
+    newest: bool = False
+
+    @property
+    def asked(self) -> bool:
+        """Whether --resume was given: the run continues a checkpoint, its stored settings with it."""
+        return self.newest or self.path is not None
+
+    @classmethod
+    def parse(cls, value: bool | str | os.PathLike | None) -> Resume:
+        """--resume as the CLI and train.run(resume=...) take it: False or None (a new run), True (a bare --resume:
+        the newest run), or a path."""
+        if value is True:
+            return NEWEST_RUN
+        return Resume(path=Path(value)) if value else NEW_RUN
+
+
+NEW_RUN, NEWEST_RUN = Resume(), Resume(newest=True)
 
 
 def fit_imgsz(settings: TrainSettings, max_stride: int) -> TrainSettings:

@@ -20,7 +20,7 @@ from detect.evaluation.final import final_evaluation
 from detect.evaluation.val_loop import EvalSettings, EvaluationStopped, ShardPredictions, evaluate
 from detect.models import DetectionModel
 from detect.models.weights import load_model, model_from_state, model_state
-from detect.training.build import Run, build_run
+from detect.training.build import build_run
 from detect.training.distributed import (
     DistContext,
     any_rank,
@@ -31,10 +31,10 @@ from detect.training.distributed import (
     gather_objects,
     replicas_in_sync,
 )
+from detect.training.epoch import EpochStats, train_one_epoch
 from detect.training.hooks import Hook, HookList, SignalStop, run_hooks
-from detect.training.loop import EpochStats, train_one_epoch
-from detect.training.results import epoch_row
-from detect.training.settings import TrainSettings
+from detect.training.run import Run, epoch_row
+from detect.training.settings import NEW_RUN, Resume, TrainSettings
 
 LOGGER = logging.getLogger(__name__)
 
@@ -75,10 +75,10 @@ class JobExchange:
 class Trainer:
     """One training run; every rank builds one, the main rank alone evaluates and writes."""
 
-    def __init__(self, settings: TrainSettings, context: DistContext | None = None, resume: bool | str = False,
+    def __init__(self, settings: TrainSettings, context: DistContext | None = None, resume: Resume = NEW_RUN,
                  resume_overrides: dict[str, Any] | None = None, profile: ProfileSchedule | None = None,
                  callbacks: Sequence[Hook] = ()) -> None:
-        """resume: False, True (the latest <project>/*/weights/last.pt) or a run folder or checkpoint path; a resumed
+        """resume: a new run, the newest <project>/*/weights/last.pt or a run folder or checkpoint path; a resumed
         run takes its stored settings, with `resume_overrides` (e.g. device, workers) replacing some. profile: record
         these steps of this process's first epoch (--profile). callbacks: your hooks, called after the trainer's own."""
         self.settings, self.context = settings, context or DistContext.from_env()
@@ -116,15 +116,12 @@ class Trainer:
         """Epoch by epoch: train, validate, end the epoch (counters, schedule, hooks), until the last epoch or an early
         stop. A signal stops at the next step boundary, or at the next batch of the validation, with last.pt written
         (Interrupted)."""
-        parts, control = run.parts, run.control
         for epoch in range(run.counters.epoch, run.settings.epochs):
             hooks.before_epoch(epoch)
             with run.phases.time("training"):
-                stats = train_one_epoch(
-                    parts.train_model, parts.criterion, parts.optimizer, parts.scaler, parts.ema, run.train_loader,
-                    run.backend, context=run.context, plan=run.plan, epoch=epoch, epochs=run.settings.epochs,
-                    control=control, hooks=hooks, show_progress=run.context.is_main and run.settings.progress)
-            if control.stopped:
+                stats = train_one_epoch(run.parts, run.train_loader, run.plan, run.counters, hooks,
+                                        show_progress=run.context.is_main and run.settings.progress)
+            if stats.stopped:
                 raise self.stopped(run, f"at epoch {epoch + 1}, batch {run.counters.batch}/{len(run.train_loader)}")
             with run.phases.time("validation"):
                 metrics = self.validate(run, epoch)
@@ -133,7 +130,7 @@ class Trainer:
             run.scheduler.step()
             hooks.after_epoch(epoch, self.end_epoch(run, epoch, stats, metrics))
             run.backend.reset_peak_memory()
-            if broadcast_object(run.context, control.end_training):
+            if broadcast_object(run.context, run.control.end_training):
                 return
 
     def validate(self, run: Run, epoch: int) -> Metrics | None:

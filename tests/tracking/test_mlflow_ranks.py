@@ -22,7 +22,7 @@ pytest.importorskip("mlflow", reason="MLflow is optional (pip install 'detect-tr
 from mlflow.tracking import MlflowClient
 
 from detect.tracking import RUN_ID
-from detect.training.results import COLUMNS
+from detect.training.run import COLUMNS
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]

@@ -29,7 +29,7 @@ class Recorder(Hook):
     def before_step(self, run, index, batch):
         self.events.append(("before_step", index, len(batch)))
 
-    def after_step(self, run, index):
+    def after_step(self, run, index, step):
         self.events.append(("after_step", index))
 
     def after_epoch(self, run, epoch, row):
@@ -59,8 +59,8 @@ def test_a_callback_sees_every_hook_point_in_order(data, tmp_path):
 
 def test_a_callback_stops_the_run_at_a_step_boundary_with_last_pt(data, tmp_path):
     class StopAfterFirstStep(Recorder):
-        def after_step(self, run, index):
-            super().after_step(run, index)
+        def after_step(self, run, index, step):
+            super().after_step(run, index, step)
             run.control.stop_signal = signal.SIGTERM
 
     hook = StopAfterFirstStep()
@@ -69,3 +69,24 @@ def test_a_callback_stops_the_run_at_a_step_boundary_with_last_pt(data, tmp_path
     # Asked after step 0, the job stops at the next optimizer step's boundary (warmup steps every batch).
     assert hook.events[-2:] == [("after_step", 1), ("after_train", False)]
     assert (tmp_path / "exp" / "weights" / "last.pt").is_file()
+
+
+def test_a_save_asked_once_is_answered_at_the_next_boundary_once(data, tmp_path):
+    class SaveOnce(Hook):
+        """Asks for one mid-epoch save before the run's first step; writes down the loop's answers."""
+
+        def __init__(self) -> None:
+            self.answers: list[tuple] = []
+
+        def before_step(self, run, index, batch):
+            if run.counters.iteration == 0:
+                run.control.save_asked = True
+
+        def after_step(self, run, index, step):
+            self.answers.append((run.counters.epoch, index, step.save_now, step.stopped, run.control.save_asked))
+
+    hook = SaveOnce()
+    train.run(callbacks=[hook], **_options(data, tmp_path))
+    # Warmup steps the optimizer every batch: the first step is a boundary; the ask is then withdrawn.
+    assert hook.answers == [(0, 0, True, False, True), (0, 1, False, False, False), (1, 0, False, False, False),
+                            (1, 1, False, False, False)]

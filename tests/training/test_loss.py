@@ -14,7 +14,7 @@ from detect.backend import select
 from detect.config import Hyp, load_hyp
 from detect.models import build_model
 from detect.ops.boxes import ciou_paired
-from detect.training.loop import build_parts
+from detect.training.epoch import build_parts
 from detect.training.loss import DetectionLoss, LossSettings, last_write
 from detect.training.optim import OptimSettings
 from tests.training.reference_loss import ReferenceLoss, flat_targets, reference_ciou

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from detect import train
-from detect.training.loop import StepNumerics
+from detect.training.epoch import StepNumerics
 from tests.training.helpers import tiny_dataset, train_args
 
 

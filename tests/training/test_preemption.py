@@ -71,10 +71,10 @@ def test_save_minutes_writes_last_pt_inside_the_epoch(data, tmp_path, monkeypatc
     saved = []
     original = hooks.Checkpointer.after_step
 
-    def record(self, run, index):
-        if run.control.save_now:
+    def record(self, run, index, step):
+        if step.save_now:
             saved.append(run.counters.batch)
-        original(self, run, index)
+        original(self, run, index, step)
 
     def always_due(self, run, index, batch):
         run.control.save_asked = True

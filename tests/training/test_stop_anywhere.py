@@ -38,7 +38,7 @@ def _stop_in_validation(monkeypatch, epoch: int) -> None:
     """A stop asked after the last step of `epoch` (from 0), as if SIGTERM came just then: it lands in the epoch's
     validation."""
 
-    def after_step(self, run, index) -> None:
+    def after_step(self, run, index, step) -> None:
         if run.counters.epoch == epoch and index + 1 == BATCHES:
             run.control.stop_signal = signal.SIGTERM
 

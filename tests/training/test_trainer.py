@@ -18,14 +18,14 @@ import yaml
 from detect import train, val
 from detect.errors import UserError
 from detect.training import build as build_module
-from detect.training import loop as train_loop
+from detect.training import epoch as train_epoch
 from detect.training.build import build_run, select_backend
 from detect.training.distributed import DistContext
+from detect.training.epoch import train_one_epoch
 from detect.training.hooks import EarlyStopping
-from detect.training.loop import train_one_epoch
 from detect.training.resume import TrainingCheckpoint
 from detect.training.run_folder import RunFolder
-from detect.training.settings import TrainSettings
+from detect.training.settings import NEW_RUN, NEWEST_RUN, Resume, TrainSettings
 from tests.training.helpers import tiny_dataset, train_args
 
 
@@ -206,6 +206,13 @@ def test_a_resumed_run_clears_a_killed_save(tmp_path):
     assert not leftover.exists()
 
 
+def test_resume_is_read_once_into_one_of_three_cases(tmp_path):
+    assert Resume.parse(False) == Resume.parse(None) == Resume.parse("") == NEW_RUN and not NEW_RUN.asked
+    assert Resume.parse(True) == NEWEST_RUN and NEWEST_RUN.asked and NEWEST_RUN.path is None
+    given = Resume.parse(str(tmp_path))
+    assert given == Resume(path=tmp_path) and given.asked and not given.newest
+
+
 def test_non_finite_losses_skip_steps_then_stop_the_run(data, tmp_path, monkeypatch):
     run = build_run(TrainSettings(cfg="yolov5n.yaml", data=str(data), imgsz=64, batch_size=2, epochs=1, workers=0,
                                   device="cpu", project=str(tmp_path), progress=False), DistContext())
@@ -217,20 +224,19 @@ def test_non_finite_losses_skip_steps_then_stop_the_run(data, tmp_path, monkeypa
         total, items = loss(raw, targets)
         return (total * math.nan if len(calls) == 2 else total), items
 
-    def one_epoch(criterion, epoch):
-        return train_one_epoch(parts.train_model, criterion, parts.optimizer, parts.scaler, parts.ema,
-                               run.train_loader, run.backend, context=run.context, plan=run.plan, epoch=epoch,
-                               epochs=2, control=run.control, show_progress=False)
+    def one_epoch(criterion):
+        return train_one_epoch(dataclasses.replace(parts, criterion=criterion), run.train_loader, run.plan,
+                               run.counters, show_progress=False)
 
     before = [parameter.detach().clone() for parameter in run.model.parameters()]
-    stats = one_epoch(nan_on_second_call, 0)
+    stats = one_epoch(nan_on_second_call)
     run.counters.end_epoch()
     assert stats.nonfinite_steps == 1 and run.counters.nonfinite_steps == 1
     assert all(torch.isfinite(parameter).all() for parameter in run.model.parameters())
     assert any(not torch.equal(a, b) for a, b in zip(before, run.model.parameters()))
-    monkeypatch.setattr(train_loop, "MAX_NONFINITE_STREAK", 3)
+    monkeypatch.setattr(train_epoch, "MAX_NONFINITE_STREAK", 3)
     with pytest.raises(UserError, match="not finite for 3 steps in a row"):
-        one_epoch(lambda raw, targets: (loss(raw, targets)[0] * math.nan, torch.zeros(3)), 1)
+        one_epoch(lambda raw, targets: (loss(raw, targets)[0] * math.nan, torch.zeros(3)))
 
 
 @pytest.mark.parametrize("device, context, spec", [

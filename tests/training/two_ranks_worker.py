@@ -118,8 +118,8 @@ class Witness(Hook):
     def before_step(self, run, index, batch) -> None:
         RECORD["profiled"].append(torch.autograd._profiler_enabled())
 
-    def after_step(self, run, index) -> None:
-        if run.control.save_now:  # the main rank's Checkpointer has just written last.pt
+    def after_step(self, run, index, step) -> None:
+        if step.save_now:  # the main rank's Checkpointer has just written last.pt
             written = TrainingCheckpoint.load(run.folder.last_path).counters if run.context.is_main else None
             RECORD["saves"].append([run.counters.epoch, run.counters.batch, written and written.batch])
 
@@ -149,7 +149,7 @@ class Callback(Hook):
     def before_step(self, run, index, batch) -> None:
         RECORD["callbacks"].append(["before_step", index, len(batch)])
 
-    def after_step(self, run, index) -> None:
+    def after_step(self, run, index, step) -> None:
         RECORD["callbacks"].append(["after_step", index])
 
     def after_epoch(self, run, epoch, row) -> None:

@@ -1,6 +1,6 @@
 """One training epoch: warmup, forward and loss under autocast, scaled backward, accumulation, clipping, EMA; the parts
-a step uses, built in one place for the trainer and the throughput tool; and `Control`, the one channel between the
-epoch loop and the trainer's hooks."""
+a step uses, built in one place for the trainer and the throughput tool; and how the loop and the trainer's hooks talk:
+the hooks ask in `Control` (stop, save, end the run), the loop answers in the events it sends (`StepEnd`)."""
 
 from __future__ import annotations
 
@@ -18,12 +18,12 @@ from tqdm import tqdm
 from detect.backend import Backend
 from detect.config import Hyp
 from detect.data import Batch, Loader
-from detect.data.device_batch import pick_size, to_device_batch
+from detect.data.device_batch import DeviceBatch, pick_size, to_device_batch
 from detect.errors import UserError
 from detect.models import DetectionModel
 from detect.training.distributed import DistContext, any_rank, entering
 from detect.training.loss import DetectionLoss, LossSettings
-from detect.training.optim import ModelEMA, OptimSettings, apply_warmup, build_optimizer
+from detect.training.optim import ModelEMA, OptimSettings, apply_warmup, build_optimizer, lr_lambda
 from detect.training.resume import Counters
 
 MAX_GRAD_NORM = 10.0  # gradient clipping after unscale (docs/yolov5.md, "Step order and gradient clip")
@@ -35,13 +35,16 @@ Criterion = Callable[[list[torch.Tensor], torch.Tensor], tuple[torch.Tensor, tor
 
 @dataclasses.dataclass(frozen=True)
 class TrainingParts:
-    """What a training step uses besides the batch; `ema` exists on the main rank only."""
+    """What a training step uses besides the batch, the device and the job included; `ema` exists on the main rank
+    only."""
 
     train_model: nn.Module  # what the step calls: DistributedDataParallel around the model under torchrun, else it
     criterion: Criterion
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
     ema: ModelEMA | None
+    backend: Backend
+    context: DistContext
 
 
 def build_parts(model: DetectionModel, backend: Backend, hyp: Hyp, optim_settings: OptimSettings, batch_size: int,
@@ -64,56 +67,73 @@ def build_parts(model: DetectionModel, backend: Backend, hyp: Hyp, optim_setting
         # DDP broadcasts rank 0's parameters and buffers (the AutoAnchor result included) to every rank.
         device_ids = None if backend.device.type == "cpu" else [backend.device.index]
         train_model = DistributedDataParallel(train_model, device_ids=device_ids)
-    return TrainingParts(train_model, criterion, optimizer, scaler, ema)
+    return TrainingParts(train_model, criterion, optimizer, scaler, ema, backend, context)
 
 
 @dataclasses.dataclass(frozen=True)
 class IterationPlan:
     """What each iteration's learning rate, accumulation and image size follow: warmup, accumulation to the nominal
-    batch, the epoch's lr factor, multi-scale sizes."""
+    batch, the epoch's lr factor over the run's epochs, multi-scale sizes."""
 
     optim: OptimSettings
     global_batch: int
     warmup_iterations: int
-    lr_factor: Callable[[float], float]
+    epochs: int
     multi_scale_sizes: tuple[int, ...] | None = None
     seed: int = 0
+
+    def lr_factor(self, epoch: int) -> float:
+        """The schedule's factor on lr0 in `epoch` (what the LambdaLR scheduler steps through)."""
+        return lr_lambda(self.optim, self.epochs)(epoch)
 
 
 @dataclasses.dataclass
 class Control:
-    """The one channel between the epoch loop and the trainer's hooks. The loop advances `counters`; a hook asks the
-    job to stop (`stop_signal`, e.g. the signal that came) or to save (`save_asked`); the loop answers at the next step
-    boundary that every rank agrees on: `save_now` during that step's after_step hooks (counters then say where the
-    epoch stands), `stopped` when the epoch ended there. `end_training` (early stopping) ends the run after an epoch."""
+    """What the hooks ask of the loop and the trainer; only the hooks' side writes it (a hook asks, the hook list
+    withdraws a save once answered), the loop and the trainer read it. Any rank's ask holds for the job: the ranks
+    agree at the next step boundary (the loop answers in StepEnd) or validation batch."""
 
-    counters: Counters
-    stop_signal: int | None = None
-    save_asked: bool = False
-    save_now: bool = False
-    stopped: bool = False
-    end_training: bool = False
+    stop_signal: int | None = None  # stop at the next step boundary, last.pt written; exit 128 + this signal
+    save_asked: bool = False  # write last.pt at the next step boundary (a mid-epoch save)
+    end_training: bool = False  # end the run after this epoch (early stopping)
 
     def stop_asked(self) -> bool:
         """Whether a stop was asked on this rank (what a validation pass checks after each batch)."""
         return self.stop_signal is not None
 
 
+@dataclasses.dataclass(frozen=True)
+class StepEnd:
+    """The loop's answer at the end of a step, sent with after_step: `save_now` when the ranks stopped at a step
+    boundary that a save or a stop asked for (the counters then say where the epoch stands, for last.pt), `stopped`
+    when a stop ends the epoch there."""
+
+    save_now: bool = False
+    stopped: bool = False
+
+
 class StepHooks(Protocol):
-    """What the epoch loop calls around each step (the trainer's hook list, training/hooks.py)."""
+    """The epoch loop's side of the hooks (the trainer's hook list, training/hooks.py): the requests it reads, the
+    events it sends around each step."""
+
+    @property
+    def control(self) -> Control: ...
 
     def before_step(self, index: int, batch: Batch) -> None: ...
 
-    def after_step(self, index: int) -> None: ...
+    def after_step(self, index: int, step: StepEnd) -> None: ...
 
 
 class NoHooks:
-    """No hook points (the loop alone, as benchmarks and tests run it)."""
+    """No hook points, nothing asked (the loop alone, as benchmarks and tests run it)."""
+
+    def __init__(self) -> None:
+        self.control = Control()
 
     def before_step(self, index: int, batch: Batch) -> None:
         pass
 
-    def after_step(self, index: int) -> None:
+    def after_step(self, index: int, step: StepEnd) -> None:
         pass
 
 
@@ -135,6 +155,7 @@ class EpochStats:
     grad_norm_max: float | None = None
     loss_scale_min: float | None = None  # the GradScaler's scale after each step (None: no loss scaling)
     loss_scale_last: float | None = None
+    stopped: bool = False  # a stop asked ended the epoch at a step boundary (the counters say where)
 
 
 class StepNumerics:
@@ -181,18 +202,18 @@ def optimizer_step(train_model: nn.Module, optimizer: torch.optim.Optimizer, sca
     return grad_norm
 
 
-def _forward_backward(train_model: nn.Module, criterion: Criterion, scaler: torch.amp.GradScaler, images: torch.Tensor,
-                      targets: torch.Tensor, backend: Backend, context: DistContext, sync: bool,
+def _forward_backward(parts: TrainingParts, batch: DeviceBatch, sync: bool,
                       control: Control) -> tuple[torch.Tensor | None, bool, bool]:
     """(loss items (3,) after the backward pass or None when the loss was not finite on some rank (no backward),
     whether any rank asks to stop, whether any rank asks to save)."""
+    train_model, context = parts.train_model, parts.context
     # Gradients are all-reduced only on the micro-step that ends an accumulation (DDP no_sync before it).
     no_sync = context.distributed and not sync
     with train_model.no_sync() if no_sync else contextlib.nullcontext():
         if context.distributed:
             entering("DDP's forward (its broadcast of rank 0's BatchNorm buffers)")
-        with backend.autocast():
-            loss, items = criterion(train_model(images), targets)
+        with parts.backend.autocast():
+            loss, items = parts.criterion(train_model(batch.images), batch.padded_targets)
         # One host sync per step: the ranks must agree to skip (or DDP's backward would wait forever), to stop and to
         # save, so one all-reduce carries the three.
         asks = torch.tensor([False, control.stop_signal is not None, control.save_asked], device=loss.device)
@@ -203,7 +224,7 @@ def _forward_backward(train_model: nn.Module, criterion: Criterion, scaler: torc
         if sync and context.distributed:
             entering("the gradient all-reduce of DDP's backward")
         # yolov5 multiplies by the world size because DDP averages the gradients (docs/yolov5.md, "Loss").
-        scaler.scale(loss * context.world_size).backward()
+        parts.scaler.scale(loss * context.world_size).backward()
     return items, stop, save
 
 
@@ -215,23 +236,23 @@ def _postfix(backend: Backend, mean_losses: torch.Tensor, batch: Batch, size: in
             f"instances {int(batch.target_counts.sum())} size {size or batch.images.shape[-1]}")
 
 
-def train_one_epoch(train_model: nn.Module, criterion: Criterion, optimizer: torch.optim.Optimizer,
-                    scaler: torch.amp.GradScaler, ema: ModelEMA | None, loader: Loader, backend: Backend, *,
-                    context: DistContext, plan: IterationPlan, epoch: int, epochs: int, control: Control,
+def train_one_epoch(parts: TrainingParts, loader: Loader, plan: IterationPlan, counters: Counters,
                     hooks: StepHooks = NO_HOOKS, show_progress: bool = True) -> EpochStats:
-    """Train over one pass of `loader` from batch control.counters.batch (a run resumed inside the epoch). At a step
-    boundary that a hook asked for (every rank agrees), the counters record where the epoch stands and the after_step
-    hooks see control.save_now; a stop then ends the epoch early (control.stopped). At the epoch's end the counters
-    hold its last batch and sums (Counters.end_epoch starts the next one)."""
-    counters = control.counters
+    """Train epoch counters.epoch over one pass of `loader` from batch counters.batch (a run resumed inside the epoch).
+    At a step boundary that the hooks asked for (hooks.control: a save or a stop; every rank agrees), the counters
+    record where the epoch stands and the after_step hooks get StepEnd.save_now; a stop then ends the epoch early
+    (EpochStats.stopped). At the epoch's end the counters hold its last batch and sums (Counters.end_epoch starts the
+    next one)."""
+    train_model, optimizer, scaler, backend = parts.train_model, parts.optimizer, parts.scaler, parts.backend
+    epoch, world_size = counters.epoch, parts.context.world_size
     train_model.train()
     loader.set_epoch(epoch, start_batch=counters.batch)
     optimizer.zero_grad(set_to_none=True)
     loss_sum = torch.tensor(counters.epoch_loss_sum, device=backend.device)
     steps, images, streak, nonfinite, problems = counters.epoch_steps, counters.epoch_images, 0, 0, []
     numerics = StepNumerics(backend.device)
-    stop_asked = save_asked = control.stopped = False
-    bar = tqdm(loader, desc=f"{epoch + 1}/{epochs}", disable=not show_progress, leave=False, initial=counters.batch)
+    stop_asked = save_asked = stopped = False
+    bar = tqdm(loader, desc=f"{epoch + 1}/{plan.epochs}", disable=not show_progress, leave=False, initial=counters.batch)
     started = next_postfix = time.perf_counter()
     for index, batch in enumerate(bar, start=counters.batch):
         hooks.before_step(index, batch)
@@ -243,10 +264,9 @@ def train_one_epoch(train_model: nn.Module, criterion: Criterion, optimizer: tor
         size = pick_size(plan.multi_scale_sizes, plan.seed, iteration) if plan.multi_scale_sizes else None
         step_now = iteration - counters.last_optimizer_step >= accumulate
         device_batch = to_device_batch(batch, backend, size)
-        items, stop, save = _forward_backward(train_model, criterion, scaler, device_batch.images,
-                                              device_batch.padded_targets, backend, context, step_now, control)
+        items, stop, save = _forward_backward(parts, device_batch, step_now, hooks.control)
         stop_asked, save_asked = stop_asked or stop, save_asked or save
-        images += len(batch) * context.world_size
+        images += len(batch) * world_size
         if items is None:
             nonfinite, streak = nonfinite + 1, streak + 1
             if streak >= MAX_NONFINITE_STREAK:
@@ -255,7 +275,7 @@ def train_one_epoch(train_model: nn.Module, criterion: Criterion, optimizer: tor
         else:
             streak = 0
             if step_now:
-                numerics.add(optimizer_step(train_model, optimizer, scaler, ema), scaler)
+                numerics.add(optimizer_step(train_model, optimizer, scaler, parts.ema), scaler)
                 counters.last_optimizer_step = iteration
             loss_sum += items
             steps += 1
@@ -265,21 +285,21 @@ def train_one_epoch(train_model: nn.Module, criterion: Criterion, optimizer: tor
         if at_boundary:
             counters.batch, counters.epoch_steps, counters.epoch_images = index + 1, steps, images
             counters.epoch_loss_sum = loss_sum.tolist()
-        control.save_now, control.stopped = at_boundary, at_boundary and stop_asked
-        hooks.after_step(index)
+        stopped = at_boundary and stop_asked
+        hooks.after_step(index, StepEnd(save_now=at_boundary, stopped=stopped))
+        if stopped:
+            break
         if at_boundary:
-            control.save_now = control.save_asked = save_asked = False
-            if control.stopped:
-                break
+            save_asked = False
         if show_progress and steps and time.perf_counter() >= next_postfix:  # reading the losses is a host sync
             bar.set_postfix_str(_postfix(backend, loss_sum / steps, batch, size))
             next_postfix = time.perf_counter() + POSTFIX_SECONDS
     backend.synchronize()
     counters.nonfinite_steps += nonfinite
-    if not control.stopped:  # every batch done; the trainer ends the epoch once it is validated
+    if not stopped:  # every batch done; the trainer ends the epoch once it is validated
         counters.batch, counters.epoch_steps, counters.epoch_images = len(loader), steps, images
         counters.epoch_loss_sum = loss_sum.tolist()
     means = (loss_sum / max(steps, 1)).tolist()
     return EpochStats(losses=(means[0], means[1], means[2]), images=images, seconds=time.perf_counter() - started,
                       learning_rates=tuple(group["lr"] for group in optimizer.param_groups),
-                      nonfinite_steps=nonfinite, problems=tuple(problems), **numerics.summary())
+                      nonfinite_steps=nonfinite, problems=tuple(problems), stopped=stopped, **numerics.summary())

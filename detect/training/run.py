@@ -1,21 +1,91 @@
-"""Per-epoch results of a run: results.csv (one row per epoch), TensorBoard events, results.png, and the wall time
-of each phase of the run."""
+"""What a training run is once set up (`Run`, which build.py fills and the trainer, the hooks and the trackers read):
+its settings, folder, model, step parts, counters and the hooks' control, its validation, and what it records: the
+per-epoch results log (results.csv, TensorBoard events, results.png) and the wall time of each phase."""
 
 from __future__ import annotations
 
 import collections
 import contextlib
 import csv
+import dataclasses
 import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from detect.evaluation.evaluator import Metrics
+import torch
+
+from detect import backend as backends
+from detect.config import Hyp
+from detect.data import Loader
+from detect.evaluation.evaluator import CocoEvaluator, Metrics
 from detect.evaluation.metric_plots import save_figure
-from detect.training.loop import EpochStats
+from detect.models import DetectionModel
+from detect.models.safe_io import save_checkpoint
+from detect.models.weights import model_state
+from detect.training.distributed import DistContext
+from detect.training.epoch import Control, EpochStats, IterationPlan, TrainingParts
+from detect.training.resume import Counters, TrainingCheckpoint, rng_state
+from detect.training.run_folder import RunFolder
+from detect.training.settings import TrainSettings
 
 LOGGER = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Validation:
+    """What validates the run on each rank: its shard of the val batches, the weights it scores (the main rank's EMA
+    module; a copy on the other ranks, which the main rank's EMA weights are sent to before each validation), and on
+    the main rank alone the COCO evaluator."""
+
+    loader: Loader
+    model: DetectionModel
+    evaluator: CocoEvaluator | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """What one training run holds once set up, on every rank; `parts.ema` and `results` on the main rank only."""
+
+    settings: TrainSettings
+    hyp: Hyp
+    folder: RunFolder
+    train_loader: Loader
+    model: DetectionModel  # what checkpoints save; the steps call parts.train_model (DDP around it under torchrun)
+    parts: TrainingParts
+    plan: IterationPlan
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    counters: Counters  # where the run stands: the epoch loop and the trainer advance them, last.pt keeps them
+    control: Control  # what the hooks ask of the loop (stop, save, end the run)
+    validation: Validation
+    results: ResultsLog | None  # results.csv, written by the main rank
+    phases: PhaseTimes
+    tracking: dict[str, str] = dataclasses.field(default_factory=dict)  # experiment trackers' ids, kept in last.pt
+
+    @property
+    def backend(self) -> backends.Backend:
+        """This rank's device (the steps' own: parts.backend)."""
+        return self.parts.backend
+
+    @property
+    def context(self) -> DistContext:
+        """This rank in its job (the steps' own: parts.context)."""
+        return self.parts.context
+
+    def checkpoint(self, full: bool) -> TrainingCheckpoint:
+        """The run as a checkpoint; `full` adds what resuming needs (optimizer, scaler, scheduler, every RNG)."""
+        ema, parts = self.parts.ema, self.parts
+        return TrainingCheckpoint(
+            model=model_state(self.model), ema=model_state(ema.module), ema_updates=ema.updates,
+            counters=self.counters, settings=self.settings, hyp=self.hyp,
+            optimizer=parts.optimizer.state_dict() if full else None, scaler=parts.scaler.state_dict() if full else None,
+            scheduler=self.scheduler.state_dict() if full else None, rng=rng_state(self.backend) if full else None,
+            tracking=dict(self.tracking) if full else {})
+
+    def save_last(self) -> None:
+        """last.pt: the run where the counters stand, with all a resume needs (main rank)."""
+        save_checkpoint(self.folder.last_path, self.checkpoint(full=True).to_payload())
+
 
 COLUMNS = (
     "epoch", "train/box_loss", "train/obj_loss", "train/cls_loss",
