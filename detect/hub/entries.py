@@ -15,11 +15,13 @@ from torch import nn
 
 from detect import backend as backends
 from detect import cli
+from detect.backend.openvino_runtime import FOLDER_SUFFIX
 from detect.config import Settings, option
 from detect.errors import UserError
 from detect.hub.images import sample_inputs
 from detect.hub.model import HubModel
 from detect.inference.detector import Detector
+from detect.inference.model import RUNTIMES
 from detect.models import DetectionModel, build_model
 from detect.models.safe_io import save_checkpoint
 from detect.models.weights import LOOKUP_DIR, load_model, resolve_weights, weights_payload
@@ -27,12 +29,18 @@ from detect.models.weights import LOOKUP_DIR, load_model, resolve_weights, weigh
 LOGGER = logging.getLogger(__name__)
 # yolov5's hubconf.py names (its P5 and P6 families); each has a bundled yaml of that name in configs/models/.
 MODEL_NAMES = tuple(f"yolov5{size}{level}" for level in ("", "6") for size in "nsmlx")
+EXPORT_KINDS = f"{', '.join(sorted(RUNTIMES))} or an OpenVINO <stem>{FOLDER_SUFFIX} folder"
 
 
 def find_weights(weights: str | Path, hub_dir: Path | None = None) -> Path:
-    """A weights file: a path, or a bare name in the working directory, ./weights/ or hub_dir/weights/; no suffix
-    means .pt (yolov5's custom(path='yolov5n')). A missing file is one line naming where to put it."""
+    """A weights file or an OpenVINO export's folder: a path, or a bare name in the working directory, ./weights/
+    or hub_dir/weights/; no suffix means .pt (yolov5's custom(path='yolov5n')). A missing file is one line naming
+    where to put it."""
     path = Path(weights)
+    if path.is_dir():
+        if not path.name.endswith(FOLDER_SUFFIX):
+            raise UserError(f"{path} is a folder: give a .pt, {EXPORT_KINDS}")
+        return path
     path = path if path.suffix else path.with_suffix(".pt")
     try:
         return resolve_weights(path)
@@ -47,6 +55,11 @@ def find_weights(weights: str | Path, hub_dir: Path | None = None) -> Path:
 def device_spec(device: str | int | torch.device | None) -> str:
     """yolov5's device argument as a backend spec: None is auto, 0 the first accelerator, torch.device its name."""
     return "auto" if device is None or device == "" else str(device)
+
+
+def is_export(path: Path) -> bool:
+    """Whether `path` is an export (run by its runtime), not a PyTorch checkpoint."""
+    return path.suffix.lower() in RUNTIMES or path.is_dir()
 
 
 def transfer_weights(source: DetectionModel, target: DetectionModel) -> int:
@@ -89,9 +102,9 @@ def load(weights: str | Path, *, name: str | None = None, pretrained: bool = Tru
         raise UserError(f"channels={channels}: detect's models take 3-channel (colour) images")
     spec = device_spec(device)
     path = find_weights(weights, hub_dir) if pretrained else None
-    if path is not None and path.suffix.lower() == ".onnx":
+    if path is not None and is_export(path):
         if not autoshape:
-            raise UserError(f"{path}: autoshape=False returns a PyTorch model; an .onnx loads with autoshape")
+            raise UserError(f"{path}: autoshape=False returns a PyTorch model; an export loads with autoshape")
         detector = Detector(path, spec)
     elif path is not None and (classes is None or name is None):
         if not autoshape:
@@ -126,10 +139,11 @@ def named_entry(name: str, hub_dir: Path | None = None) -> Callable[..., nn.Modu
 
 
 def custom_entry(hub_dir: Path | None = None) -> Callable[..., nn.Module]:
-    """hubconf.py's `custom`: any checkpoint of ours, a yolov5 .pt, or an exported .onnx."""
+    """hubconf.py's `custom`: any checkpoint of ours, a yolov5 .pt, or an export that val and predict read."""
     def custom(path: str | Path = "path/to/model.pt", autoshape: bool = True, _verbose: bool = True,
                device: str | int | torch.device | None = None) -> nn.Module:
-        """The model in `path` (ours, a yolov5 .pt, or an .onnx); a bare name is looked up as for --weights."""
+        """The model in `path`: ours, a yolov5 .pt, an export (.torchscript, .onnx, .om, an OpenVINO .xml or its
+        <stem>_openvino_model folder); a bare name is looked up as for --weights."""
         return load(path, autoshape=autoshape, verbose=_verbose, device=device, hub_dir=hub_dir)
 
     return custom
