@@ -23,6 +23,7 @@ from detect.models.safe_io import save_checkpoint
 from detect.models.weights import load_model, model_state
 from detect.ops.boxes import xyxy_to_xywh
 from tests.data.helpers import write_flat_png
+from tests.models.test_weights import RunsCode
 from tests.shared_data import YOLOV5N, needs_shared
 
 REPO = Path(__file__).resolve().parent.parent
@@ -182,6 +183,17 @@ def test_a_named_model_with_other_classes_holds_the_weights_that_fit(weights, tm
     capsys.readouterr()
     same = hub_load("yolov5n", classes=3)  # the checkpoint's own count: the checkpoint as it is
     assert same.names == {0: "cat", 1: "dog", 2: "bird"} and "Transferred" not in capsys.readouterr().out
+
+
+def test_a_code_running_pickle_is_refused_on_every_hub_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    marker = tmp_path / "ran"
+    torch.save({"model": RunsCode(marker)}, tmp_path / "yolov5n.pt")
+    for load in (lambda: hub_load("custom", path="yolov5n.pt"), lambda: hub_load("yolov5n", classes=10),
+                 lambda: hub_load("yolov5n", autoshape=False)):
+        with pytest.raises(UserError, match="asks for os.system, which is not allowed"):
+            load()
+    assert not marker.exists()
 
 
 @needs_shared
