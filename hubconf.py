@@ -1,4 +1,4 @@
-"""torch.hub entry points, as ultralytics/yolov5's hubconf.py names them (detect/hub.py does the work):
+"""torch.hub entry points, as ultralytics/yolov5's hubconf.py names them (detect/hub/ does the work):
 
     model = torch.hub.load("path/to/detect", "custom", path="best.pt", source="local")
     model = torch.hub.load("path/to/detect", "yolov5s", source="local")  # yolov5s.pt from ./, ./weights/ or weights/

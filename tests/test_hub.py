@@ -20,9 +20,10 @@ from detect.hub import MODEL_NAMES, HubModel, HubResults, device_spec
 from detect.inference.sample_images import sample_images
 from detect.models import DetectionModel, build_model
 from detect.models.safe_io import save_checkpoint
-from detect.models.weights import model_state
+from detect.models.weights import load_model, model_state
 from detect.ops.boxes import xyxy_to_xywh
 from tests.data.helpers import write_flat_png
+from tests.models.test_weights import RunsCode
 from tests.shared_data import YOLOV5N, needs_shared
 
 REPO = Path(__file__).resolve().parent.parent
@@ -157,12 +158,54 @@ def test_named_entries_find_weights_and_check_their_keywords(weights, tmp_path, 
     (tmp_path / "weights" / "yolov5s.pt").write_bytes(weights.read_bytes())
     assert hub_load("yolov5s").names == {0: "cat", 1: "dog", 2: "bird"}
     assert hub_load("custom", path="yolov5s").names[2] == "bird"  # no suffix: yolov5s.pt, as yolov5's custom()
-    with pytest.raises(UserError, match="has 3 classes, not classes=80"):
-        hub_load("yolov5s", classes=80)
     untrained = hub_load("yolov5n6", pretrained=False, classes=5)
     assert len(untrained.names) == 5 and untrained.stride == 64
     with pytest.raises(UserError, match="channels=1: detect's models take 3-channel"):
         hub_load("yolov5s", channels=1)
+
+
+def test_a_named_model_with_other_classes_holds_the_weights_that_fit(weights, tmp_path, monkeypatch, capsys):
+    """The hub tutorial's torch.hub.load("ultralytics/yolov5", "yolov5s", classes=10), here on a 3-class yolov5n."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "yolov5n.pt").write_bytes(weights.read_bytes())
+    capsys.readouterr()
+    model = hub_load("yolov5n", classes=10, autoshape=False)
+    # All but the anchors (the yaml's stay, as yolov5's intersect_dicts) and the Detect head's 3 output convs.
+    assert capsys.readouterr().out == "Transferred 342/349 tensors from yolov5n.pt to yolov5n with 10 classes\n"
+    assert isinstance(model, DetectionModel) and model.nc == 10 and model.names == [str(i) for i in range(10)]
+    source = load_model(weights).state_dict()
+    state = model.state_dict()
+    assert state["model.24.m.0.weight"].shape[0] == 3 * (5 + 10) != source["model.24.m.0.weight"].shape[0]
+    assert all(torch.equal(state[name], tensor) for name, tensor in source.items()
+               if not name.startswith("model.24."))
+    hub = hub_load("yolov5n", classes=10)
+    assert hub.nc == 10 and len(hub(np.zeros((48, 80, 3)), size=SIZE)) == 1
+    capsys.readouterr()
+    same = hub_load("yolov5n", classes=3)  # the checkpoint's own count: the checkpoint as it is
+    assert same.names == {0: "cat", 1: "dog", 2: "bird"} and "Transferred" not in capsys.readouterr().out
+
+
+def test_a_code_running_pickle_is_refused_on_every_hub_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    marker = tmp_path / "ran"
+    torch.save({"model": RunsCode(marker)}, tmp_path / "yolov5n.pt")
+    for load in (lambda: hub_load("custom", path="yolov5n.pt"), lambda: hub_load("yolov5n", classes=10),
+                 lambda: hub_load("yolov5n", autoshape=False)):
+        with pytest.raises(UserError, match="asks for os.system, which is not allowed"):
+            load()
+    assert not marker.exists()
+
+
+@needs_shared
+def test_yolov5n_with_ten_classes_transfers_all_but_its_head(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "weights" / "yolov5n.pt").symlink_to(YOLOV5N)
+    capsys.readouterr()
+    model = hub_load("yolov5n", classes=10)
+    out = capsys.readouterr().out
+    assert out == "Transferred 342/349 tensors from weights/yolov5n.pt to yolov5n with 10 classes\n"
+    assert model.nc == 10
 
 
 def test_hubconf_has_yolov5s_entries_each_with_a_bundled_yaml():

@@ -37,6 +37,7 @@ class PredictSettings:
     max_det: int = 1000
     classes: tuple[int, ...] | None = None  # keep only these classes
     agnostic: bool = False  # NMS across classes
+    multi_label: bool = False  # each box once per class above conf_threshold, as validation; off in yolov5's detect
 
     def __post_init__(self) -> None:
         if not all(IMAGE_SIZE.accept(side) for side in self.imgsz):
@@ -149,12 +150,11 @@ class Detector:
             infos.append(LetterboxInfo(original=array.shape[:2], gain=ratio, pad=pad))
         tensor = self.backend.to_device(stack_images(batch)).float() / 255
         settings = self.settings
-        # One label per box (multi_label off), as yolov5's detect.py; validation keeps every label above conf.
         predictor = self.predictor
         found = predictor.detections(predictor(tensor), self.backend,
                                      conf_threshold=settings.conf_threshold, iou_threshold=settings.iou_threshold,
                                      max_det=settings.max_det, classes=settings.classes, agnostic=settings.agnostic,
-                                     multi_label=False)
+                                     multi_label=settings.multi_label)
         results = []
         for rows, info in zip(found, infos):
             rows = rows.float().cpu()

@@ -1,0 +1,65 @@
+"""yolov5's AutoShape on a Detector: what torch.hub.load returns."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from detect.hub.images import ImageLike, to_bgr
+from detect.hub.results import HubResults
+from detect.inference.detector import Detector, PredictSettings
+
+
+class HubModel(nn.Module):
+    """yolov5's AutoShape on a Detector: images (paths, PIL, RGB numpy, or a list of them) give HubResults after NMS;
+    a (B, 3, H, W) float tensor in [0, 1] gives the decoded predictions (B, N, 5+nc) as they are, so the model can be
+    traced. yolov5's attributes conf, iou, agnostic, multi_label, classes, max_det and amp are read at each call."""
+
+    conf = PredictSettings.conf_threshold
+    iou = PredictSettings.iou_threshold
+    agnostic = PredictSettings.agnostic
+    multi_label = PredictSettings.multi_label  # every class above conf per box, as validation scores
+    classes: Sequence[int] | None = None
+    max_det = PredictSettings.max_det
+    amp = False  # fp16 autocast on an accelerator (yolov5's AMP inference); the CPU stays fp32, as yolov5's
+
+    def __init__(self, detector: Detector) -> None:
+        super().__init__()
+        self.detector = detector
+        network = getattr(detector.model, "model", None)
+        if isinstance(network, nn.Module):  # registered, so parameters(), state_dict() and jit.trace see it
+            self.model = network
+        self.names = dict(enumerate(detector.names))
+        self.nc, self.stride = len(self.names), detector.model.stride
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        device = self.detector.backend.device
+        if not self.amp or device.type == "cpu":
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=device.type, dtype=torch.float16)
+
+    def forward(self, ims: ImageLike | torch.Tensor | Sequence[ImageLike], size: int | Sequence[int] = 640,
+                augment: bool = False) -> HubResults | torch.Tensor:
+        """Detections of one image or a list of them, their long side resized to `size`; or a tensor's predictions."""
+        detector = self.detector
+        detector.augment = augment
+        if isinstance(ims, torch.Tensor):
+            with self._autocast():
+                return detector.predict(detector.backend.to_device(ims))
+        start = time.perf_counter()
+        inputs = list(ims) if isinstance(ims, (list, tuple)) else [ims]
+        files, images = zip(*(to_bgr(image, index) for index, image in enumerate(inputs))) if inputs else ((), ())
+        side = max(size) if isinstance(size, Sequence) else size  # yolov5 scales by the larger side too
+        detector.settings = dataclasses.replace(
+            detector.settings, imgsz=(side, side), conf_threshold=self.conf, iou_threshold=self.iou,
+            classes=None if self.classes is None else tuple(self.classes), max_det=self.max_det,
+            agnostic=self.agnostic, multi_label=self.multi_label)
+        with self._autocast():
+            found = detector(list(images)) if images else []
+        milliseconds = 1000 * (time.perf_counter() - start) / max(len(images), 1)
+        return HubResults(list(images), found, list(files), self.names, milliseconds)
