@@ -1,9 +1,9 @@
-"""Our own checkpoints: tensors and plain values only, written atomically, read with weights_only=True. Also what
-every checkpoint reader refuses first (TorchScript), and how a refusal names what a pickle asks for."""
+"""Checkpoint files, read and written safely. Ours hold tensors and plain values only, are written atomically and
+read with weights_only=True; a yolov5 .pt goes to the restricted unpickler (yolov5_pickle.py). Every reader refuses
+TorchScript first, and a weights file of either kind is read once into one stored form (read_stored_model)."""
 
 from __future__ import annotations
 
-import _compat_pickle  # pickle's own table of the Python 2 names that protocol 2 writes
 import errno
 import os
 import pickle
@@ -16,28 +16,12 @@ from typing import Any
 import torch
 
 from detect.errors import UserError
+from detect.models.yolo import StoredModel
+from detect.models.yolov5_pickle import YOLOV5_TASKS, YoloV5Checkpoint, known_global, other_task, read_yolov5_pickle
+from detect.models.yolov5_yaml import mapping_from_yolov5
 
-# os's functions are pickled under the platform module that defines them: os.system is posix.system or nt.system.
-OS_MODULES = ("posix", "nt")
-# The model classes of yolov5's other tasks (segment/ and classify/ train.py, v7.0 on), then their heads.
-YOLOV5_TASKS = {"models.yolo.SegmentationModel": "segmentation", "models.yolo.ClassificationModel": "classification",
-                "models.yolo.Segment": "segmentation", "models.common.Classify": "classification"}
-
-
-def known_global(module: str, name: str) -> tuple[str, str]:
-    """A pickled global as a user knows it: protocol 2 writes Python 2's names (__builtin__.eval, commands.Popen),
-    mapped back as pickle maps them (builtins.eval, subprocess.Popen); posix.system and nt.system are os.system."""
-    if (module, name) in _compat_pickle.NAME_MAPPING:
-        module, name = _compat_pickle.NAME_MAPPING[(module, name)]
-    elif module in _compat_pickle.IMPORT_MAPPING:
-        module = _compat_pickle.IMPORT_MAPPING[module]
-    return ("os" if module in OS_MODULES else module), name
-
-
-def other_task(path: Path, source: str) -> UserError:
-    """The one line for a yolov5 checkpoint of another task than detection; `source` is a class in YOLOV5_TASKS."""
-    return UserError(f"{path} is a yolov5 {YOLOV5_TASKS[source]} checkpoint ({source}): detect loads detection "
-                     "checkpoints only")
+# Every checkpoint of ours holds its model under these keys (model_state each); the EMA's is the one to use.
+MODEL_KEY, EMA_KEY = "model", "ema"
 
 
 def _refuse_modules(value: Any, key: str) -> None:
@@ -149,6 +133,11 @@ def load_checkpoint(path: Path | str) -> dict:
         raise UserError(f"{path} is not a readable checkpoint (not a zip file written by torch.save)")
     if refused:
         raise _refusal(path, refused)
+    return _load_weights_only(path)
+
+
+def _load_weights_only(path: Path) -> dict:
+    """torch.load with weights_only=True of a file that names nothing it refuses; any failure is one UserError line."""
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:  # torch's message is a paragraph on weights_only; one line says what matters
@@ -159,3 +148,38 @@ def load_checkpoint(path: Path | str) -> dict:
     if not isinstance(payload, dict):
         raise UserError(f"{path} is not a detect checkpoint (it holds a {type(payload).__name__}, not a dict)")
     return payload
+
+
+def read_yolov5_checkpoint(path: Path | str) -> YoloV5Checkpoint:
+    """Read a yolov5 checkpoint's state dict, names, yaml and stride ('ema' weights when present); anything its pickle
+    names beyond tensors, plain values and inert placeholders of yolov5's classes is refused."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"checkpoint not found: {path} (give the path of a yolov5 .pt file)")
+    refuse_torchscript(path)
+    return read_yolov5_pickle(path)
+
+
+def stored_state(state: dict, source: str) -> StoredModel:
+    """Our model_state (weights.py) as a StoredModel; errors name `source`."""
+    names = list(state["names"])
+    return StoredModel(state["config"], names, len(names), state["state_dict"], source, source, source)
+
+
+def read_stored_model(path: Path) -> StoredModel:
+    """The model in a weights file: the EMA's (else the model's) of a checkpoint of ours, or a yolov5 .pt's, its yaml
+    translated to ours with the anchors it holds. A file whose pickle names something weights_only loading refuses is
+    not ours: it goes to the yolov5 reader, which resolves no foreign code (e.g. os.system is refused naming it)."""
+    refuse_torchscript(path)
+    if foreign_globals(path) == []:
+        checkpoint = _load_weights_only(path)
+        state = checkpoint.get(EMA_KEY) or checkpoint.get(MODEL_KEY)
+        if not isinstance(state, dict) or "config" not in state:
+            raise UserError(f"{path}: a checkpoint without a model in it")
+        return stored_state(state, str(path))
+    checkpoint = read_yolov5_checkpoint(path)
+    anchors, state_dict = checkpoint.pixel_anchors(), checkpoint.fp32_state_dict()
+    yaml_source = f"{path} (yolov5 yaml)"
+    mapping = mapping_from_yolov5(checkpoint.yaml, yaml_source, anchors, checkpoint.csp_activation)
+    return StoredModel(mapping, list(checkpoint.names), checkpoint.nc, state_dict, str(path), yaml_source,
+                       f"{path} (yolov5)", yolov5=True)

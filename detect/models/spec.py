@@ -158,9 +158,8 @@ def _parse_layer(entry: Any, where: str) -> LayerSpec:
 
 
 def parse_model_spec(data: dict, source: str) -> ModelSpec:
-    """Validate a model yaml mapping, ours or yolov5's (translated); every error names the source and the key."""
-    if is_yolov5_format(data):
-        data = mapping_from_yolov5(data, source)
+    """Validate a model yaml mapping of ours (yolov5's is translated first: yolov5_yaml.mapping_from_yolov5); every
+    error names the source and the key."""
     raw = from_mapping(_ModelFile, data, source)
     if raw.activation not in ACTIVATIONS:
         raise ConfigError(f"{source}: key 'activation' must be one of {', '.join(ACTIVATIONS)}, got "
@@ -197,6 +196,9 @@ def spec_from_yolov5_yaml(yaml: dict, anchors: list[list[float]] | None, source:
 
 
 def load_model_spec(name: str | Path) -> ModelSpec:
-    """Load a model yaml by bare name (configs/models/) or path."""
+    """Load a model yaml, ours or yolov5's, by bare name (configs/models/) or path."""
     path = resolve_config(name, "models")
-    return parse_model_spec(read_yaml(path), str(path))
+    data = read_yaml(path)
+    if is_yolov5_format(data):
+        data = mapping_from_yolov5(data, str(path))
+    return parse_model_spec(data, str(path))

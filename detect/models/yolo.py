@@ -1,13 +1,17 @@
-"""Build a YOLOv5 detection model from a ModelSpec; parameters are named model.<layer index>.<...>."""
+"""Build a YOLOv5 detection model from a ModelSpec; parameters are named model.<layer index>.<...>. A stored model
+(a weights file's yaml, names and tensors) is built here too, its tensors checked to fit and to be finite."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from detect.errors import UserError
 from detect.models.head import MAX_CLASSES, Detect, check_classes
 from detect.models.layers import (
     ACTIVATIONS,
@@ -24,6 +28,8 @@ from detect.models.layers import (
     GhostConv,
 )
 from detect.models.spec import BottleneckArgs, LayerSpec, ModelSpec, load_model_spec
+
+LOGGER = logging.getLogger(__name__)
 
 
 def scale_channels(channels: int, width_multiple: float) -> int:
@@ -204,3 +210,61 @@ def check_class_count(spec: ModelSpec, num_classes: int) -> None:
     them at the head, saying what it would take); nothing is built when they fit."""
     if num_classes > MAX_CLASSES:
         build_model(spec, num_classes)
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredModel:
+    """A model as a weights file holds it, ours or yolov5's: our yaml mapping, its classes and its tensors. Errors name
+    the file (`source`), a yolov5 file's with what of it was read (`yaml_source`, `tensors_source`)."""
+
+    mapping: dict
+    names: list[str]
+    num_classes: int
+    state_dict: dict[str, torch.Tensor]
+    source: str
+    yaml_source: str
+    tensors_source: str
+    yolov5: bool = False
+
+
+def check_fit(model: DetectionModel, state_dict: dict, source: str | Path) -> None:
+    """Weights that do not fit `model` as one UserError line (not load_state_dict's many): the first tensor whose
+    shape differs, with both shapes, or that the model or the file lacks."""
+    target = model.state_dict()
+    described = f"the model its yaml and {len(model.names)} class names describe"
+    for name, tensor in state_dict.items():
+        if not isinstance(tensor, torch.Tensor):
+            raise UserError(f"{source}: {name} in its state dict is a {type(tensor).__name__}, not a tensor")
+        if name not in target:
+            raise UserError(f"{source}: the weights do not fit {described}: the model has no tensor {name}")
+        if tuple(tensor.shape) != tuple(target[name].shape):
+            raise UserError(f"{source}: the weights do not fit {described}: {name} is {tuple(tensor.shape)} in the "
+                            f"file, {tuple(target[name].shape)} in the model")
+    missing = [name for name in target if name not in state_dict]
+    if missing:
+        raise UserError(f"{source}: the weights do not fit {described}: {len(missing)} of its tensors are not in the "
+                        f"file, the first {missing[0]}")
+
+
+def check_finite(state_dict: dict, source: str | Path, refuse: bool = True) -> None:
+    """A UserError (or, not `refuse`, a warning) naming how many tensors of `state_dict` hold NaN or inf: such
+    weights predict nothing."""
+    bad = [name for name, tensor in state_dict.items()
+           if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())]
+    if not bad:
+        return
+    message = (f"{source}: {len(bad)} of {len(state_dict)} tensors hold NaN or inf (the first {bad[0]}): weights of a "
+               "diverged run, which predict nothing")
+    if refuse:
+        raise UserError(message + "; use an earlier checkpoint")
+    LOGGER.warning("%s", message)
+
+
+def build_stored(spec: ModelSpec, stored: StoredModel, refuse_nonfinite: bool = True) -> DetectionModel:
+    """The model `spec` (parsed from `stored.mapping`) describes, holding the stored tensors; tensors that do not fit
+    it, or (refuse_nonfinite) hold NaN or inf, are a UserError naming the file (check_fit, check_finite)."""
+    model = DetectionModel(spec, stored.num_classes, stored.names)
+    check_fit(model, stored.state_dict, stored.tensors_source)
+    model.load_state_dict(stored.state_dict)
+    check_finite(stored.state_dict, stored.source, refuse_nonfinite)
+    return model

@@ -1,7 +1,9 @@
-"""Read an ultralytics/yolov5 .pt checkpoint without running any of the code its pickle names."""
+"""Read an ultralytics/yolov5 .pt checkpoint without running any of the code its pickle names (safe_io opens the
+file: it refuses TorchScript first), and name what a pickle asks for as a user knows it."""
 
 from __future__ import annotations
 
+import _compat_pickle  # pickle's own table of the Python 2 names that protocol 2 writes
 import dataclasses
 import logging
 import pickle
@@ -14,9 +16,31 @@ import numpy as np
 import torch
 
 from detect.errors import UserError, short_repr
-from detect.models.safe_io import YOLOV5_TASKS, known_global, other_task, refuse_torchscript
 
 logger = logging.getLogger(__name__)
+
+# os's functions are pickled under the platform module that defines them: os.system is posix.system or nt.system.
+OS_MODULES = ("posix", "nt")
+# The model classes of yolov5's other tasks (segment/ and classify/ train.py, v7.0 on), then their heads.
+YOLOV5_TASKS = {"models.yolo.SegmentationModel": "segmentation", "models.yolo.ClassificationModel": "classification",
+                "models.yolo.Segment": "segmentation", "models.common.Classify": "classification"}
+
+
+def known_global(module: str, name: str) -> tuple[str, str]:
+    """A pickled global as a user knows it: protocol 2 writes Python 2's names (__builtin__.eval, commands.Popen),
+    mapped back as pickle maps them (builtins.eval, subprocess.Popen); posix.system and nt.system are os.system."""
+    if (module, name) in _compat_pickle.NAME_MAPPING:
+        module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+    elif module in _compat_pickle.IMPORT_MAPPING:
+        module = _compat_pickle.IMPORT_MAPPING[module]
+    return ("os" if module in OS_MODULES else module), name
+
+
+def other_task(path: Path, source: str) -> UserError:
+    """The one line for a yolov5 checkpoint of another task than detection; `source` is a class in YOLOV5_TASKS."""
+    return UserError(f"{path} is a yolov5 {YOLOV5_TASKS[source]} checkpoint ({source}): detect loads detection "
+                     "checkpoints only")
+
 
 # Module prefixes whose classes become inert placeholders: yolov5's own code and torch.nn modules.
 PLACEHOLDER_PREFIXES = ("models.", "utils.", "torch.nn.modules.")
@@ -137,6 +161,18 @@ class YoloV5Checkpoint:
     nc: int
     csp_activation: str = "silu"  # of its BottleneckCSP blocks: leaky_relu up to yolov5 v6.0 (layers.ACTIVATIONS)
 
+    def pixel_anchors(self) -> list[list[float]]:
+        """Its Detect's anchors (AutoAnchor's, stored in strides) in pixels, one row per level."""
+        anchors = self.state_dict[next(key for key in self.state_dict if key.endswith(".anchors"))]
+        strides = torch.tensor(self.stride, dtype=torch.float32).view(-1, 1, 1)
+        return (anchors.float() * strides).view(anchors.shape[0], -1).tolist()
+
+    def fp32_state_dict(self) -> dict[str, torch.Tensor]:
+        """Its tensors as our model loads them: floats in fp32. v5.0's Detect also stores anchor_grid, the anchors in
+        pixels: derived from anchors and strides, so not kept."""
+        return {name: tensor.float() if tensor.is_floating_point() else tensor
+                for name, tensor in self.state_dict.items() if not name.endswith(".anchor_grid")}
+
 
 # The fields yolov5's train.py and strip_optimizer write, v5.0 to master; only 'ema' or 'model' is read.
 KNOWN_FIELDS = {"model", "ema", "epoch", "best_fitness", "updates", "optimizer", "opt", "git", "date", "wandb_id",
@@ -161,9 +197,6 @@ def module_state_dict(module: Placeholder, prefix: str = "") -> dict[str, torch.
 
 def _load_pickle(path: Path) -> Any:
     """torch.load through the restricted unpickler; any failure becomes one UserError line."""
-    if not path.is_file():
-        raise UserError(f"checkpoint not found: {path} (give the path of a yolov5 .pt file)")
-    refuse_torchscript(path)
     try:
         # weights_only=False is safe here only because RESTRICTED_PICKLE resolves no foreign globals and the file is
         # not TorchScript, which torch.load would hand to torch.jit.load.
@@ -204,9 +237,9 @@ def _names_list(names: Any) -> list[str]:
     return [str(name) for name in names]
 
 
-def read_yolov5_checkpoint(path: Path | str) -> YoloV5Checkpoint:
-    """Read a yolov5 checkpoint's state dict, names, yaml and stride ('ema' weights when present)."""
-    path = Path(path)
+def read_yolov5_pickle(path: Path) -> YoloV5Checkpoint:
+    """A yolov5 checkpoint's state dict, names, yaml and stride ('ema' weights when present), from a file that is not
+    TorchScript (torch.load would run it: safe_io.read_yolov5_checkpoint refuses it first)."""
     payload = _load_pickle(path)
     if not isinstance(payload, dict):
         raise UserError(f"{path} is not a yolov5 checkpoint (its pickle holds a {type(payload).__name__}, not a dict)")

@@ -17,8 +17,8 @@ import torch
 from detect.backend import Backend
 from detect.config import Hyp, from_mapping, read_yaml
 from detect.errors import ConfigError, UserError
-from detect.models.safe_io import load_checkpoint
-from detect.models.weights import EMA_KEY, MODEL_KEY, check_finite
+from detect.models.safe_io import EMA_KEY, MODEL_KEY, load_checkpoint
+from detect.models.yolo import check_finite
 from detect.training.distributed import DistContext, all_gather_objects, broadcast_object
 from detect.training.run_folder import CONFIG_FILE, LAST, RUN_WEIGHTS
 from detect.training.settings import Resume, TrainSettings

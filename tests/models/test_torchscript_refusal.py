@@ -17,9 +17,8 @@ import torch
 
 from detect import predict, train, val
 from detect.errors import UserError
-from detect.models.safe_io import load_checkpoint
+from detect.models.safe_io import load_checkpoint, read_yolov5_checkpoint
 from detect.models.weights import load_model
-from detect.models.yolov5_pickle import read_yolov5_checkpoint
 from tests.data.helpers import write_sample, write_yaml
 
 

@@ -14,6 +14,7 @@ from detect.config import Hyp
 from detect.errors import ConfigError
 from detect.models import build_model, load_model_spec, parse_model_spec
 from detect.models.layers import GhostBottleneck
+from detect.models.spec import spec_from_yolov5_yaml
 from detect.models.weights import load_model
 from detect.training.loss import DetectionLoss, LossSettings
 from tests.models.yolov5_standins import standin_checkpoint
@@ -31,7 +32,7 @@ def test_the_structures_cover_every_yolov5_yaml():
 def test_each_yolov5_yaml_has_yolov5s_parameter_count(name):
     # On the meta device: shapes and counts without allocating (yolov5-p7 has 144M parameters).
     with torch.device("meta"):
-        model = build_model(parse_model_spec(copy.deepcopy(YAMLS[name]), name))
+        model = build_model(spec_from_yolov5_yaml(copy.deepcopy(YAMLS[name]), None, name))
     assert sum(p.numel() for p in model.parameters()) == PARAMETERS[name]
 
 
@@ -60,7 +61,7 @@ LEVELS = {  # levels -> a small model of that many Detect levels and its strides
 @pytest.mark.parametrize("levels", sorted(LEVELS))
 def test_forward_predict_and_loss_on_other_level_counts(levels):
     mapping, strides = LEVELS[levels]
-    model = build_model(parse_model_spec(mapping, f"{levels} levels"), num_classes=3)
+    model = build_model(spec_from_yolov5_yaml(mapping, None, f"{levels} levels"), num_classes=3)
     assert model.detect.level_strides == strides and model.max_stride == strides[-1]
     imgsz = 2 * strides[-1]
     raw = model.train()(torch.rand(2, 3, imgsz, imgsz))
@@ -82,8 +83,8 @@ def test_forward_predict_and_loss_on_other_level_counts(levels):
 
 
 def test_leaky_relu_activation_reaches_every_conv_but_those_without_one():
-    model = build_model(parse_model_spec(small({**YAMLS["yolov5s-ghost"], "activation": "nn.LeakyReLU(0.1)"}),
-                                         "ghost"))
+    model = build_model(spec_from_yolov5_yaml(small({**YAMLS["yolov5s-ghost"], "activation": "nn.LeakyReLU(0.1)"}),
+                                              None, "ghost"))
     assert model.spec.activation == "leaky_relu"
     acts = [type(m.act).__name__ for m in model.modules() if hasattr(m, "bn") and hasattr(m, "act")]
     assert set(acts) == {"LeakyReLU", "Identity"}  # Identity: the second GhostConv of each GhostBottleneck
@@ -94,20 +95,20 @@ def test_leaky_relu_activation_reaches_every_conv_but_those_without_one():
 def test_ghost_and_transformer_models_run_and_keep_yolov5s_names():
     for name, expected in (("yolov5s-ghost", "model.2.m.0.conv.2.cv2.conv.weight"),
                            ("yolov5s-transformer", "model.8.m.tr.0.ma.in_proj_weight")):
-        model = build_model(parse_model_spec(small(YAMLS[name]), name), num_classes=2).eval()
+        model = build_model(spec_from_yolov5_yaml(small(YAMLS[name]), None, name), num_classes=2).eval()
         assert expected in model.state_dict()
         with torch.no_grad():
             assert model.predict(torch.rand(1, 3, 64, 96)).shape == (1, 3 * (8 * 12 + 4 * 6 + 2 * 3), 7)
 
 
 def test_yolov3_bottleneck_rows_repeat_as_yolov5_names_them():
-    names = build_model(parse_model_spec(small(YAMLS["yolov3"], 1.0), "yolov3")).state_dict()
+    names = build_model(spec_from_yolov5_yaml(small(YAMLS["yolov3"], 1.0), None, "yolov3")).state_dict()
     assert "model.2.cv1.conv.weight" in names  # number 1: the block itself
     assert "model.4.1.cv2.conv.weight" in names and "model.4.2.cv1.conv.weight" not in names  # number 2: Sequential
 
 
 def test_anchors_as_a_number_build_placeholders_that_autoanchor_replaces():
-    spec = parse_model_spec(small(p7()), "p7")
+    spec = spec_from_yolov5_yaml(small(p7()), None, "p7")
     assert spec.anchors == 3 and spec.mapping["anchors"] == 3
     model = build_model(spec)
     assert model.detect.anchors.shape == (5, 3, 2)

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from detect.errors import UserError
-from detect.models.safe_io import load_checkpoint
+from detect.models.safe_io import load_checkpoint, read_yolov5_checkpoint
 from detect.models.weights import load_model
-from detect.models.yolov5_pickle import RestrictedUnpickler, read_yolov5_checkpoint
+from detect.models.yolov5_pickle import RestrictedUnpickler
 from tests.models.yolov5_standins import standin_checkpoint
 from tests.models.yolov5_task_standins import task_checkpoint
 from tests.shared_data import YOLOV5N, needs_shared

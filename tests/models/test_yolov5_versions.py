@@ -12,9 +12,10 @@ import torch
 
 from detect.errors import UserError
 from detect.models import build_model
+from detect.models.safe_io import read_yolov5_checkpoint
 from detect.models.spec import spec_from_yolov5_yaml
 from detect.models.weights import load_model
-from detect.models.yolov5_pickle import RESTRICTED_PICKLE, read_yolov5_checkpoint
+from detect.models.yolov5_pickle import RESTRICTED_PICKLE
 from tests.models.yolov5_standins import VERSIONS, standin_checkpoint, yolov5_yaml
 
 # What train.py leaves on disk: best.pt / last.pt after strip_optimizer (fp16), and a mid-run last.pt or

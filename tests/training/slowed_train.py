@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from detect import cli, train
-from detect.data.labels import check, split
+from detect.data.labels import check, checked
 from detect.evaluation import val_loop
 from detect.models import safe_io
 from detect.training import build, hooks
@@ -64,7 +64,7 @@ def main() -> int:
     if stage == "validation":
         slow_validation(int(os.environ.get("SLOWED_PASS", "1")))
     elif stage == "check":
-        split.PROCESS_POOL_FROM = 1
+        checked.PROCESS_POOL_FROM = 1
         check.check_image = slow_check_image
     elif stage == "save":
         build.save_checkpoint = hooks.save_checkpoint = slowed(safe_io.save_checkpoint)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,18 @@ class CocoLabels:
     rows: dict[str, tuple[np.ndarray, np.ndarray]]
     image_ids: dict[str, int]
     category_ids: list[int]
+
+    def ids_of(self, images: list[str]) -> np.ndarray:
+        """The json's image ids; an image the json does not list gets a fresh id above them all."""
+        known = self.image_ids
+        next_id = max(known.values(), default=0) + 1
+        ids = []
+        for name in map(os.path.basename, images):
+            if name not in known:
+                known = {**known, name: next_id}
+                next_id += 1
+            ids.append(known[name])
+        return np.array(ids, np.int64)
 
 
 def read_coco_labels(path: Path) -> CocoLabels:

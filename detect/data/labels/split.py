@@ -1,17 +1,11 @@
-"""A dataset split: list its images, check them (in parallel, cached), summarise problems, give records."""
+"""A dataset split: list its images, check them (check.py, cached), summarise problems, give records."""
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import dataclasses
 import logging
-import multiprocessing
 import os
-import signal
 import stat
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
-from itertools import repeat
 from pathlib import Path
 
 import numpy as np
@@ -20,8 +14,7 @@ from detect.data.data_config import DataConfig
 from detect.data.images.files import Listing, walk
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS
 from detect.data.labels import cache as label_cache
-from detect.data.labels import check
-from detect.data.labels.checked import CheckedImages, summarise
+from detect.data.labels.checked import check_images, summarise
 from detect.data.labels.coco_json import read_coco_labels
 from detect.data.records import IMAGE_SUFFIXES, RecordTable, assign_image_ids, label_path_for
 from detect.errors import UserError
@@ -31,13 +24,7 @@ LOGGER = logging.getLogger(__name__)
 # Our label cache sits beside the labels as <split folder>.detect.cache: yolov5 keeps its own (a numpy pickle) at
 # <split folder>.cache, and with one name each tool would find the other's file unreadable and re-check every image.
 CACHE_SUFFIX = ".detect.cache"
-# From this many images the check runs in processes (below, threads overlap the file reads of a network disk).
-PROCESS_POOL_FROM = 5_000
-# Images a check process takes at a time: a stop (SIGTERM) waits for the chunks under way, tens of ms each (about 1 ms
-# an image, docs/scale.md), while 3,700 chunks for COCO's 118k images cost well under a second of hand-offs.
-CHECK_CHUNK = 32
 SUFFIXES = {suffix.removeprefix(".") for suffix in IMAGE_SUFFIXES}
-PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,34 +76,6 @@ def _listed_images(source: Path) -> list[str]:
     return images
 
 
-def _scan(images: list[str], labels: list[str | None], given: list, num_classes: int,
-          max_pixels: int) -> CheckedImages:
-    """Check every image: in a process pool for a large split (the check is mostly Python, which threads would run
-    one at a time), else in threads (they overlap file reads, which is what a small split on a network disk waits on)."""
-    arguments = (images, labels, repeat(num_classes), given, repeat(max_pixels))
-    if len(images) >= PROCESS_POOL_FROM and (os.cpu_count() or 1) > 1:
-        # fork, as yolov5 and our DataLoader workers: no re-import of __main__ (a script needs no main guard), no
-        # start-up cost; the check runs no torch op and no parallel cv2 call, so no inherited thread pool is used
-        pool: Executor = ProcessPoolExecutor(os.cpu_count(), mp_context=multiprocessing.get_context("fork"),
-                                             initializer=_checker_start)
-        chunksize = CHECK_CHUNK
-    else:
-        pool, chunksize = ThreadPoolExecutor(min(8, (os.cpu_count() or 1) * 2)), 1
-    try:
-        return CheckedImages.from_results(list(pool.map(check.check_image, *arguments, chunksize=chunksize)))
-    finally:  # a stop during the check (SIGTERM) cancels the queued chunks; the running ones end, then the workers
-        pool.shutdown(cancel_futures=True)
-
-
-def _checker_start() -> None:
-    """A label-check process leaves SIGTERM and Ctrl-C to the main process (which ends the pool) and dies with it,
-    so none is left behind when the main process is killed."""
-    for number in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(number, signal.SIG_IGN)
-    with contextlib.suppress(OSError, AttributeError):  # prctl is Linux's
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
 def _write_details(cache_file: Path, details: list[str]) -> Path | None:
     """The label-check details beside the label cache (cache_path put both where they can be written)."""
     target = cache_file.with_suffix(".problems.txt")
@@ -130,18 +89,6 @@ def _write_details(cache_file: Path, details: list[str]) -> Path | None:
         return None
     LOGGER.info("label-check details: %s", target)
     return target
-
-
-def _json_ids(images: list[str], json_ids: dict[str, int]) -> np.ndarray:
-    """The json's image ids; an image the json does not list gets a fresh id above them all."""
-    next_id = max(json_ids.values(), default=0) + 1
-    ids = []
-    for name in map(os.path.basename, images):
-        if name not in json_ids:
-            json_ids = {**json_ids, name: next_id}
-            next_id += 1
-        ids.append(json_ids[name])
-    return np.array(ids, np.int64)
 
 
 def as_single_class(split: LabelledSplit) -> LabelledSplit:
@@ -178,12 +125,14 @@ def load_split(config: DataConfig, split: str = "train", single_class: bool = Fa
         json_file = None
     if json_file is not None:
         coco = read_coco_labels(json_file)
+        json_ids = coco.ids_of(images)
         labels: list[str | None] = [None] * len(images)
         empty = (np.zeros((0, 5), np.float32), np.zeros(0, bool))
         given = [coco.rows.get(os.path.basename(image), empty) for image in images]
         usual, key_files = json_file.with_name(f"{json_file.stem}.{split}{CACHE_SUFFIX}"), [*images, str(json_file)]
     else:
-        coco, labels, given = None, [label_path_for(image) for image in images], [None] * len(images)
+        coco, json_ids, labels = None, None, [label_path_for(image) for image in images]
+        given = [None] * len(images)
         label_folder = Path(labels[0]).parent
         usual, key_files = label_folder.with_name(label_folder.name + CACHE_SUFFIX), images + labels
     cache_file = label_cache.cache_path(usual, cache_dir)
@@ -191,14 +140,14 @@ def load_split(config: DataConfig, split: str = "train", single_class: bool = Fa
     checked = label_cache.read_cache(cache_file, key)
     cache_state = "loaded"
     if checked is None:
-        checked = _scan(images, labels, given, config.num_classes, max_pixels)
+        checked = check_images(images, labels, given, config.num_classes, max_pixels)
         cache_state = "written" if label_cache.write_cache(cache_file, key, checked) else "not written"
     counts, details = summarise(split, images, checked, cache_state, unlisted)
     details_file = _write_details(cache_file, details) if details else None
     if not counts["usable"]:
         raise UserError(f"{config.source}: no usable image in the '{split}' split ({counts['found']} found, all skipped; "
                         f"see {details_file})")
-    ids = _json_ids(images, coco.image_ids) if coco else assign_image_ids(images)
+    ids = assign_image_ids(images) if json_ids is None else json_ids
     table = RecordTable(paths=np.array([os.fsencode(image) for image in images]), image_ids=ids,
                         widths=checked.widths, heights=checked.heights, offsets=checked.offsets, rows=checked.rows,
                         crowd=checked.crowd)
