@@ -15,7 +15,7 @@ from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS, MAX_PIXELS
 from detect.data.labels.cache import CACHE_DIR_HELP
 from detect.data.loader import Loader
 from detect.errors import UserError
-from detect.evaluation.evaluator import BACKENDS
+from detect.evaluation.evaluator import BACKENDS, CocoEvaluator
 from detect.evaluation.report import coco_stats, metrics_table, problems_list
 from detect.evaluation.scoring import prepare_scoring
 from detect.evaluation.size_study import STUDY_SIZES, run_study
@@ -25,7 +25,6 @@ from detect.evaluation.val_loop import (
     EvalSettings,
     Predict,
     Speed,
-    build_evaluator,
     evaluate,
     measure_speed,
 )
@@ -121,8 +120,8 @@ def score(settings: ValSettings, weights: str, imgsz: int) -> EvalResult:
     """mAP and speed of one checkpoint at one size, nothing written (a --task study point)."""
     thresholds = settings.nms
     backend, predict, loader = _prepare(settings, weights, imgsz)
-    result = evaluate(predict, loader, backend, build_evaluator(loader.split, settings.evaluator), thresholds,
-                      progress=settings.progress)
+    evaluator = CocoEvaluator.for_split(loader.split, settings.evaluator)
+    result = evaluate(predict, loader, backend, evaluator, thresholds, progress=settings.progress)
     LOGGER.info("%s at %d: mAP50 %.4f, mAP50-95 %.4f; %s", weights, imgsz, result.metrics.map50,
                 result.metrics.map50_95, result.speed)
     return result
@@ -146,7 +145,7 @@ def validate(settings: ValSettings) -> EvalResult:
     thresholds = settings.nms
     backend, predict, loader = _prepare(settings, weights, settings.imgsz)
     save_dir = make_run_dir(settings.project, settings.name, settings.exist_ok)
-    evaluator = build_evaluator(loader.split, settings.evaluator)
+    evaluator = CocoEvaluator.for_split(loader.split, settings.evaluator)
     outputs = ValOutputs(save_dir, loader.split, settings.save_txt, settings.save_conf, settings.plots)
     result = evaluate(predict, loader, backend, evaluator, thresholds, progress=settings.progress,
                       on_image=outputs.add)

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from detect.data.categories import json_categories, yolo_category_ids
+from detect.data.labels.split import LabelledSplit
 from detect.data.records import ImageRecord
 from detect.errors import UserError, short_repr
 from detect.ops.boxes import xywhn_to_xyxy, xyxy_to_ltwh
@@ -143,6 +144,13 @@ class CocoEvaluator:
             dataset = json.load(handle)
         categories = json_categories(dataset.get("categories", []))
         return cls(dataset, [c["id"] for c in categories], [c["name"] for c in categories], backend, path)
+
+    @classmethod
+    def for_split(cls, split: LabelledSplit, backend: str = "auto") -> CocoEvaluator:
+        """The COCO ground truth of a split: its instances json when it has one, else built from its labels."""
+        if split.coco_json is not None:
+            return cls.from_coco_json(split.coco_json, backend)
+        return cls.from_records(split.records, split.names, backend)
 
     @classmethod
     def from_records(cls, records: Sequence[ImageRecord], class_names: Sequence[str],

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from detect.backend import Backend
 from detect.errors import UserError
+from detect.evaluation.evaluator import CocoEvaluator
 from detect.evaluation.scoring import prepare_scoring
-from detect.evaluation.val_loop import build_evaluator, evaluate
+from detect.evaluation.val_loop import evaluate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +44,7 @@ def check_files(files: dict[str, Path], data: str, imgsz: int, batch_size: int, 
     for kind, path in files.items():
         try:
             predict, loader = prepare_scoring(path, data, "val", imgsz, batch_size, workers, backend, rect=False)
-            result = evaluate(predict, loader, backend, build_evaluator(loader.split), progress=False)
+            result = evaluate(predict, loader, backend, CocoEvaluator.for_split(loader.split), progress=False)
         except UserError as error:
             rows.append(CheckRow(kind, path, file_megabytes(path), problem=str(error)))
             continue

@@ -11,7 +11,7 @@ import torch
 from tqdm import tqdm
 
 from detect.backend import Backend
-from detect.data import Batch, LabelledSplit, LetterboxInfo, Loader, boxes_to_original
+from detect.data import Batch, LetterboxInfo, Loader, boxes_to_original
 from detect.data.device_batch import to_device_batch
 from detect.evaluation.evaluator import CocoEvaluator, Metrics
 from detect.inference.predictor import Predictor
@@ -66,13 +66,6 @@ class ImageDetections:
     path: str
     letterbox: LetterboxInfo
     detections: torch.Tensor  # (n, 6) [x1, y1, x2, y2, score, class], original-image pixels, on the CPU
-
-
-def build_evaluator(split: LabelledSplit, backend: str = "auto") -> CocoEvaluator:
-    """The COCO ground truth of a split: its instances json when it has one, else built from its labels."""
-    if split.coco_json is not None:
-        return CocoEvaluator.from_coco_json(split.coco_json, backend)
-    return CocoEvaluator.from_records(split.records, split.names, backend)
 
 
 class _Clock:
@@ -142,7 +135,8 @@ def predict_shard(predict: Predict, loader: Loader, backend: Backend, settings: 
                   progress: bool = True, stop: Callable[[], bool] | None = None) -> ShardPredictions:
     """Detections (original-image pixels, on the CPU) of every image `loader` yields; when `stop()` turns true, the
     pass ends after the batch at hand (`stopped`)."""
-    predictor, clock, images, unusable, batches = predict if isinstance(predict, Predictor) else Predictor(predict), _Clock(backend), 0, set(), []
+    predictor = predict if isinstance(predict, Predictor) else Predictor(predict)
+    clock, images, unusable, batches = _Clock(backend), 0, set(), []
     problems: dict[str, None] = {}  # a dict keeps the lines in first-seen order without repeats
     for batch in tqdm(loader, desc="val", disable=not progress, leave=False):
         if stop is not None and stop():

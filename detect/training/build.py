@@ -32,7 +32,7 @@ from detect.data.device_batch import multi_scale_sizes
 from detect.data.images.ram_cache import NodeShare
 from detect.data.loader import default_workers
 from detect.errors import UserError
-from detect.evaluation.val_loop import build_evaluator
+from detect.evaluation.evaluator import CocoEvaluator
 from detect.inference.sample_images import sample_images
 from detect.models import DetectionModel, ModelSpec, build_model, load_model_spec, model_max_stride
 from detect.models.weights import load_model, model_from_state, restore_model_state
@@ -258,7 +258,7 @@ def _validation(settings: TrainSettings, data: DataConfig, model: DetectionModel
         rank=context.rank, world_size=context.world_size, checked=_checked_split(settings, data, "val", context))
     if ema is None:
         return Validation(loader, copy.deepcopy(model).eval().requires_grad_(False), None)
-    return Validation(loader, ema.module, build_evaluator(loader.split))
+    return Validation(loader, ema.module, CocoEvaluator.for_split(loader.split))
 
 
 def _resumed_backend(point: ResumePoint, joined: backends.Backend, context: DistContext) -> backends.Backend:

@@ -13,8 +13,8 @@ import numpy as np
 
 from detect import backend
 from detect.data import build_val_loader, load_data_config
+from detect.evaluation.evaluator import CocoEvaluator
 from detect.evaluation.final import final_evaluation
-from detect.evaluation.val_loop import build_evaluator
 from detect.models.weights import load_model
 from detect.training.distributed import DistContext, destroy_process_group, init_process_group
 from detect.training.trainer import JobExchange
@@ -25,7 +25,7 @@ def main(weights: str, data: str, imgsz: int, batch: int, out: str) -> None:
     cpu = backend.select("cpu")
     loader = build_val_loader(load_data_config(data), "val", imgsz, batch, 0, pin_memory=False, rank=context.rank,
                               world_size=context.world_size)
-    evaluator = build_evaluator(loader.split) if context.is_main else None
+    evaluator = CocoEvaluator.for_split(loader.split) if context.is_main else None
     metrics = final_evaluation(load_model(weights), Path(weights), loader, evaluator, cpu, Path(out), progress=False,
                                exchange=JobExchange.of(context, cpu.device))
     if context.is_main:
