@@ -179,6 +179,14 @@ def user_message(error: UserError) -> str:
     return text
 
 
+def say(line: str) -> None:
+    """`line` on stderr in one write. print() writes the text and its newline apart, which an unbuffered stderr
+    (PYTHONUNBUFFERED=1) sends as two writes: the ranks of a job that fail at once, sharing the stream, then ran
+    their lines together on one line."""
+    sys.stderr.write(f"{line}\n")
+    sys.stderr.flush()
+
+
 def run(main: Callable[[], int | None]) -> int:
     """Run a CLI body; a UserError becomes one line on stderr and exit code 2, a run stopped by a signal its one
     line and 128 + the signal (130 for Ctrl-C, 143 for SIGTERM), a second Ctrl-C 130 without a traceback."""
@@ -189,17 +197,17 @@ def run(main: Callable[[], int | None]) -> int:
     try:
         return main() or 0
     except UserError as error:
-        print(f"error: {user_message(error)}", file=sys.stderr)
+        say(f"error: {user_message(error)}")
         return 2
     except Interrupted as stopped:
         if str(stopped):  # a torchrun job's line comes from its main rank alone
-            print(stopped, file=sys.stderr)
+            say(str(stopped))
         _end_at_once_on_ctrl_c()
         return stopped.exit_code
     except (KeyboardInterrupt, Exception) as error:  # also clean-up that a Ctrl-C cut short failing in turn
         if not _after_ctrl_c(error):
             raise
-        print("interrupted", file=sys.stderr)
+        say("interrupted")
         _end_at_once_on_ctrl_c()
         return 128 + signal.SIGINT
 

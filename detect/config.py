@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import sys
 import types
@@ -17,6 +18,7 @@ import yaml
 from detect.errors import ConfigError, UserError, short_repr
 
 T = TypeVar("T")
+LOGGER = logging.getLogger(__name__)
 
 # The bundled model, hyp and data yamls: package data (pyproject.toml), so a wheel install has them too.
 # pip installs packages as folders, so the resource is a real path, which data yamls need to resolve `path`.
@@ -234,6 +236,10 @@ AT_LEAST_ONE = _finite_range("a finite number >= 1", 1)
 ABOVE_ONE = _finite_range("a finite number > 1", 1, low_open=True)
 SHEAR = _finite_range("a number of degrees in [0, 90)", 0, 90, high_open=True)
 STEPS = Bound("an integer in [1, 2**31)", lambda value: 1 <= value < 2**31)  # steps; torch takes a C++ integer
+# yolov5's hyp `anchors`: 0 keeps the model's anchors, else it is rounded to the anchors per level; 10 is the top of
+# the range yolov5's --evolve gives it (train.py, meta["anchors"]).
+ANCHORS_PER_LEVEL = Bound("0 (the model's anchors) or a number that rounds to 1-10 anchors per level",
+                          lambda value: value == 0 or math.isfinite(value) and 1 <= round(value) <= 10)
 
 
 def _key(default: float, bound: Bound) -> Any:
@@ -261,6 +267,9 @@ class Hyp:
     obj_pw: float = _key(1.0, FINITE_POSITIVE)
     iou_t: float = _key(0.20, PROBABILITY)  # an IoU
     anchor_t: float = _key(4.0, AT_LEAST_ONE)  # a size ratio: below 1 no target matches any anchor
+    # hyp.VOC.yaml's and hyp.Objects365.yaml's: a new run's model gets round(anchors) anchors per level, computed from
+    # the labels by AutoAnchor (the model yaml's and the weights' are dropped), as yolov5's train.py does. 0: not set.
+    anchors: float = _key(0.0, ANCHORS_PER_LEVEL)
     fl_gamma: float = _key(0.0, FINITE_NON_NEGATIVE)  # 0: no focal loss
     hsv_h: float = _key(0.015, FINITE_NON_NEGATIVE)  # augmentation gains, fractions and degrees: 0 turns one off
     hsv_s: float = _key(0.7, FINITE_NON_NEGATIVE)
@@ -290,8 +299,21 @@ class Hyp:
 
 
 def load_hyp(name: str | Path = "scratch-low.yaml") -> Hyp:
-    """Load a hyp yaml by bare name (configs/hyps/) or path."""
-    return load_dataclass(Hyp, resolve_config(name, "hyps"))
+    """Load a hyp yaml by bare name (configs/hyps/) or path; yolov5's names (hyp.VOC.yaml, data/hyps/hyp.VOC.yaml)
+    that are not files here are our copies of its five hyp files."""
+    return load_dataclass(Hyp, resolve_config(_bundled_yolov5_hyp(Path(name)), "hyps"))
+
+
+def _bundled_yolov5_hyp(path: Path) -> Path:
+    """`hyp.X.yaml`, bare or under data/hyps/ as yolov5's commands give it, as configs/hyps/X.yaml when it is not a
+    file here and we bundle X.yaml; any other path as it is."""
+    bundled = path.name.removeprefix("hyp.")
+    is_yolov5_name = path.name.startswith("hyp.") and path.parent.as_posix() in (".", "data/hyps")
+    if path.is_file() or not is_yolov5_name or not (CONFIGS_DIR / "hyps" / bundled).is_file():
+        return path
+    if path.parent != Path("."):
+        LOGGER.info("%s: not here; reading our copy of yolov5's, configs/hyps/%s", path, bundled)
+    return Path(bundled)
 
 
 # --- settings that are also command-line flags -----------------------------------------------------------------

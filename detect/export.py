@@ -14,18 +14,10 @@ from detect import cli
 from detect.config import IMAGE_SIZE, POSITIVE, UNIT, Settings, option, options_from_dict
 from detect.errors import UserError
 from detect.evaluation.export_check import check_files, check_table, file_megabytes
-from detect.exporters.amct import calibrate_amct
+from detect.exporters.formats import Int8Calibration, write_formats
 from detect.exporters.graph_nms import NmsSettings
-from detect.exporters.int8 import DEFAULT_CALIB_IMAGES, quantize_onnx
-from detect.exporters.om import convert_om
-from detect.exporters.onnx_export import export_onnx
-from detect.exporters.openvino_export import export_openvino
-from detect.exporters.torchscript import (
-    ExportSettings,
-    export_metadata,
-    export_torchscript,
-    traced_module,
-)
+from detect.exporters.int8 import DEFAULT_CALIB_IMAGES
+from detect.exporters.torchscript import ExportSettings
 from detect.models import build_model
 from detect.models.weights import YOLOV5_DEFAULT_WEIGHTS, load_model, resolve_weights
 from detect.run_dir import check_folder
@@ -134,17 +126,9 @@ def export(args: ExportRunSettings) -> dict[str, Path]:
         raise UserError(f"cannot write to {output_dir}: choose another folder with --output-dir")
     backend = backends.select(args.device, amp=False)
     backend.set_device()
-    metadata = export_metadata(model, settings)
-    module, example = traced_module(model, settings, backend.device)
-    stem = output_dir / weights.stem
-    written: dict[str, Path] = {}
-    if "torchscript" in args.include:
-        written["torchscript"] = export_torchscript(module, example, metadata, stem.with_suffix(".torchscript"))
-    if {"onnx", "om", "openvino"} & set(args.include):
-        written["onnx"] = export_onnx(module, example, metadata, settings, stem.with_suffix(".onnx"))
-        written.update(_int8_and_om(args, written["onnx"], settings))
-    if "openvino" in args.include:
-        written["openvino"] = export_openvino(written["onnx"], settings)
+    int8 = Int8Calibration(args.data, args.calib_images) if args.int8 else None
+    written = write_formats(model, args.include, settings, output_dir / weights.stem, backend.device, int8,
+                            args.soc_version)
     for kind, path in written.items():
         LOGGER.info("%s: %s (%.1f MB)", kind, path, file_megabytes(path))
     if args.check:
@@ -154,20 +138,6 @@ def export(args: ExportRunSettings) -> dict[str, Path]:
     elif "onnx" in written:
         LOGGER.info("check it: python -m detect.val --weights %s --data <data.yaml>%s", written["onnx"],
                     "" if settings.dynamic else f" --batch-size {settings.batch_size}")
-    return written
-
-
-def _int8_and_om(args: ExportRunSettings, onnx_path: Path, settings: ExportSettings) -> dict[str, Path]:
-    """What is made from the ONNX: with --int8 its int8 ONNX; the .om (with --int8 of AMCT's calibrated deploy
-    ONNX), absent when atc is not installed."""
-    written = {}
-    if args.int8 and "onnx" in args.include:
-        written["onnx-int8"] = quantize_onnx(onnx_path, args.data, args.calib_images, settings)
-    if "om" in args.include:
-        source = calibrate_amct(onnx_path, args.data, args.calib_images, settings) if args.int8 else onnx_path
-        om_path = convert_om(source, args.soc_version, settings)
-        if om_path is not None:
-            written["om"] = om_path
     return written
 
 

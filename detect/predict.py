@@ -42,7 +42,7 @@ class PredictRunSettings(Settings):
     classes: tuple[int, ...] | None = option(None, "keep only these class indices", bound=NON_NEGATIVE)
     agnostic_nms: bool = option(False, "NMS across classes")
     device: str = option("auto", backends.SPEC_HELP)
-    half: bool = option(False, "fp16 inference (accelerators only)")
+    half: bool = option(False, "fp16 inference (on the CPU: fp32, with a warning)")
     augment: bool = option(False, "test-time augmentation: 3 scales, one flipped, merged before NMS (.pt only)")
     save_txt: bool = option(False, "write labels/<name>.txt (class cx cy w h, normalised)")
     save_conf: bool = option(False, "with --save-txt: append the score")

@@ -14,7 +14,6 @@ from detect.data.data_config import SPLITS
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS, MAX_PIXELS_HELP
 from detect.data.labels.cache import CACHE_DIR_HELP
 from detect.data.loader import Loader
-from detect.errors import UserError
 from detect.evaluation.evaluator import BACKENDS, CocoEvaluator
 from detect.evaluation.report import coco_stats, metrics_table, problems_list
 from detect.evaluation.scoring import prepare_scoring
@@ -58,7 +57,7 @@ class ValSettings(Settings):
     workers: int | None = option(None, "data loader workers (default: by CPU count)", bound=NON_NEGATIVE)
     cache_dir: str | None = option(None, CACHE_DIR_HELP)
     max_pixels: int = option(DEFAULT_MAX_PIXELS, MAX_PIXELS_HELP, bound=MAX_PIXELS)
-    half: bool = option(False, "fp16 inference (accelerators only)")
+    half: bool = option(False, "fp16 inference (on the CPU: fp32, with a warning)")
     save_json: bool = option(False, "write predictions.json (COCO results) to the run folder, and ground_truth.json "
                                      "when the labels are YOLO txt files (docs/usage.md, Evaluation)")
     save_txt: bool = option(False, "write one YOLO txt of detections per image")
@@ -95,6 +94,9 @@ def run(**options: Any) -> Any:
 
 def run_tasks(settings: ValSettings) -> list[Any]:
     """--task for each --weights in turn (yolov5's order); the CLI's body."""
+    if settings.half and backends.select(settings.device, amp=False).device.type == "cpu":
+        LOGGER.warning("--half: fp16 needs an accelerator; evaluating in fp32 on the CPU (as yolov5 does)")
+        settings = dataclasses.replace(settings, half=False)
     if settings.task == "study":
         save_dir = make_run_dir(settings.project, settings.name, settings.exist_ok)
         return run_study(lambda weights, imgsz: score(settings, weights, imgsz), settings.weights, settings.data,
@@ -106,8 +108,6 @@ def run_tasks(settings: ValSettings) -> list[Any]:
 def _prepare(settings: ValSettings, weights: str, imgsz: int) -> tuple[backends.Backend, Predict, Loader]:
     """The backend, the model's predict and the loader of the split --task names (val for speed and study)."""
     backend = backends.select(settings.device, amp=False)
-    if settings.half and backend.device.type == "cpu":
-        raise UserError("--half needs an accelerator; on the CPU evaluate in fp32")
     backend.set_device()
     split = settings.task if settings.task in SPLITS else "val"
     predict, loader = prepare_scoring(weights, settings.data, split, imgsz, settings.batch_size, settings.workers,

@@ -129,3 +129,30 @@ def test_a_cli_process_exits_with_its_code_and_skips_the_shutdown_collection() -
     result = subprocess.run([sys.executable, "-m", "detect.models", "--cfg", "no-such-model.yaml"],
                             check=False, capture_output=True, text=True)
     assert result.returncode == 2 and result.stderr.startswith("error: "), result.stderr
+
+
+class Writes:
+    """A stderr that records each write it is given."""
+
+    def __init__(self) -> None:
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_an_error_line_is_one_write_so_that_ranks_sharing_stderr_never_join_lines(monkeypatch):
+    # print() writes the text and its newline apart; an unbuffered stderr (PYTHONUNBUFFERED=1) passed them on as two
+    # writes, and two ranks failing at once wrote `error: Aerror: A` and two newlines.
+    stream = Writes()
+    monkeypatch.setattr(sys, "stderr", stream)
+
+    def body() -> None:
+        raise UserError("missing.yaml: no such file")
+
+    assert cli.run(body) == 2
+    assert stream.writes == ["error: missing.yaml: no such file\n"]

@@ -141,3 +141,47 @@ def test_a_long_value_in_an_error_is_shown_short(tmp_path):
     with pytest.raises(ConfigError, match=r"key 'lr0' must be float, got str 'x{27}\.\.\.x{28}'$"):
         load_hyp(path)
     assert short_repr(list(range(10**6))) == "[0, 1, 2, 3, ...]"
+
+
+# A few of each yolov5 hyp file's values (data/hyps/hyp.<name>.yaml), which tell the five apart.
+YOLOV5_HYPS = {
+    "scratch-low": {"lrf": 0.01, "cls": 0.5, "scale": 0.5, "mixup": 0.0, "copy_paste": 0.0, "anchors": 0.0},
+    "scratch-med": {"lrf": 0.1, "cls": 0.3, "scale": 0.9, "mixup": 0.1, "copy_paste": 0.0, "anchors": 0.0},
+    "scratch-high": {"lrf": 0.1, "cls": 0.3, "scale": 0.9, "mixup": 0.1, "copy_paste": 0.1, "anchors": 0.0},
+    "Objects365": {"lr0": 0.00258, "momentum": 0.779, "anchor_t": 3.44, "anchors": 3.2, "translate": 0.0902},
+    "VOC": {"lr0": 0.00334, "momentum": 0.74832, "anchor_t": 3.3744, "anchors": 3.412, "mosaic": 0.85834},
+}
+
+
+@pytest.mark.parametrize("name", list(YOLOV5_HYPS))
+def test_yolov5s_hyp_names_read_our_copies_of_its_values(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # yolov5's data/hyps/ is not here
+    bundled = load_hyp(f"hyp.{name}.yaml")
+    assert load_hyp(f"data/hyps/hyp.{name}.yaml") == load_hyp(f"./data/hyps/hyp.{name}.yaml") == bundled
+    assert load_hyp(f"{name}.yaml") == bundled
+    assert {key: getattr(bundled, key) for key in YOLOV5_HYPS[name]} == YOLOV5_HYPS[name]
+    assert (bundled.albumentations_p, bundled.amp_init_scale) == (Hyp().albumentations_p, Hyp().amp_init_scale)
+
+
+def test_a_yolov5_hyp_file_that_is_here_is_read_as_it_is(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data" / "hyps").mkdir(parents=True)
+    # yolov5's layout: comments after the values, `anchors` among the keys
+    (tmp_path / "data" / "hyps" / "hyp.VOC.yaml").write_text(
+        "lr0: 0.02  # initial learning rate (SGD=1E-2, Adam=1E-3)\nanchor_t: 3.0  # anchor-multiple threshold\n"
+        "anchors: 4.6  # anchors per output layer (0 to ignore)\n")
+    hyp = load_hyp("data/hyps/hyp.VOC.yaml")
+    assert (hyp.lr0, hyp.anchor_t, hyp.anchors, hyp.lrf) == (0.02, 3.0, 4.6, Hyp().lrf)
+    with pytest.raises(ConfigError, match="hyp.custom.yaml: no such file"):
+        load_hyp("hyp.custom.yaml")
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-1", "0.4", "0.5", "10.6", "100"])
+def test_hyp_anchors_must_round_to_1_to_10_per_level_or_be_0(tmp_path, value):
+    path = tmp_path / "hyp.yaml"
+    path.write_text(f"anchors: {value}\n")
+    with pytest.raises(ConfigError, match="key 'anchors' must be 0 .the model's anchors. or a number that rounds to "
+                                          "1-10 anchors per level"):
+        load_hyp(path)
+    path.write_text("anchors: 0.51\n")
+    assert load_hyp(path).anchors == 0.51

@@ -171,7 +171,6 @@ def test_annotate_draws_the_box_and_label_in_the_class_colour():
     (["--source", "99"], "--source 99: no camera at index 99"),
     (["--vid-stride", "0"], "--vid-stride: must be a positive integer"),
     (["--classes", "7"], "--classes 7: the model has 3 classes"),
-    (["--half"], "--half needs an accelerator"),
     (["--imgsz", "1", "2", "3"], "one side or height width"),
     (["--conf-thres", "1.5"], "must be a number in [0, 1]"),
 ])
@@ -186,6 +185,18 @@ def test_user_errors_are_one_line_and_exit_2(weights, tmp_path, monkeypatch, cap
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists()
+
+
+def test_half_on_the_cpu_predicts_in_fp32_with_one_warning(weights, tmp_path, caplog):
+    """The TTA tutorial's `detect.py --weights ... --img 832 --source data/images --augment` with --half, sizes
+    shrunk: yolov5 runs it in fp32 on the CPU; so do we, with one warning, and the same detections."""
+    cv2.imwrite(str(tmp_path / "x.jpg"), picture(64, 64, 1))
+    with caplog.at_level(logging.WARNING, logger="detect"):
+        half = run_predict(weights, tmp_path / "x.jpg", tmp_path / "runs", "--augment", "--half", "--save-txt")
+    assert [r.message for r in caplog.records if "--half" in r.message] == [
+        "--half: fp16 needs an accelerator; predicting in fp32 on the CPU (as yolov5 does)"]
+    full = run_predict(weights, tmp_path / "x.jpg", tmp_path / "runs", "--augment", "--save-txt")
+    assert (half / "labels" / "x.txt").read_text() == (full / "labels" / "x.txt").read_text() != ""
 
 
 def test_without_a_source_it_predicts_on_the_sample_images(weights, tmp_path, caplog):

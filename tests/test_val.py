@@ -85,13 +85,26 @@ def test_cli_writes_outputs_and_reports(tiny_run, capsys):
     assert [c["id"] for c in truth["categories"]] == [1, 2, 3] and len(truth["annotations"]) == 8
 
 
-@pytest.mark.parametrize("extra, message", [(["--half"], "--half needs an accelerator"),
-                                             (["--device", "tpu"], "device 'tpu' is not valid")])
+@pytest.mark.parametrize("extra, message", [(["--device", "tpu"], "device 'tpu' is not valid")])
 def test_user_errors_are_one_line_and_exit_2(tiny_run, capsys, extra, message):
     tmp_path, data, weights = tiny_run
     argv = ["--weights", str(weights), "--data", str(data), "--device", "cpu", "--project", str(tmp_path)]
     assert val.main(argv + extra) == 2
     assert message in capsys.readouterr().err
+
+
+def test_half_on_the_cpu_evaluates_in_fp32_with_one_warning(tiny_run, caplog):
+    """The TTA tutorial's `val.py --weights ... --img 832 --augment --half`, sizes shrunk: on the CPU yolov5 runs it
+    in fp32; so do we, with one warning."""
+    tmp_path, data, weights = tiny_run
+    argv = ["--weights", str(weights), "--data", str(data), "--img", "128", "--augment", "--device", "cpu",
+            "--workers", "0", "--conf-thres", "0.0001", "--no-progress", "--project", str(tmp_path / "runs")]
+    with caplog.at_level(logging.WARNING, logger="detect"):
+        assert val.main([*argv, "--half"]) == 0
+    assert [r.message for r in caplog.records if "--half" in r.message] == [
+        "--half: fp16 needs an accelerator; evaluating in fp32 on the CPU (as yolov5 does)"]
+    (half,), (full,) = val.run_tasks(val.parse_args([*argv, "--half"])), val.run_tasks(val.parse_args(argv))
+    assert half.metrics.stats == full.metrics.stats and half.images == full.images == 4
 
 
 def test_class_count_mismatch_is_a_user_error(tiny_run, capsys):

@@ -89,7 +89,8 @@ class Detector:
                  half: bool = False, augment: bool = False) -> None:
         self.backend = backends.select(device, amp=False)
         if half and self.backend.device.type == "cpu":
-            raise UserError("--half needs an accelerator; on the CPU predict in fp32")
+            LOGGER.warning("--half: fp16 needs an accelerator; predicting in fp32 on the CPU (as yolov5 does)")
+            half = False
         self.backend.set_device()
         self.model: InferenceModel = load_inference_model(weights, self.backend, half)
         self.augment = augment

@@ -1,17 +1,24 @@
 """What a --source string names, read as yolov5's detect.py reads it: a webcam index ('0'), a .streams list, an
-rtsp/rtmp/http(s) stream, an http(s) URL of an image or video file (downloaded), or files (media.list_sources).
+rtsp/rtmp/http(s) stream, an http(s) URL of an image or video file (downloaded), the screen ('screen', grabbed with
+mss), or files (media.list_sources).
 
 Network use here is only ever the user's own URL, which they asked us to read."""
 
 from __future__ import annotations
 
+import importlib
+import itertools
+import os
 import shutil
+import sys
 import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+
+import numpy as np
 
 from detect.data.images.files import require_file
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS
@@ -52,6 +59,8 @@ def open_source(source: str, vid_stride: int = 1, max_pixels: int = DEFAULT_MAX_
     image file over `max_pixels` is a frame with its problem, never decoded."""
     if source.isnumeric():
         return _live([int(source)], vid_stride)
+    if source.lower().startswith("screen"):
+        return _screen(source)
     if source.endswith(".streams"):
         return _live(_stream_list(source), vid_stride)
     if is_url(source):
@@ -88,6 +97,39 @@ def _live(targets: list[str | int], vid_stride: int) -> Source:
             stream.close()
 
     return Source(stream_frames(streams), live=True, cleanup=close)
+
+
+def _screen(source: str) -> Source:
+    """yolov5's `screen [number] [left top width height]` (pixels, from the screen's corner; screen 0 is all of them
+    in mss's numbering): that region grabbed with mss, frame after frame, as a live source. What is missing for it
+    here (the mss package, a display) is a UserError."""
+    words = source.split()
+    if words[0].lower() != "screen" or len(words) - 1 not in (0, 1, 4, 5) or not all(w.isdigit() for w in words[1:]):
+        raise UserError(f"--source {source}: a screen is 'screen', 'screen N', 'screen left top width height' or "
+                        "'screen N left top width height' (pixels)")
+    numbers = [int(word) for word in words[1:]]
+    screen = numbers.pop(0) if len(numbers) in (1, 5) else 0
+    if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        raise UserError(f"--source {source}: grabbing the screen needs a display, and this session has none "
+                        "($DISPLAY is not set)")
+    try:
+        grabber = importlib.import_module("mss").mss()
+    except ImportError:
+        raise UserError(f"--source {source}: the screen is grabbed with the mss package: pip install mss") from None
+    monitors = grabber.monitors
+    if screen >= len(monitors):
+        raise UserError(f"--source {source}: no screen {screen} (this display has screens 0-{len(monitors) - 1})")
+    monitor = monitors[screen]
+    region = {"left": monitor["left"] + (numbers[0] if numbers else 0),
+              "top": monitor["top"] + (numbers[1] if numbers else 0),
+              "width": numbers[2] if numbers else monitor["width"], "height": numbers[3] if numbers else monitor["height"]}
+
+    def frames() -> Iterator[Frame]:
+        for index in itertools.count():
+            image = np.ascontiguousarray(np.asarray(grabber.grab(region))[:, :, :3])  # BGRA -> BGR
+            yield Frame(Path(f"screen{screen}"), image, index, count=0, stream=True, origin=source)
+
+    return Source(frames(), live=True, cleanup=grabber.close)
 
 
 def _download(url: str, vid_stride: int, max_pixels: int) -> Source:

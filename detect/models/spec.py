@@ -202,3 +202,11 @@ def load_model_spec(name: str | Path) -> ModelSpec:
     if is_yolov5_format(data):
         data = mapping_from_yolov5(data, str(path))
     return parse_model_spec(data, str(path))
+
+
+def with_anchors_per_level(spec: ModelSpec, anchors: float) -> ModelSpec:
+    """`spec` with round(anchors) anchors per level for AutoAnchor to compute, as yolov5's hyp `anchors` replaces a
+    model yaml's (0: `spec` as it is)."""
+    if not anchors:
+        return spec
+    return parse_model_spec({**spec.mapping, "anchors": round(anchors)}, f"{spec.source} (the hyp's anchors)")

@@ -35,6 +35,7 @@ from detect.errors import UserError
 from detect.evaluation.evaluator import CocoEvaluator
 from detect.inference.sample_images import sample_images
 from detect.models import DetectionModel, ModelSpec, build_model, load_model_spec, model_max_stride
+from detect.models.spec import with_anchors_per_level
 from detect.models.weights import load_model, model_from_state, restore_model_state
 from detect.models.yolo import check_class_count
 from detect.ops.anchors import check_anchors, evolve_anchors, label_sizes
@@ -98,21 +99,20 @@ class ModelSource:
         return isinstance(self.spec.anchors, int) and not self.anchors_from_weights
 
     @classmethod
-    def read(cls, settings: TrainSettings) -> ModelSource:
+    def read(cls, settings: TrainSettings, hyp: Hyp) -> ModelSource:
         """Parse --cfg and load --weights (a bad one is a UserError naming it); check --freeze against the layers."""
         check_model_given(settings)
         weights = load_model(settings.weights) if settings.weights else None
-        spec = load_model_spec(settings.cfg) if settings.cfg else weights.spec
+        spec = with_anchors_per_level(load_model_spec(settings.cfg) if settings.cfg else weights.spec, hyp.anchors)
         layers = len(spec.layers)
         freeze = settings.freeze
         if len(freeze) == 1 and freeze[0] >= layers or len(freeze) > 1 and max(freeze) >= layers:
             raise UserError(f"--freeze {' '.join(map(str, freeze))}: the model has {layers} layers (0-{layers - 1}); "
                             f"freeze fewer, so that its Detect head (layer {layers - 1}) still trains")
-        source = cls(spec, weights, settings.weights, settings.cfg is None, model_max_stride(spec))
+        source = cls(spec, weights, settings.weights, settings.cfg is None and not hyp.anchors, model_max_stride(spec))
         if source.anchors_to_compute and settings.noautoanchor:
-            raise UserError(f"--noautoanchor: {settings.cfg} gives `anchors: {spec.anchors}` (how many per level, not "
-                            "their sizes), which AutoAnchor computes from the labels; drop --noautoanchor or write "
-                            "the anchors into the yaml")
+            raise UserError(f"--noautoanchor: {settings.hyp if hyp.anchors else settings.cfg} gives `anchors: "
+                            f"{spec.anchors}` (a count), which AutoAnchor computes from the labels: drop --noautoanchor")
         return source
 
     def build(self, names: list[str]) -> DetectionModel:
@@ -155,8 +155,8 @@ def autoanchor(model: DetectionModel, records: list[ImageRecord], imgsz: int, an
     if compute:  # as yolov5, whose placeholders never pass the recall check: k-means + evolution straight away
         new = evolve_anchors(label_sizes(image_wh, boxes_wh, imgsz), detect.nl * detect.na, imgsz,
                              1 / anchor_threshold, rng)
-        LOGGER.info("AutoAnchor: the model yaml asks for %d anchors per level: computed from the labels by k-means "
-                    "and evolution", detect.na)
+        LOGGER.info("AutoAnchor: the model yaml or hyp asks for %d anchors per level: computed from the labels by "
+                    "k-means and evolution", detect.na)
     else:
         anchors_px = (detect.anchors * strides).view(-1, 2).cpu().numpy()
         new = check_anchors(anchors_px, image_wh, boxes_wh, imgsz, anchor_threshold, rng)
@@ -298,7 +298,7 @@ def build_run(settings: TrainSettings, context: DistContext, resume: Resume = NE
     """Everything a run needs, in order; bad settings and yamls stop before the run folder (a new run's, where this
     rank can tell alone, before the process group)."""
     phases = PhaseTimes()
-    source = None if resume.asked else ModelSource.read(settings)
+    source = None if resume.asked else ModelSource.read(settings, load_hyp(settings.hyp))
     if source is not None:
         settings = fit_imgsz(settings, source.max_stride)
         check_batch_size(settings, context)  # a bad flag must not leave ranks waiting

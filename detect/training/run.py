@@ -18,6 +18,7 @@ import torch
 from detect import backend as backends
 from detect.config import Hyp
 from detect.data import Loader
+from detect.errors import UserError
 from detect.evaluation.evaluator import CocoEvaluator, Metrics
 from detect.evaluation.metric_plots import save_figure
 from detect.models import DetectionModel
@@ -130,21 +131,35 @@ class ResultsLog:
 
     def plot(self) -> Path:
         """results.png: one panel per loss and metric against the epoch."""
-        from matplotlib.figure import Figure
-
-        rows = self.rows()
-        figure = Figure(figsize=(14, 6), dpi=100)
-        for axis, column in zip(figure.subplots(2, 4).ravel(), PLOTTED):
-            points = [(row["epoch"], row[column]) for row in rows if row[column] is not None]
-            axis.plot([epoch for epoch, _ in points], [value for _, value in points], marker=".")
-            axis.set_title(column)
-            axis.set_xlabel("epoch")
-        figure.tight_layout()
-        return save_figure(figure, self.path.with_name("results.png"))
+        return plot_results(self.path)
 
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+
+
+def plot_results(csv_file: str | Path) -> Path:
+    """results.png beside a results.csv, ours or yolov5's (whose headers are padded with spaces): one panel per
+    loss and metric against the epoch. yolov5's `from utils.plots import plot_results`."""
+    from matplotlib.figure import Figure
+
+    csv_file = Path(csv_file)
+    if not csv_file.is_file():
+        raise UserError(f"{csv_file}: no such file (a run's results.csv, e.g. runs/train/exp/results.csv)")
+    with open(csv_file, newline="") as handle:
+        rows = [{key.strip(): value.strip() for key, value in row.items() if key is not None}
+                for row in csv.DictReader(handle)]
+    missing = [column for column in ("epoch", *PLOTTED) if rows and column not in rows[0]]
+    if missing:
+        raise UserError(f"{csv_file}: no column {missing[0]!r}; not a results.csv of detect or yolov5")
+    figure = Figure(figsize=(14, 6), dpi=100)
+    for axis, column in zip(figure.subplots(2, 4).ravel(), PLOTTED):
+        points = [(float(row["epoch"]), float(row[column])) for row in rows if row[column]]
+        axis.plot([epoch for epoch, _ in points], [value for _, value in points], marker=".")
+        axis.set_title(column)
+        axis.set_xlabel("epoch")
+    figure.tight_layout()
+    return save_figure(figure, csv_file.with_name("results.png"))
 
 
 def epoch_row(epoch: int, stats: EpochStats, metrics: Metrics | None, host_peak_bytes: int,

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.training.helpers import tiny_dataset, train_args
+from tests.user_run import run_cli
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -90,3 +91,13 @@ def test_a_device_list_beyond_the_visible_devices_stops_before_any_rank_starts(s
     assert finished.returncode == 2
     assert finished.stderr.strip() == "error: npu:2 was asked for but only 2 NPU(s) are visible"
     assert not project.exists()
+
+
+def test_ranks_that_fail_at_once_print_each_their_own_line(tmp_path):
+    # two torchrun ranks that stop on the same bad flag at the same moment, their stderr one unbuffered stream
+    finished = run_cli("torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "detect.train",
+                       "--cfg", "yolov5n.yaml", "--data", str(tmp_path / "missing.yaml"), "--device", "cpu",
+                       timeout=300, merge_output=True)
+    assert finished.returncode != 0
+    errors = [line for line in finished.stdout.splitlines() if "error:" in line]
+    assert errors == [f"error: {tmp_path / 'missing.yaml'}: file not found"] * 2, finished.stdout[-3000:]

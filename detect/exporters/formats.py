@@ -1,0 +1,58 @@
+"""Every format of one export, written in order from one traced module: TorchScript, ONNX (with --int8 its int8
+ONNX), the Ascend .om through atc, OpenVINO IR; what `detect.export` and `detect.benchmarks` both write with."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from detect.exporters.amct import calibrate_amct
+from detect.exporters.int8 import quantize_onnx
+from detect.exporters.om import convert_om
+from detect.exporters.onnx_export import export_onnx
+from detect.exporters.openvino_export import export_openvino
+from detect.exporters.torchscript import ExportSettings, export_metadata, export_torchscript, traced_module
+
+
+@dataclasses.dataclass(frozen=True)
+class Int8Calibration:
+    """--int8: the data yaml whose train images calibrate, and how many."""
+
+    data: str
+    images: int
+
+
+def write_formats(model: nn.Module, include: tuple[str, ...], settings: ExportSettings, stem: Path,
+                  device: torch.device, int8: Int8Calibration | None = None,
+                  soc_version: str | None = None) -> dict[str, Path]:
+    """Write each format of `include` (torchscript, onnx, om, openvino) as <stem>.<suffix>; returns format -> path,
+    with "onnx-int8" for `int8`, and om absent when atc is not installed."""
+    metadata = export_metadata(model, settings)
+    module, example = traced_module(model, settings, device)
+    written: dict[str, Path] = {}
+    if "torchscript" in include:
+        written["torchscript"] = export_torchscript(module, example, metadata, stem.with_suffix(".torchscript"))
+    if {"onnx", "om", "openvino"} & set(include):
+        written["onnx"] = export_onnx(module, example, metadata, settings, stem.with_suffix(".onnx"))
+        written.update(_int8_and_om(include, written["onnx"], settings, int8, soc_version))
+    if "openvino" in include:
+        written["openvino"] = export_openvino(written["onnx"], settings)
+    return written
+
+
+def _int8_and_om(include: tuple[str, ...], onnx_path: Path, settings: ExportSettings, int8: Int8Calibration | None,
+                 soc_version: str | None) -> dict[str, Path]:
+    """What is made from the ONNX: with `int8` its int8 ONNX; the .om (with `int8` of AMCT's calibrated deploy
+    ONNX), absent when atc is not installed."""
+    written = {}
+    if int8 is not None and "onnx" in include:
+        written["onnx-int8"] = quantize_onnx(onnx_path, int8.data, int8.images, settings)
+    if "om" in include:
+        source = calibrate_amct(onnx_path, int8.data, int8.images, settings) if int8 is not None else onnx_path
+        om_path = convert_om(source, soc_version, settings)
+        if om_path is not None:
+            written["om"] = om_path
+    return written
