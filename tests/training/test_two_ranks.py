@@ -204,10 +204,14 @@ def test_the_amp_check_runs_on_the_main_rank_and_its_verdict_reaches_every_rank(
 
 def test_autoanchor_and_labels_png_longer_than_dist_timeout_are_waited_for(tmp_path):
     # Before the fix the other rank waited in DDP's first broadcast (AutoAnchor) or the first step's (labels.png), and
-    # ended: "waited 5 s (--dist-timeout)".
-    finished = launch(start_up_options(tmp_path, "cpu"), tmp_path / "job", 2, f"slow:autoanchor:{SLOWER}",
-                      f"slow:plot_label_stats:{SLOWER}")
+    # ended: "waited 5 s (--dist-timeout)". The hyp's `anchors` (yolov5's hyp key) asks AutoAnchor for 4 per level.
+    hyp = tmp_path / "hyp.yaml"
+    hyp.write_text("anchors: 4.4\n")
+    finished = launch({**start_up_options(tmp_path, "cpu"), "hyp": str(hyp)}, tmp_path / "job", 2,
+                      f"slow:autoanchor:{SLOWER}", f"slow:plot_label_stats:{SLOWER}")
     main, other = finished.records
+    assert main["anchors"] == other["anchors"] and main["anchors"][0]["model"] == main["anchors"][0]["loss"]
+    assert [len(level) for level in main["anchors"][0]["model"]] == [4, 4, 4]  # the hyp's 4.4, rounded as yolov5 does
     assert main["calls"] == ["autoanchor", "plot_label_stats"] and other["calls"] == []  # no AMP check on the CPU
     assert [event[0] for event in other["hooks"]] == ["before_train", "before_epoch", "after_epoch", "after_train"]
     assert (finished.save_dir / "labels.png").is_file()
