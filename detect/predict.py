@@ -29,9 +29,10 @@ class PredictRunSettings(Settings):
     """The options of `python -m detect.predict` and `detect.predict.run`, with yolov5's detect.py names and defaults
     (the NMS defaults are the Detector's, PredictSettings)."""
 
-    weights: str = option(YOLOV5_DEFAULT_WEIGHTS, "ours (.pt), an ultralytics/yolov5 .pt, or an export (.onnx, "
-                                                  "-int8.onnx, .torchscript, .om, an OpenVINO .xml or its folder); a "
-                                                  "bare name: the working folder, then ./weights/ (never downloaded)")
+    weights: tuple[str, ...] = option((YOLOV5_DEFAULT_WEIGHTS,), "ours (.pt), an ultralytics/yolov5 .pt, or an export "
+                                      "(.onnx, -int8.onnx, .torchscript, .om, an OpenVINO .xml or its folder); several "
+                                      ".pt: one ensemble, their predictions joined before NMS (yolov5's); a bare "
+                                      "name: the working folder, then ./weights/ (never downloaded)")
     source: str = option("", "an image, video, folder, glob ('data/*.jpg'), .txt list, .streams list, URL, "
                              "rtsp/rtmp/http stream or webcam index (0); default: the package's sample images")
     imgsz: tuple[int, ...] = option(PredictSettings.imgsz[:1], "inference size: one side, or height width",

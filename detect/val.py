@@ -1,5 +1,5 @@
-"""`python -m detect.val`: COCO mAP of checkpoints (ours or ultralytics/yolov5) on a dataset split; --task speed times
-each stage, --task study sweeps image sizes."""
+"""`python -m detect.val`: COCO mAP of checkpoints (ours or ultralytics/yolov5, several: one ensemble) on a dataset
+split; --task speed times each stage, --task study sweeps image sizes."""
 
 from __future__ import annotations
 
@@ -38,10 +38,11 @@ LOGGER = logging.getLogger("detect.val")
 class ValSettings(Settings):
     """The options of `python -m detect.val` and `detect.val.run`, with yolov5's names and defaults."""
 
-    weights: tuple[str, ...] = option((YOLOV5_DEFAULT_WEIGHTS,), "checkpoints, each scored in turn: ours (.pt), "
-                                      "ultralytics/yolov5 .pt files, exports (.onnx, .torchscript, .om, an OpenVINO "
-                                      ".xml or its folder); a bare name: the working folder, then ./weights/ (never "
-                                      "downloaded)")
+    weights: tuple[str, ...] = option((YOLOV5_DEFAULT_WEIGHTS,), "a checkpoint: ours (.pt), an ultralytics/yolov5 .pt "
+                                      "or an export (.onnx, .torchscript, .om, an OpenVINO .xml or its folder); "
+                                      "several .pt: one ensemble, their predictions joined before NMS (yolov5's), "
+                                      "each also scored alone (--task study: each in turn); a bare name: the working "
+                                      "folder, then ./weights/ (never downloaded)")
     data: str = option("shapes.yaml", "data yaml: a bare name in configs/data/ or a path")
     task: str = option("val", "a split to score (train, val, test); speed: ms per image of each stage on the val split "
                               "at conf 0.25 and IoU 0.45, no mAP; study: mAP and speed at --study-sizes on the val "
@@ -86,14 +87,15 @@ parse_args = cli.settings_reader(ValSettings, "python -m detect.val", __doc__, n
 
 def run(**options: Any) -> Any:
     """Score checkpoints from Python: `run(weights="best.pt", data="coco128.yaml")`, the CLI's flags as keyword
-    arguments (a bad one raises UserError naming it). Returns the task's result (an EvalResult, a Speed, a study txt
-    path), a list of them, one per file, for several weights."""
+    arguments (a bad one raises UserError naming it). Returns the task's result: an EvalResult (several weights: the
+    ensemble's), a Speed, or the study's txt path (a list of them, one per file, for several weights)."""
     results = run_tasks(options_from_dict(ValSettings, options, "detect.val.run"))
     return results[0] if len(results) == 1 else results
 
 
 def run_tasks(settings: ValSettings) -> list[Any]:
-    """--task for each --weights in turn (yolov5's order); the CLI's body."""
+    """--task for the --weights (several: their ensemble; --task study scores each in turn, as yolov5's); the CLI's
+    body."""
     if settings.half and backends.select(settings.device, amp=False).device.type == "cpu":
         LOGGER.warning("--half: fp16 needs an accelerator; evaluating in fp32 on the CPU (as yolov5 does)")
         settings = dataclasses.replace(settings, half=False)
@@ -101,11 +103,13 @@ def run_tasks(settings: ValSettings) -> list[Any]:
         save_dir = make_run_dir(settings.project, settings.name, settings.exist_ok)
         return run_study(lambda weights, imgsz: score(settings, weights, imgsz), settings.weights, settings.data,
                          save_dir, settings.study_sizes)
-    task = speed if settings.task == "speed" else validate
-    return [task(dataclasses.replace(settings, weights=(weights,))) for weights in settings.weights]
+    if settings.task == "speed":
+        return [speed(settings)]
+    return [validate(settings) if len(settings.weights) == 1 else validate_ensemble(settings)]
 
 
-def _prepare(settings: ValSettings, weights: str, imgsz: int) -> tuple[backends.Backend, Predict, Loader]:
+def _prepare(settings: ValSettings, weights: str | tuple[str, ...],
+             imgsz: int) -> tuple[backends.Backend, Predict, Loader]:
     """The backend, the model's predict and the loader of the split --task names (val for speed and study)."""
     backend = backends.select(settings.device, amp=False)
     backend.set_device()
@@ -128,22 +132,22 @@ def score(settings: ValSettings, weights: str, imgsz: int) -> EvalResult:
 
 
 def speed(settings: ValSettings) -> Speed:
-    """yolov5's --task speed for the one --weights: ms per image of each stage at conf 0.25 and IoU 0.45, no mAP."""
-    (weights,) = settings.weights
-    backend, predict, loader = _prepare(settings, weights, settings.imgsz)
+    """yolov5's --task speed for the --weights (several: their ensemble): ms per image of each stage at conf 0.25 and
+    IoU 0.45, no mAP."""
+    backend, predict, loader = _prepare(settings, settings.weights, settings.imgsz)
     thresholds = dataclasses.replace(SPEED_SETTINGS, max_det=settings.max_det)
     measured, images = measure_speed(predict, loader, backend, thresholds, progress=settings.progress)
-    LOGGER.info("%s: %d images, %s at shape (%d, 3, %d, %d), conf %.2f, IoU %.2f", weights, images, measured,
-                settings.batch_size, settings.imgsz, settings.imgsz, thresholds.conf_threshold,
+    LOGGER.info("%s: %d images, %s at shape (%d, 3, %d, %d), conf %.2f, IoU %.2f", " + ".join(settings.weights),
+                images, measured, settings.batch_size, settings.imgsz, settings.imgsz, thresholds.conf_threshold,
                 thresholds.iou_threshold)
     return measured
 
 
 def validate(settings: ValSettings) -> EvalResult:
-    """Score the one --weights on its data split, with the optional outputs (a train, val or test task)."""
-    (weights,) = settings.weights
+    """Score the --weights (several: their ensemble) on its data split, with the optional outputs (a train, val or
+    test task)."""
     thresholds = settings.nms
-    backend, predict, loader = _prepare(settings, weights, settings.imgsz)
+    backend, predict, loader = _prepare(settings, settings.weights, settings.imgsz)
     save_dir = make_run_dir(settings.project, settings.name, settings.exist_ok)
     evaluator = CocoEvaluator.for_split(loader.split, settings.evaluator)
     outputs = ValOutputs(save_dir, loader.split, settings.save_txt, settings.save_conf, settings.plots)
@@ -161,6 +165,18 @@ def validate(settings: ValSettings) -> EvalResult:
         if evaluator.json_file is None:  # ground truth built from txt labels: write it, so both files rescore
             LOGGER.info("its ground truth: %s", evaluator.save_ground_truth(save_dir / "ground_truth.json"))
     LOGGER.info("results saved to %s", save_dir)
+    return result
+
+
+def validate_ensemble(settings: ValSettings) -> EvalResult:
+    """The ensemble of the --weights scored once, with the outputs (first: members with different classes are refused
+    before any scoring), then each member alone (nothing written); the ensemble's mAPs are printed above each
+    member's."""
+    result = validate(settings)
+    members = [score(settings, weights, settings.imgsz) for weights in settings.weights]
+    rows = [("ensemble", result), *zip(settings.weights, members)]
+    LOGGER.info("ensemble against its members:\n%10s %10s  weights\n%s", "mAP50", "mAP50-95",
+                "\n".join(f"{each.metrics.map50:10.4f} {each.metrics.map50_95:10.4f}  {name}" for name, each in rows))
     return result
 
 

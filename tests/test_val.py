@@ -1,5 +1,5 @@
 """`python -m detect.val` end to end: the official yolov5n weights on coco128 give the published COCO mAP; --task
-speed and study, several --weights, --augment."""
+speed and study, an ensemble of several --weights, --augment."""
 
 import json
 import logging
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import yaml
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
@@ -56,6 +57,22 @@ def test_yolov5n_on_coco128_yolo_labels_save_json_scores_with_official_ids(tmp_p
     ours = bare_pycocotools_stats(run / "ground_truth.json", run / "predictions.json")
     np.testing.assert_allclose(ours, result.metrics.stats, rtol=0, atol=1e-4)
     assert result.metrics.map50_95 == pytest.approx(official[0], abs=0.02)
+
+
+@pytest.mark.slow
+def test_yolov5n_ensembled_with_itself_scores_yolov5ns_map_on_coco128(coco128_workdir, monkeypatch, caplog):
+    # Issue 38's check, with the tutorial's command (`val.py --weights a.pt b.pt --data coco128.yaml --img 320
+    # --half`): the members' scores are the ones validate_ensemble prints beside the ensemble's.
+    members = []
+    score = val.score
+    monkeypatch.setattr(val, "score", lambda *args: members.append(score(*args)) or members[-1])
+    with caplog.at_level(logging.INFO, logger="detect"):
+        ensemble = val.run(weights=[str(YOLOV5N), str(YOLOV5N)], data="coco128.yaml", imgsz=320, half=True,
+                           device="cpu", progress=False)
+    assert ensemble.images == 128 and len(members) == 2
+    np.testing.assert_allclose(ensemble.metrics.stats, members[0].metrics.stats, rtol=0, atol=1e-4)
+    assert ensemble.metrics.map50_95 > 0.25  # yolov5n at 320: 0.293 here
+    assert any(record.message.startswith("ensemble against its members:") for record in caplog.records)
 
 
 @pytest.fixture
@@ -168,15 +185,36 @@ def test_study_of_two_weights_writes_their_txt_files_and_the_plot(tiny_run):
     assert np.all((0 <= table[:, :4]) & (table[:, :4] <= 1)) and np.all(table[:, 8] > 0)
 
 
-def test_several_weights_are_scored_in_turn_each_in_its_run_folder(tiny_run):
+def test_an_ensemble_of_a_checkpoint_with_itself_scores_as_the_checkpoint_in_one_run_folder(tiny_run):
     tmp_path, data, weights = tiny_run
     copy = tmp_path / "copy.pt"
     copy.write_bytes(weights.read_bytes())
-    results = val.run(weights=[str(weights), str(copy)], data=str(data), imgsz=64, device="cpu", workers=0,
-                      project=str(tmp_path / "runs"), progress=False, conf_thres=0.0001)
-    assert len(results) == 2 and [result.images for result in results] == [4, 4]
-    assert results[0].metrics.stats == results[1].metrics.stats  # the same weights, the same scores
-    assert sorted(path.name for path in (tmp_path / "runs").iterdir()) == ["exp", "exp2"]
+    alone, ensemble = (val.run(weights=each, data=str(data), imgsz=64, device="cpu", workers=0, progress=False,
+                               project=str(tmp_path / "runs"), name=name, conf_thres=0.0001)
+                       for each, name in ((str(weights), "alone"), ([str(weights), str(copy)], "ensemble")))
+    assert ensemble.images == 4 and ensemble.metrics.stats == alone.metrics.stats
+    assert sorted(path.name for path in (tmp_path / "runs").iterdir()) == ["alone", "ensemble"]
+
+
+def test_the_tutorials_ensemble_command_scores_once_beside_each_member(tiny_run, caplog, capsys):
+    """The ensembling tutorial's `val.py --weights yolov5x.pt yolov5l6.pt --data coco.yaml --img 640 --half`, sizes
+    shrunk: two different checkpoints, one ensemble score printed above each member's; an export is refused."""
+    tmp_path, data, weights = tiny_run
+    torch.manual_seed(1)
+    other = save_checkpoint(tmp_path / "other.pt", {"model": model_state(build_model("yolov5n.yaml", num_classes=3))})
+    argv = ["--weights", str(weights), str(other), "--data", str(data), "--img", "64", "--half", "--device", "cpu",
+            "--workers", "0", "--conf-thres", "0.0001", "--project", str(tmp_path / "runs"), "--no-progress"]
+    with caplog.at_level(logging.INFO, logger="detect"):
+        assert val.main(argv) == 0
+    assert sorted(path.name for path in (tmp_path / "runs").iterdir()) == ["exp"]
+    messages = [record.message for record in caplog.records]
+    assert sum(message.startswith("ensemble of 2 models") for message in messages) == 1
+    table = next(message for message in messages if message.startswith("ensemble against its members:"))
+    rows = [line.split() for line in table.splitlines()[2:]]
+    assert [row[2] for row in rows] == ["ensemble", str(weights), str(other)]
+    assert all(0 <= float(value) <= 1 for row in rows for value in row[:2])
+    assert val.main([*argv[:2], "model.onnx", *argv[3:]]) == 2
+    assert capsys.readouterr().err.startswith("error: an ensemble runs PyTorch weights (.pt) only")
 
 
 def test_augment_runs_end_to_end_and_an_export_is_refused(tiny_run, capsys, monkeypatch):

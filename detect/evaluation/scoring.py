@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from detect.backend import Backend
@@ -15,13 +16,13 @@ from detect.inference.predictor import Predictor
 from detect.inference.tta import augment_model
 
 
-def prepare_scoring(weights: str | Path, data: str, split: str, imgsz: int, batch_size: int, workers: int | None,
-                    backend: Backend, *, half: bool = False, augment: bool = False,
+def prepare_scoring(weights: str | Path | Sequence[str | Path], data: str, split: str, imgsz: int, batch_size: int,
+                    workers: int | None, backend: Backend, *, half: bool = False, augment: bool = False,
                     rect: bool | None = None, cache_dir: str | None = None,
                     max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[Predictor, Loader]:
     """The model's predict (fused, fp32 unless `half`: docs/yolov5.md, "Validation during training"; an export in its
-    runtime; with `augment`, test-time augmentation) and the loader of `split`, in one pass: the data yaml, the model
-    (its classes checked against the yaml's at once), then the loader. Rectangular batches where the model takes them,
+    runtime; several paths: one ensemble; with `augment`, test-time augmentation) and the loader of `split`, in one
+    pass: the data yaml, the model (its classes checked against the yaml's at once), then the loader. Rectangular batches where the model takes them,
     unless `rect` is False (square letterboxes, as a static export needs). `cache_dir`: the label cache's folder;
     `max_pixels`: images whose header claims more are skipped by the label check."""
     data_config = load_data_config(data)

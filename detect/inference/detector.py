@@ -77,16 +77,17 @@ class Detections:
 
 
 class Detector:
-    """A model loaded once on a device (ours, a yolov5 .pt or an exported .onnx); call it on images. `augment` runs
-    yolov5's test-time augmentation (inference/tta.py; PyTorch weights only).
+    """A model loaded once on a device (ours, a yolov5 .pt or an exported .onnx; several .pt paths: one ensemble whose
+    members' predictions meet in one NMS, as yolov5's); call it on images. `augment` runs yolov5's test-time
+    augmentation (inference/tta.py; PyTorch weights only).
 
         detector = Detector("yolov5n.pt", device="cpu")
         for found in detector(["bus.jpg", cv2.imread("zidane.jpg")]):
             print(found.boxes, found.scores, [found.names[c] for c in found.classes])
     """
 
-    def __init__(self, weights: str | Path, device: str = "auto", settings: PredictSettings = PredictSettings(),
-                 half: bool = False, augment: bool = False) -> None:
+    def __init__(self, weights: str | Path | Sequence[str | Path], device: str = "auto",
+                 settings: PredictSettings = PredictSettings(), half: bool = False, augment: bool = False) -> None:
         self.backend = backends.select(device, amp=False)
         if half and self.backend.device.type == "cpu":
             LOGGER.warning("--half: fp16 needs an accelerator; predicting in fp32 on the CPU (as yolov5 does)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -12,6 +13,7 @@ from detect.backend import Backend
 from detect.backend.openvino_runtime import FOLDER_SUFFIX
 from detect.errors import UserError
 from detect.inference.exported import GraphNms
+from detect.inference.runtimes.ensemble_model import EnsembleInference
 from detect.inference.runtimes.om_model import OmInference
 from detect.inference.runtimes.onnx_model import OnnxInference
 from detect.inference.runtimes.openvino_model import OpenVinoInference
@@ -58,15 +60,37 @@ def square_input_size(model: InferenceModel, imgsz: int) -> int:
 RUNTIMES = {".onnx": OnnxInference, ".om": OmInference, ".torchscript": TorchScriptInference, ".xml": OpenVinoInference}
 
 
-def load_inference_model(weights: str | Path, backend: Backend, half: bool = False) -> InferenceModel:
-    """Our checkpoint or a yolov5 .pt (run by PyTorch, fused), or an export: .onnx (onnxruntime), .om (ais_bench on
-    an Ascend NPU), .torchscript (torch.jit), an OpenVINO .xml or its <stem>_openvino_model folder (OpenVINO)."""
+def export_runtime(weights: str | Path) -> type | None:
+    """The runtime of an export (by suffix, or an OpenVINO <stem>_openvino_model folder); None: PyTorch weights."""
     path = Path(weights)
     runtime = RUNTIMES.get(path.suffix.lower())
     if runtime is None and path.name.endswith(FOLDER_SUFFIX) and path.is_dir():
         runtime = OpenVinoInference
+    return runtime
+
+
+def load_inference_model(weights: str | Path | Sequence[str | Path], backend: Backend,
+                         half: bool = False) -> InferenceModel:
+    """Our checkpoint or a yolov5 .pt (run by PyTorch, fused), or an export: .onnx (onnxruntime), .om (ais_bench on
+    an Ascend NPU), .torchscript (torch.jit), an OpenVINO .xml or its <stem>_openvino_model folder (OpenVINO).
+    Several paths: PyTorch weights with the same classes, run as one ensemble (runtimes/ensemble_model.py)."""
+    if not isinstance(weights, (str, Path)):
+        if len(weights) > 1:
+            return load_ensemble(weights, backend, half)
+        (weights,) = weights
+    runtime = export_runtime(weights)
     if runtime is None:
         return TorchInference(load_model(weights), backend, half)
     if half:
         raise UserError(f"--half does not apply to {weights}: an export runs in the precision it was exported in")
     return runtime(weights, backend)
+
+
+def load_ensemble(weights: Sequence[str | Path], backend: Backend, half: bool = False) -> EnsembleInference:
+    """yolov5's ensemble of several .pt files (ours or yolov5's, any mix); an export among them is refused."""
+    for path in weights:
+        if export_runtime(path) is not None:
+            raise UserError(f"an ensemble runs PyTorch weights (.pt) only, not the export {path}: ensemble the .pt "
+                            f"files the exports were made from")
+    members = [TorchInference(load_model(path), backend, half) for path in weights]
+    return EnsembleInference(members, [str(path) for path in weights])

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from detect.errors import UserError
 from detect.inference.model import InferenceModel
 from detect.inference.predictor import Predictor
+from detect.inference.runtimes.ensemble_model import EnsembleInference, concatenated
 from detect.inference.runtimes.torch_model import TorchInference
 
 Predict = Callable[[torch.Tensor], torch.Tensor]
@@ -91,12 +92,15 @@ def augmented(predict: Predict, strides: Sequence[int]) -> Predict:
 
 
 def augment_model(model: InferenceModel) -> Predictor:
-    """The model's predict with test-time augmentation (decoded rows); an exported model is refused in one line.
+    """The model's predict with test-time augmentation (decoded rows; an ensemble's members each augmented, as
+    yolov5's Ensemble passes augment on); an exported model is refused in one line.
 
     An export holds no per-level strides (the tails to drop) and a static one takes a single input shape; yolov5
     likewise augments only its PyTorch weights. Augment the .pt, then export it.
     """
-    if not isinstance(model, TorchInference):
+    members = model.members if isinstance(model, EnsembleInference) else (model,)
+    if not all(isinstance(member, TorchInference) for member in members):
         raise UserError("--augment runs PyTorch weights (.pt) only, not an exported model: validate or predict with "
                         "the .pt it was exported from")
-    return Predictor(augmented(model, model.model.stride.tolist()))
+    predicts = [augmented(member, member.model.stride.tolist()) for member in members]
+    return Predictor(predicts[0] if len(predicts) == 1 else concatenated(predicts))
