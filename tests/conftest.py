@@ -13,17 +13,16 @@ from tests.shared_data import ABSENT_REASON, SHARED_PRESENT, coco128_layout
 TESTS = Path(__file__).parent
 # Model outputs, loss, NMS, evaluator and exports compared with references within float32 tolerances, whose last bits
 # follow the thread count: CI runs them a second time under OMP_NUM_THREADS=1 (`-m numeric`).
-NUMERIC = ("training/test_loss.py", "ops/", "evaluation/", "inference/", "models/", "exporters/", "test_export.py")
-# Files in those folders that check sources, refusals, pickles or drawings, no float within a tolerance: run once.
-NOT_NUMERIC = ("inference/test_special_sources.py", "inference/test_screen_source.py", "inference/test_sources.py",
-               "inference/test_sample_images.py", "inference/test_annotate.py", "models/test_torchscript_refusal.py",
-               "models/test_yolov5_pickle.py")
+NUMERIC = ("training/test_loss.py", "ops/", "evaluation/", "exporters/", "test_export.py", "models/test_head.py",
+           "models/test_zoo.py", "inference/test_tta.py", "inference/test_model.py")
+# Files in those folders that check refusals or memory, no float within a tolerance: run once.
+NOT_NUMERIC = ("inference/test_model.py::test_cpu_inference_and_training_reuse_freed_memory",)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         path = item.path.relative_to(TESTS).as_posix()
-        if path.startswith(NUMERIC) and not path.startswith(NOT_NUMERIC):
+        if path.startswith(NUMERIC) and not f"{path}::{item.name}".startswith(NOT_NUMERIC):
             item.add_marker(pytest.mark.numeric)
 
 

@@ -225,7 +225,7 @@ def test_evolve_on_a_device_list_is_refused_in_one_line(data, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_evolve_under_torchrun_is_refused_on_every_rank_before_any_trial(data, tmp_path):
+def test_evolve_under_torchrun_is_refused_before_any_trial(data, tmp_path):
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
                "detect.train", "--cfg", "yolov5n.yaml", "--data", str(data), "--imgsz", "64", "--epochs", "1",
                "--device", "cpu", "--evolve", "2", "--project", str(tmp_path / "runs")]
@@ -233,5 +233,6 @@ def test_evolve_under_torchrun_is_refused_on_every_rank_before_any_trial(data, t
                               env={**os.environ, "OMP_NUM_THREADS": "1"})
     output = finished.stdout + finished.stderr
     assert finished.returncode != 0
-    assert output.count("error: --evolve runs each trial in one process, not on 2 torchrun ranks: ") == 2, output
+    # Each rank refuses alone; torchrun may end the second with SIGTERM once the first has exited, before it prints.
+    assert output.count("error: --evolve runs each trial in one process, not on 2 torchrun ranks: ") in (1, 2), output
     assert not (tmp_path / "runs").exists()  # no study, no trial
