@@ -12,11 +12,13 @@ failures; beside it the model alone in onnxruntime at batch B, the limit the ser
 
 A started server is waited for until GET /health answers 200, measured, then sent SIGTERM (its exit status is in
 its row). Each load begins with --warmup requests that are not counted. Latency is from sending a request to
-reading its whole answer; throughput is the successful answers over the wall time of the timed requests. A
-success is HTTP 200 with a JSON body holding "detections"; any other answer or a connection error is a failure,
-counted by its status or error. `--api-key` (or DETECT_API_KEY) is sent as 'Authorization: Bearer <key>'. The
-model alone: each image letterboxed to the ONNX's input size (or --imgsz) outside the timer, float32 RGB in [0, 1],
-batches of B timed around session.run only. Client, servers and model share this machine's cores.
+reading its whole answer (the percentiles are of the successes); throughput is the successes over the wall time of
+the timed requests. A success is HTTP 200 with a JSON body holding "detections"; any other answer or a connection
+error is a failure, counted by its status or error, and makes the exit status 1. `--api-key` (or DETECT_API_KEY) is
+sent as 'Authorization: Bearer <key>'. The model alone (`--model-only`: nothing else): each image letterboxed to
+the ONNX's input size (or --imgsz) outside the timer, float32 RGB in [0, 1], batches of B timed around session.run
+only; batches above 1 need an ONNX whose batch is dynamic (`detect.export --dynamic`, or the model.onnx of
+`--include triton`) or B. Client, servers and model share this machine's cores.
 """
 
 from __future__ import annotations
