@@ -1,5 +1,5 @@
-"""`python -m detect.export`: a checkpoint as TorchScript, ONNX (decode in the graph, NMS outside), Ascend .om or
-OpenVINO IR."""
+"""`python -m detect.export`: a checkpoint as TorchScript, ONNX (decode in the graph, NMS outside), Ascend .om,
+OpenVINO IR or a Triton model repository."""
 
 from __future__ import annotations
 
@@ -11,19 +11,21 @@ from typing import Any
 
 from detect import backend as backends
 from detect import cli
-from detect.config import IMAGE_SIZE, POSITIVE, UNIT, Settings, option, options_from_dict
+from detect.config import IMAGE_SIZE, NON_NEGATIVE, POSITIVE, UNIT, Settings, option, options_from_dict
 from detect.errors import UserError
 from detect.evaluation.export_check import check_files, check_table, file_megabytes
 from detect.exporters.formats import Int8Calibration, write_formats
 from detect.exporters.graph_nms import NmsSettings
 from detect.exporters.int8 import DEFAULT_CALIB_IMAGES
 from detect.exporters.torchscript import ExportSettings
+from detect.exporters.triton import BACKENDS as TRITON_BACKENDS
+from detect.exporters.triton import TritonSettings
 from detect.models import build_model
 from detect.models.weights import YOLOV5_DEFAULT_WEIGHTS, load_model, resolve_weights
 from detect.run_dir import check_folder
 
 LOGGER = logging.getLogger("detect.export")
-FORMATS = ("torchscript", "onnx", "om", "openvino")
+FORMATS = ("torchscript", "onnx", "om", "openvino", "triton")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +39,9 @@ class ExportRunSettings(Settings):
                                    "initial weights, e.g. to check that a new architecture converts; --nc classes")
     nc: int | None = option(None, "classes of a --cfg model (default: the yaml's nc)", bound=POSITIVE)
     include: tuple[str, ...] = option(("torchscript",), "formats to write (om converts the ONNX with CANN's atc, "
-                                                        "openvino with openvino.convert_model)", choices=FORMATS)
+                                                        "openvino with openvino.convert_model; triton writes "
+                                                        "model_repository/<name>/ with a dynamic-batch model and "
+                                                        "its config.pbtxt)", choices=FORMATS)
     imgsz: tuple[int, ...] = option(ExportSettings.imgsz, "input size: one side, or height width (multiples of the "
                                                           "stride)", bound=IMAGE_SIZE)
     batch_size: int = option(ExportSettings.batch_size, "batch size of a static export", bound=POSITIVE)
@@ -64,6 +68,14 @@ class ExportRunSettings(Settings):
     soc_version: str | None = option(None, "om: the Ascend chip, e.g. Ascend910B3, Ascend310P3")
     output_dir: str | None = option(None, "where to write (default: beside --weights; with --cfg the working "
                                           "folder)")
+    triton_backend: str = option(TritonSettings.backend, "triton: the backend that runs the model (its ONNX, or "
+                                                         "OpenVINO IR converted from it)", choices=TRITON_BACKENDS)
+    triton_max_batch: int = option(TritonSettings.max_batch_size, "triton: max_batch_size, the largest batch its "
+                                                                  "dynamic batcher forms", bound=POSITIVE)
+    triton_max_queue_delay_us: int = option(TritonSettings.max_queue_delay_us, "triton: how long a request may "
+                                            "wait for others to batch with (microseconds)", bound=NON_NEGATIVE)
+    triton_instances: int = option(TritonSettings.instances, "triton: model instances run side by side",
+                                   bound=POSITIVE)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -78,7 +90,7 @@ class ExportRunSettings(Settings):
         if self.nms and self.opset < 11:
             raise UserError(f"--nms needs --opset 11 or later (NonMaxSuppression, ScatterND), got {self.opset}")
         if self.nms and self.include == ("torchscript",):
-            raise UserError("--nms puts NMS in ONNX-based graphs: add --include onnx, om or openvino")
+            raise UserError("--nms puts NMS in ONNX-based graphs: add --include onnx, om, openvino or triton")
         if self.int8:
             self._check_int8()
         if "om" in self.include and self.dynamic:
@@ -99,6 +111,10 @@ class ExportRunSettings(Settings):
         return ExportSettings(imgsz=(self.imgsz[0], self.imgsz[-1]), batch_size=self.batch_size,
                               dynamic=self.dynamic, half=self.half, fuse=self.fuse is not False, opset=self.opset,
                               simplify=self.simplify, nms=self._nms())
+
+    def triton_settings(self) -> TritonSettings:
+        return TritonSettings(self.triton_backend, self.triton_max_batch, self.triton_max_queue_delay_us,
+                              self.triton_instances)
 
     def _nms(self) -> NmsSettings | None:
         if not self.nms:
@@ -128,7 +144,7 @@ def export(args: ExportRunSettings) -> dict[str, Path]:
     backend.set_device()
     int8 = Int8Calibration(args.data, args.calib_images) if args.int8 else None
     written = write_formats(model, args.include, settings, output_dir / weights.stem, backend.device, int8,
-                            args.soc_version)
+                            args.soc_version, args.triton_settings())
     for kind, path in written.items():
         LOGGER.info("%s: %s (%.1f MB)", kind, path, file_megabytes(path))
     if args.check:

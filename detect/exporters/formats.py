@@ -1,5 +1,6 @@
 """Every format of one export, written in order from one traced module: TorchScript, ONNX (with --int8 its int8
-ONNX), the Ascend .om through atc, OpenVINO IR; what `detect.export` and `detect.benchmarks` both write with."""
+ONNX), the Ascend .om through atc, OpenVINO IR, a Triton model repository; what `detect.export` and
+`detect.benchmarks` both write with."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from detect.exporters.om import convert_om
 from detect.exporters.onnx_export import export_onnx
 from detect.exporters.openvino_export import export_openvino
 from detect.exporters.torchscript import ExportSettings, export_metadata, export_torchscript, traced_module
+from detect.exporters.triton import VERSION, TritonSettings, model_folder, write_triton_model
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,9 +29,10 @@ class Int8Calibration:
 
 def write_formats(model: nn.Module, include: tuple[str, ...], settings: ExportSettings, stem: Path,
                   device: torch.device, int8: Int8Calibration | None = None,
-                  soc_version: str | None = None) -> dict[str, Path]:
-    """Write each format of `include` (torchscript, onnx, om, openvino) as <stem>.<suffix>; returns format -> path,
-    with "onnx-int8" for `int8`, and om absent when atc is not installed."""
+                  soc_version: str | None = None, triton: TritonSettings | None = None) -> dict[str, Path]:
+    """Write each format of `include` (torchscript, onnx, om, openvino, triton) as <stem>.<suffix> (triton: the model
+    folder of model_repository/ beside them, with `triton`'s serving settings); returns format -> path (triton: the
+    model file Triton loads), with "onnx-int8" for `int8`, and om absent when atc is not installed."""
     metadata = export_metadata(model, settings)
     module, example = traced_module(model, settings, device)
     written: dict[str, Path] = {}
@@ -40,7 +43,20 @@ def write_formats(model: nn.Module, include: tuple[str, ...], settings: ExportSe
         written.update(_int8_and_om(include, written["onnx"], settings, int8, soc_version))
     if "openvino" in include:
         written["openvino"] = export_openvino(written["onnx"], settings)
+    if "triton" in include:
+        written["triton"] = _triton(module, example, model, settings, stem, triton or TritonSettings())
     return written
+
+
+def _triton(module: nn.Module, example: torch.Tensor, model: nn.Module, settings: ExportSettings, stem: Path,
+            triton: TritonSettings) -> Path:
+    """The model folder of a Triton repository: the ONNX exported with a dynamic batch (height and width stay fixed
+    unless --dynamic), then the backend's file and config.pbtxt."""
+    batched = dataclasses.replace(settings, dynamic_batch=True)
+    version = model_folder(stem) / VERSION
+    version.mkdir(parents=True, exist_ok=True)
+    onnx_path = export_onnx(module, example, export_metadata(model, batched), batched, version / "model.onnx")
+    return write_triton_model(onnx_path, batched, triton)
 
 
 def _int8_and_om(include: tuple[str, ...], onnx_path: Path, settings: ExportSettings, int8: Int8Calibration | None,

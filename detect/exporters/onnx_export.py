@@ -38,6 +38,8 @@ def export_onnx(module: PredictModule, example: torch.Tensor, metadata: dict, se
     dynamic_axes = None
     if settings.dynamic:
         dynamic_axes = {INPUT_NAME: {0: "batch", 2: "height", 3: "width"}, OUTPUT_NAME: {0: "batch", 1: "anchors"}}
+    elif settings.dynamic_batch:
+        dynamic_axes = {INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}}
     with torch.no_grad(), warnings.catch_warnings():
         # The legacy exporter warns that it is legacy on every call (torch >= 2.9); it is the one chosen, see above.
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -47,6 +49,11 @@ def export_onnx(module: PredictModule, example: torch.Tensor, metadata: dict, se
     if settings.simplify:
         simplify_onnx(path)
     model = onnx.load(str(path))
+    if settings.dynamic_batch and not settings.dynamic:
+        # The exporter leaves the output's anchors and columns symbolic once the batch is; they are fixed by the
+        # input shape, and a Triton config (or any reader) wants them as numbers.
+        with torch.no_grad():
+            _fix_dims(model.graph.output[0], module(example).shape[1:])
     if settings.nms is not None:
         candidates, num_classes = module(example).shape[1], len(metadata["names"])
         check_candidates(candidates, num_classes, settings.nms)
@@ -57,6 +64,12 @@ def export_onnx(module: PredictModule, example: torch.Tensor, metadata: dict, se
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
     return path
+
+
+def _fix_dims(value, sizes: torch.Size) -> None:
+    """Give a graph value's dimensions after the batch the fixed `sizes`."""
+    for dim, size in zip(value.type.tensor_type.shape.dim[1:], sizes, strict=True):
+        dim.dim_value = size
 
 
 def simplify_onnx(path: Path) -> None:

@@ -13,9 +13,9 @@ def openvino_folder(onnx_path: Path) -> Path:
     return onnx_path.with_name(f"{onnx_path.stem}{FOLDER_SUFFIX}")
 
 
-def export_openvino(onnx_path: Path, settings: ExportSettings) -> Path:
-    """Convert our ONNX export at `onnx_path` with openvino.convert_model and save it as
-    <stem>_openvino_model/<stem>.xml (+ .bin), fp16 weights with `settings.half`; returns the .xml path.
+def export_openvino(onnx_path: Path, settings: ExportSettings, path: Path | None = None) -> Path:
+    """Convert our ONNX export at `onnx_path` with openvino.convert_model and save it as `path` (default
+    <stem>_openvino_model/<stem>.xml) and its .bin, fp16 weights with `settings.half`; returns the .xml path.
 
     The ONNX's metadata_props (names, stride, imgsz, batch, dynamic, half, and "nms" when the graph has it) are
     copied into rt_info["detect"], so the .xml describes itself in a section of ours rather than wherever a given
@@ -28,7 +28,7 @@ def export_openvino(onnx_path: Path, settings: ExportSettings) -> Path:
     model = openvino.convert_model(str(onnx_path))
     for key, text in metadata.items():
         model.set_rt_info(text, [RT_INFO_SECTION, key])
-    path = openvino_folder(onnx_path) / f"{onnx_path.stem}.xml"
+    path = path or openvino_folder(onnx_path) / f"{onnx_path.stem}.xml"
     path.parent.mkdir(exist_ok=True)
     # save_model compresses weights to fp16 unless told otherwise: keep an fp32 export fp32.
     openvino.save_model(model, str(path), compress_to_fp16=settings.half)

@@ -26,6 +26,7 @@ class ExportSettings:
     imgsz: tuple[int, int] = (640, 640)
     batch_size: int = 1
     dynamic: bool = False  # batch, height and width dynamic (a static export takes exactly batch x 3 x h x w)
+    dynamic_batch: bool = False  # the batch alone dynamic, height and width fixed (Triton's repository)
     half: bool = False
     fuse: bool = True
     opset: int = DEFAULT_OPSET
@@ -52,8 +53,8 @@ def export_metadata(model: DetectionModel, settings: ExportSettings) -> dict:
     """Names, stride and input shape, stored in every export (ONNX metadata_props, a TorchScript extra file); "nms"
     is added by the formats that carry it in their graph."""
     return {"producer": "detect", "names": list(model.names), "stride": model.max_stride,
-            "imgsz": list(settings.imgsz), "batch": settings.batch_size, "dynamic": settings.dynamic,
-            "half": settings.half}
+            "imgsz": list(settings.imgsz), "batch": None if settings.dynamic_batch else settings.batch_size,
+            "dynamic": settings.dynamic, "half": settings.half}
 
 
 def export_torchscript(module: PredictModule, example: torch.Tensor, metadata: dict, path: Path) -> Path:

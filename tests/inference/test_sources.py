@@ -15,6 +15,7 @@ import pytest
 from detect.errors import UserError
 from detect.inference.sources import open_source
 from detect.inference.streams import LiveStream, stream_name
+from tests.data.helpers import write_flat_png
 from tests.inference.stream_server import FRAME_SHAPE, StreamServer, frame_number, grey_frame
 
 
@@ -80,6 +81,23 @@ def test_a_failed_download_is_one_line(server):
     with pytest.raises(UserError) as raised:
         open_source(server.url("/gone.jpg"))
     assert str(raised.value) == f"--source {server.url('/gone.jpg')}: cannot download it (HTTP 404 Not Found)"
+
+
+def test_a_pixel_bomb_is_refused_from_its_header_by_file_folder_glob_list_and_url(server, tmp_path, monkeypatch):
+    """A 30000x30000 PNG of 0.9 MB (2.7 GB decoded): one frame with its problem, cv2 never asked to decode it."""
+    bomb = write_flat_png(tmp_path / "bomb.png", 30000, 30000)
+    server.files["/bomb.png"] = bomb.read_bytes()
+    (tmp_path / "list.txt").write_text("bomb.png\n")
+
+    def no_decoding(*args, **kwargs):
+        raise AssertionError("cv2 was asked to decode the bomb")
+
+    monkeypatch.setattr(cv2, "imread", no_decoding)
+    monkeypatch.setattr(cv2, "imdecode", no_decoding)
+    for source in (bomb, tmp_path, tmp_path / "*.png", tmp_path / "list.txt", server.url("/bomb.png")):
+        (frame,) = read_all(str(source))
+        assert frame.image is None and frame.path.name == "bomb.png"
+        assert "ImageTooLarge: 30000x30000 is 900,000,000 pixels, more than the limit of 89,478,485" in frame.problem
 
 
 def test_a_live_stream_yields_its_frames_and_ends_in_one_line(server, caplog):
