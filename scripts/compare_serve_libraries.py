@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -70,15 +71,17 @@ def wait_healthy(url: str, process: subprocess.Popen) -> None:
     raise SystemExit(f"{url} never answered 200")
 
 
-def measure_server(command: list[str], health: str, detect: str, bodies: list[bytes], args: argparse.Namespace,
-                   env: dict[str, str] | None = None) -> tuple[float, int]:
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def measure_server(command: list[str], health: str, detect: str, bodies: list[bytes],
+                   args: argparse.Namespace) -> tuple[float, int]:
+    # a session of its own: LitServe's workers are child processes, ended with it by killpg
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
     try:
         wait_healthy(health, process)
         load_test(detect, bodies, 2 * args.concurrency, args.concurrency)  # warm the connections and batch shapes
         return load_test(detect, bodies, args.requests, args.concurrency)
     finally:
-        process.terminate()
+        os.killpg(process.pid, signal.SIGTERM)
         process.wait()
 
 
