@@ -68,7 +68,8 @@ class Prepared:
 
 @dataclasses.dataclass(frozen=True)
 class Found:
-    """One image's answer: (n, 6) [x1, y1, x2, y2, score, class] in its own pixels, and its batch."""
+    """One image's answer: (n, 6) [x1, y1, x2, y2, score, class] in its own pixels, its batch's size, and the time
+    the batch took to make and run (its NMS after)."""
 
     rows: torch.Tensor
     batch_size: int
@@ -84,8 +85,8 @@ class ServedModel:
         self.static_batch: int | None = getattr(model, "batch", None)  # a static export's (ExportedModel.batch)
         self.max_batch = self.static_batch or settings.max_batch
         if self.static_batch and self.static_batch != settings.max_batch:
-            LOGGER.info("the model's batch is static at %d: batches of up to %d, padded", self.static_batch,
-                        self.static_batch)
+            LOGGER.info("the model's batch is static at %d (not --max-batch %d): shorter batches are padded to it",
+                        self.static_batch, settings.max_batch)
         self.max_pixels = settings.max_pixels
         self.name = Path(settings.weights).name
         self.format = FORMAT_NAMES.get(type(model).__name__, type(model).__name__)
