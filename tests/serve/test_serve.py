@@ -20,7 +20,7 @@ import pytest
 from detect.inference.detector import Detector, PredictSettings
 from detect.inference.sample_images import SAMPLES_DIR
 from tests.data.helpers import write_flat_png
-from tests.serve.helpers import Server, call
+from tests.serve.helpers import Server, call, free_port
 
 pytest.importorskip("fastapi", reason="the serve extra is not installed: pip install -e '.[serve]'")
 pytest.importorskip("uvicorn", reason="the serve extra is not installed: pip install -e '.[serve]'")
@@ -250,3 +250,12 @@ def test_a_static_export_gets_padded_batches(weights, tmp_path):
     (found,) = model.run([model.prepare(image)], [Thresholds(LOW_CONF, 0.45, 1000)])
     rows = found.rows.numpy().astype(np.float64)
     assert_same_rows(rows[np.lexsort(rows.T[::-1])], predicted(detector, image))
+
+
+def test_a_model_that_fails_to_load_ends_the_service_with_its_line(tmp_path, monkeypatch, capsys):
+    from detect.serve.__main__ import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["--weights", "missing.pt", "--port", str(free_port())]) == 2
+    assert capsys.readouterr().err.endswith("error: weights not found: missing.pt (give a path, or put the file in "
+                                            f"{tmp_path / 'weights'})\n")
