@@ -9,7 +9,7 @@ import os
 
 from detect import backend as backends
 from detect.config import IMAGE_SIZE, POSITIVE, UNIT, Bound, Settings, option
-from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS, MAX_PIXELS_HELP
+from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS
 from detect.errors import UserError
 from detect.inference.detector import PredictSettings
 
@@ -40,7 +40,9 @@ class ServeSettings(Settings):
     max_det: int = option(PredictSettings.max_det, "default and largest detections per image (query: max_det)",
                           bound=POSITIVE)
     max_bytes: int = option(DEFAULT_MAX_BYTES, "largest request body in bytes (413 above it)", bound=POSITIVE)
-    max_pixels: int = option(DEFAULT_MAX_PIXELS, MAX_PIXELS_HELP + "; 413 above it", bound=MAX_PIXELS)
+    max_pixels: int = option(DEFAULT_MAX_PIXELS, "an upload whose header claims more pixels is refused (413) before "
+                                                 "any pixel is decoded (PIL's limit by default; at most 2**30, cv2's)",
+                             bound=MAX_PIXELS)
     workers: int = option(2, "threads that decode and letterbox images", bound=POSITIVE)
     queue_size: int = option(64, "requests taken at once (decoding, waiting or in a batch); 503 with "
                                  "Retry-After above it", bound=POSITIVE)
