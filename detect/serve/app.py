@@ -100,7 +100,7 @@ class Service:
         self.metrics.pending += 1
         try:
             start = time.perf_counter()
-            data = await self._read_image(request)
+            data = await self.read_image(request)
             prepared = await asyncio.get_running_loop().run_in_executor(self.decoders, model.prepare, data)
             decoded = time.perf_counter()
             found, waited = await self.batcher.submit(prepared, thresholds)
@@ -110,7 +110,7 @@ class Service:
         finally:
             self.metrics.pending -= 1
 
-    async def _read_image(self, request: Request) -> bytes:
+    async def read_image(self, request: Request) -> bytes:
         """The body (at most --max-bytes), or the 'image' field of a multipart form."""
         limit = self.settings.max_bytes
         too_large = Refused(413, f"the body is over {limit:,} bytes (--max-bytes)")

@@ -259,3 +259,26 @@ def test_a_model_that_fails_to_load_ends_the_service_with_its_line(tmp_path, mon
     assert main(["--weights", "missing.pt", "--port", str(free_port())]) == 2
     assert capsys.readouterr().err.endswith("error: weights not found: missing.pt (give a path, or put the file in "
                                             f"{tmp_path / 'weights'})\n")
+
+
+def test_a_body_without_content_length_is_cut_at_max_bytes(weights):
+    from starlette.requests import Request
+
+    from detect.serve.app import Service
+    from detect.serve.settings import ServeSettings
+    from detect.serve.uploads import Refused
+
+    def request_of(chunks: list[bytes]) -> Request:
+        messages = [{"type": "http.request", "body": chunk, "more_body": index < len(chunks) - 1}
+                    for index, chunk in enumerate(chunks)]
+
+        async def receive() -> dict:
+            return messages.pop(0)
+
+        return Request({"type": "http", "method": "POST", "path": "/v1/detect", "headers": []}, receive)
+
+    service = Service(ServeSettings(weights=str(weights), max_bytes=2500))
+    assert asyncio.run(service.read_image(request_of([b"x" * 1000] * 2))) == b"x" * 2000
+    with pytest.raises(Refused, match=r"^the body is over 2,500 bytes \(--max-bytes\)$") as refused:
+        asyncio.run(service.read_image(request_of([b"x" * 1000] * 3 + [b"never read"])))
+    assert refused.value.status == 413
