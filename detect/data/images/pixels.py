@@ -7,6 +7,7 @@ import contextlib
 import struct
 import warnings
 from pathlib import Path
+from typing import BinaryIO
 
 from PIL import Image, UnidentifiedImageError
 
@@ -26,7 +27,10 @@ class ImageTooLarge(OSError):
     """An image whose header claims more pixels than the limit (an OSError: callers skip it as an unreadable file)."""
 
 
-def open_header(path: Path | str) -> Image.Image:
+ImageSource = Path | str | BinaryIO  # a file, or a seekable stream of its bytes (an upload: io.BytesIO)
+
+
+def open_header(path: ImageSource) -> Image.Image:
     """The image as PIL opens it (header read, no pixel decoded) without PIL's own pixel limit, which check_pixels
     replaces; OSError when no format PIL knows reads it, ImageTooLarge when its format reader refuses the size itself
     (WebP, TIFF and MPO readers check it while they read the header)."""
@@ -37,32 +41,39 @@ def open_header(path: Path | str) -> Image.Image:
         except Image.DecompressionBombError:
             pass  # over twice PIL's limit: Image.open refuses before it tells the size
         try:
-            return _open_past_pil_limit(Path(path))
+            return _open_past_pil_limit(path)
         except Image.DecompressionBombError as error:
             raise ImageTooLarge(f"PIL refuses it: {error}") from None
 
 
-def _open_past_pil_limit(path: Path) -> Image.Image:
+def _open_past_pil_limit(path: ImageSource) -> Image.Image:
     """What Image.open does less its pixel check: the first of PIL's format readers that accepts the file's first
     bytes reads the header."""
-    with open(path, "rb") as handle:
-        prefix = handle.read(16)
+    stream = None if isinstance(path, (str, Path)) else path
+    if stream is None:
+        with open(path, "rb") as handle:
+            prefix = handle.read(16)
+    else:
+        stream.seek(0)
+        prefix = stream.read(16)
     for format_id in Image.ID:
         factory, accept = Image.OPEN[format_id]
         if accept is not None and accept(prefix) is not True:
             continue
+        if stream is not None:
+            stream.seek(0)
         with contextlib.suppress(SyntaxError, IndexError, TypeError, struct.error):  # what Image.open skips too
-            return factory(str(path))
+            return factory(str(path) if stream is None else stream)
     raise UnidentifiedImageError(f"cannot identify image file {str(path)!r}")
 
 
-def header_size(path: Path | str) -> tuple[int, int]:
+def header_size(path: ImageSource) -> tuple[int, int]:
     """(width, height) as the image file's header states it (before EXIF rotation), no pixel decoded."""
     with open_header(path) as image:
         return image.size
 
 
-def check_pixels(path: Path | str, max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[int, int]:
+def check_pixels(path: ImageSource, max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[int, int]:
     """The header's (width, height), or ImageTooLarge naming both sides when their product is over `max_pixels`;
     call it before decoding an image a user gave. A file whose format PIL does not know is refused too (an OSError):
     cv2 decodes a few more (PFM, Radiance HDR), whose size nothing here could check first."""
