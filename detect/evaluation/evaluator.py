@@ -156,8 +156,21 @@ class CocoEvaluator:
         """The COCO ground truth of a split: its instances json when it has one, else built from its labels."""
         if split.coco_json is not None:  # a COCO json split maps the data yaml's names to its categories
             classes = None if split.category_ids is None else list(zip(split.category_ids, split.names))
-            return cls.from_coco_json(split.coco_json, backend, classes)
+            evaluator = cls.from_coco_json(split.coco_json, backend, classes)
+            evaluator.add_background(split.records)
+            return evaluator
         return cls.from_records(split.records, split.names, backend)
+
+    def add_background(self, records: Sequence[ImageRecord]) -> None:
+        """Add the images of `records` the ground truth lacks, without boxes: the split's images that its json does
+        not list are background there, and are scored as such rather than refused."""
+        known = set(self.image_ids())
+        missing = [{"id": int(record.image_id), "width": int(record.width), "height": int(record.height),
+                    "file_name": Path(record.path).name} for record in records if int(record.image_id) not in known]
+        if missing:
+            self.ground_truth.dataset["images"].extend(missing)
+            with _quiet():
+                self.ground_truth.createIndex()
 
     @classmethod
     def from_records(cls, records: Sequence[ImageRecord], class_names: Sequence[str],

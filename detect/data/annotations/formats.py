@@ -121,7 +121,7 @@ def _classes(parsed: ParsedLabels, names: Sequence[str], counts: collections.Cou
              details: list[str]) -> np.ndarray:
     """(M,) each box's index in `names`, -1 for a class the yaml does not name (one warning line per name)."""
     index_of = {name: index for index, name in enumerate(names)}
-    lookup = np.array([index_of.get(name, -1) for name in parsed.class_names] + [-1], np.int64)
+    lookup = np.array([index_of.get(name, -1) for name in parsed.class_names], np.int64)
     classes = lookup[parsed.labels] if len(parsed.labels) else np.zeros(0, np.int64)
     for label in np.unique(parsed.labels[classes < 0]):
         name, boxes = parsed.class_names[label], int((parsed.labels == label).sum())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from detect.data import load_data_config
@@ -42,6 +43,9 @@ def test_classes_by_name_crowd_kept_and_its_own_ground_truth(coco: Path) -> None
     evaluator = CocoEvaluator.for_split(split)
     assert evaluator.json_file == coco / "instances_val.json"
     assert evaluator.category_ids == (5, 9) and evaluator.class_names == ("a", "b")
+    # unlisted.jpg, background here, is scored as background there, not refused as an unknown image
+    evaluator.add(43, np.array([[0.0, 0, 10, 10, 0.9, 1]]))
+    assert 43 in evaluator.image_ids() and evaluator.evaluate().map50 == 0.0
 
 
 def test_a_name_the_json_lacks_gets_a_fresh_category_id_and_names_default_to_the_categories(coco: Path) -> None:
