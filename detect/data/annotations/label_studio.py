@@ -56,13 +56,14 @@ def read_label_studio(path: Path) -> ParsedLabels:
 
 
 def _read_task(task: dict, found: Collector, path: Path) -> None:
+    reference = _reference(task)  # a JSON-MIN export's rows have no "data": refused here, not read as unlabelled
     annotations = [item for item in task.get("annotations", []) if not item.get("was_cancelled")]
     if not annotations:
         return  # not labelled yet: its image stays without labels
     if len(annotations) > 1:
         found.left_out("task with several annotations: the first read",
                        f"{path}: task {task.get('id')} has {len(annotations)} annotations, the first is read")
-    image = found.image(*image_names(_reference(task)))
+    image = found.image(*image_names(reference))
     for result in annotations[0]["result"]:
         if result.get("type") != "rectanglelabels":
             found.left_out(f"{result.get('type')} result left out",

@@ -60,6 +60,9 @@ def test_a_file_that_is_no_export_is_one_error(tmp_path: Path) -> None:
         {"type": "rectanglelabels", "value": {"x": 1}}]}]}]))
     with pytest.raises(UserError, match=r"export\.json: not a Label Studio JSON export \(KeyError: 'y'\)"):
         load(tmp_path, "export.json", format="label-studio")
+    (tmp_path / "export.json").write_text(json.dumps([{"image": "/data/upload/3/0a0b0c0d-x.jpg", "label": []}]))
+    with pytest.raises(UserError, match=r"export\.json: not a Label Studio JSON export \(KeyError: 'data'\)"):
+        load(tmp_path, "export.json")  # JSON-MIN, not JSON
     (tmp_path / "export.json").write_text(json.dumps({"tasks": []}))
     with pytest.raises(UserError, match=r"export\.json: not a Label Studio JSON export \(TypeError: the file holds"):
         load(tmp_path, "export.json", format="label-studio")
