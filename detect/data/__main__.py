@@ -1,8 +1,10 @@
-"""`python -m detect.data --data coco128.yaml`: check a dataset, print its summary, plot labels and a batch."""
+"""`python -m detect.data --data coco128.yaml`: check a dataset, print its summary, plot labels and a batch.
+`python -m detect.data convert --data D --to yolo|coco --out DIR`: write its labels as yolov5's .txt or a COCO json."""
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 
 from detect import cli
@@ -13,6 +15,7 @@ from detect.data import (
     load_data_config,
     load_split,
 )
+from detect.data.annotations.convert import TARGETS, convert
 from detect.data.dataset_plots import plot_batch, plot_label_stats
 from detect.data.labels.cache import CACHE_DIR_HELP
 
@@ -29,7 +32,21 @@ class DataSettings(Settings):
     cache_dir: str | None = option(None, CACHE_DIR_HELP)
 
 
+@dataclasses.dataclass(frozen=True)
+class ConvertSettings(Settings):
+    """The options of `python -m detect.data convert`."""
+
+    data: str = option(description="data yaml: a bare name in configs/data/ or a path")
+    to: str = option(description="yolo: yolov5's images/ and labels/ folders; coco: a COCO json per split",
+                     choices=TARGETS)
+    out: str = option("converted", "folder to write (with its data.yaml)")
+    copy: bool = option(False, "copy the images into yolo's images/ (default: symbolic links)")
+    cache_dir: str | None = option(None, CACHE_DIR_HELP)
+
+
 parse_args = cli.settings_reader(DataSettings, "python -m detect.data", __doc__)
+parse_convert_args = cli.settings_reader(ConvertSettings, "python -m detect.data convert",
+                                         "Write a dataset's labels as yolov5's .txt layout or a COCO json per split.")
 
 
 def check(settings: DataSettings) -> None:
@@ -47,7 +64,20 @@ def check(settings: DataSettings) -> None:
         print(plot_batch(next(iter(loader)), train.names, folder / "train_batch.png"))
 
 
-main = cli.main_for(parse_args, check)
+def write_converted(settings: ConvertSettings) -> Path:
+    """Convert the --data's splits and print the data yaml written."""
+    target = convert(load_data_config(settings.data), settings.to, Path(settings.out), settings.copy,
+                     settings.cache_dir)
+    print(target)
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`convert ...` converts; anything else checks."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["convert"]:
+        return cli.main_for(parse_convert_args, write_converted)(argv[1:])
+    return cli.main_for(parse_args, check)(argv)
 
 
 if __name__ == "__main__":

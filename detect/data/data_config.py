@@ -1,4 +1,5 @@
-"""The dataset yaml (yolov5 layout plus optional COCO json label sources), loaded strictly and resolved."""
+"""The dataset yaml (yolov5 layout plus optional COCO json label sources and labelling tools' files), loaded strictly
+and resolved."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from detect.config import CONFIGS_DIR, from_mapping, read_yaml, resolve_config
+from detect.data.annotations.formats import AnnotationSource, annotation_source, names_of
 from detect.errors import ConfigError, short_repr
 
 SPLITS = ("train", "val", "test")
@@ -16,13 +18,14 @@ DATA_DIR_VARIABLE = "DETECT_DATA_DIR"  # where built-in datasets are generated (
 
 @dataclasses.dataclass(frozen=True)
 class DataYaml:
-    """The keys of a data yaml as written (ultralytics/yolov5 names; *_json and builtin are ours)."""
+    """The keys of a data yaml as written (ultralytics/yolov5 names; *_json, builtin and a split as a mapping
+    {annotations, images, format} are ours; `names` may then be left out: the label file's are taken)."""
 
-    train: str | list[str]
-    val: str | list[str]
-    names: list[str] | dict[int, str]
+    train: str | list[str] | dict
+    val: str | list[str] | dict
+    names: list[str] | dict[int, str] | None = None
     path: str | None = None
-    test: str | list[str] | None = None
+    test: str | list[str] | dict | None = None
     nc: int | None = None
     train_json: str | None = None
     val_json: str | None = None
@@ -43,6 +46,7 @@ class DataConfig:
     splits: dict[str, tuple[Path, ...]]
     json_files: dict[str, Path]
     builtin: str | None = None
+    annotations: dict[str, AnnotationSource] = dataclasses.field(default_factory=dict)  # splits read from label files
 
     @property
     def num_classes(self) -> int:
@@ -96,7 +100,6 @@ def load_data_config(name_or_path: str | Path) -> DataConfig:
     """Load a data yaml by bare name (configs/data/) or path; relative paths resolved, nothing read yet."""
     source = resolve_config(name_or_path, "data").resolve()
     raw = from_mapping(DataYaml, read_yaml(source), source)
-    names = _names_list(raw.names, raw.nc, source)
     root = _resolve_root(raw.path, source)
     if raw.builtin is not None and raw.path is None:
         root = builtin_root(raw.builtin)  # generated there on first use
@@ -104,15 +107,32 @@ def load_data_config(name_or_path: str | Path) -> DataConfig:
         root = (source.parent / raw.path).resolve()  # generated there on first use
     splits: dict[str, tuple[Path, ...]] = {}
     json_files: dict[str, Path] = {}
+    annotations: dict[str, AnnotationSource] = {}
     for split in SPLITS:
         value = getattr(raw, split)
-        if value is not None:
+        if isinstance(value, dict):
+            annotations[split] = annotation_source(value, root, source, split)
+            splits[split] = (annotations[split].images,)
+        elif value is not None:
             entries = [value] if isinstance(value, str) else value
             splits[split] = tuple(root / entry for entry in entries)
         json_name = getattr(raw, f"{split}_json")
         if json_name is not None:
+            if split in annotations:
+                raise ConfigError(f"{source}: '{split}' reads its labels from annotations, so '{split}_json' is not "
+                                  "needed (a COCO json split is its own ground truth): keep one")
             json_files[split] = root / json_name
-    return DataConfig(source=source, root=root, names=names, splits=splits, json_files=json_files, builtin=raw.builtin)
+    names = _names_list(raw.names, raw.nc, source) if raw.names is not None else \
+        _names_of_annotations(annotations, raw.nc, source)
+    return DataConfig(source=source, root=root, names=names, splits=splits, json_files=json_files, builtin=raw.builtin,
+                      annotations=annotations)
+
+
+def _names_of_annotations(annotations: dict[str, AnnotationSource], nc: int | None, source: Path) -> tuple[str, ...]:
+    """Without `names`, the classes of the train split's label file (else the first split that has one)."""
+    if not annotations:
+        raise ConfigError(f"{source}: missing key 'names'")
+    return _names_list(list(names_of(annotations.get("train") or next(iter(annotations.values())))), nc, source)
 
 
 def check_sources(data: DataConfig, splits: tuple[str, ...]) -> None:
@@ -121,6 +141,10 @@ def check_sources(data: DataConfig, splits: tuple[str, ...]) -> None:
     if data.builtin is not None:
         return
     for split in splits:
+        annotated = data.annotations.get(split)
+        if annotated is not None and not annotated.path.exists():
+            raise ConfigError(f"{data.source}: '{split}' annotations names {annotated.path}, which does not exist "
+                              f"(check 'path' and '{split}' there)")
         for path in data.splits.get(split, ()):
             if not path.exists():
                 raise ConfigError(f"{data.source}: '{split}' names {path}, which does not exist "

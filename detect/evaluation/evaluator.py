@@ -135,22 +135,42 @@ class CocoEvaluator:
         self._results: list[dict] = []
 
     @classmethod
-    def from_coco_json(cls, path: Path | str, backend: str = "auto") -> CocoEvaluator:
-        """Ground truth from a COCO instances json, class order by data/categories.json_categories."""
+    def from_coco_json(cls, path: Path | str, backend: str = "auto",
+                       classes: Sequence[tuple[int, str]] | None = None) -> CocoEvaluator:
+        """Ground truth from a COCO instances json, class order by data/categories.json_categories, or as `classes`
+        says: (category id, name) per class (a category of the json keeps its own name)."""
         path = Path(path)
         if not path.is_file():
             raise UserError(f"COCO annotations not found: {path} (put the instances_*.json there)")
         with open(path, encoding="utf-8") as handle:
             dataset = json.load(handle)
         categories = json_categories(dataset.get("categories", []))
-        return cls(dataset, [c["id"] for c in categories], [c["name"] for c in categories], backend, path)
+        if classes is None:
+            return cls(dataset, [c["id"] for c in categories], [c["name"] for c in categories], backend, path)
+        name_of = {int(category["id"]): category["name"] for category in categories}
+        return cls(dataset, [category for category, _ in classes],
+                   [name_of.get(int(category), name) for category, name in classes], backend, path)
 
     @classmethod
     def for_split(cls, split: LabelledSplit, backend: str = "auto") -> CocoEvaluator:
         """The COCO ground truth of a split: its instances json when it has one, else built from its labels."""
-        if split.coco_json is not None:
-            return cls.from_coco_json(split.coco_json, backend)
+        if split.coco_json is not None:  # a COCO json split maps the data yaml's names to its categories
+            classes = None if split.category_ids is None else list(zip(split.category_ids, split.names))
+            evaluator = cls.from_coco_json(split.coco_json, backend, classes)
+            evaluator.add_background(split.records)
+            return evaluator
         return cls.from_records(split.records, split.names, backend)
+
+    def add_background(self, records: Sequence[ImageRecord]) -> None:
+        """Add the images of `records` the ground truth lacks, without boxes: the split's images that its json does
+        not list are background there, and are scored as such rather than refused."""
+        known = set(self.image_ids())
+        missing = [{"id": int(record.image_id), "width": int(record.width), "height": int(record.height),
+                    "file_name": Path(record.path).name} for record in records if int(record.image_id) not in known]
+        if missing:
+            self.ground_truth.dataset["images"].extend(missing)
+            with _quiet():
+                self.ground_truth.createIndex()
 
     @classmethod
     def from_records(cls, records: Sequence[ImageRecord], class_names: Sequence[str],

@@ -11,7 +11,7 @@ import logging
 import multiprocessing
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from itertools import repeat
 
@@ -68,14 +68,17 @@ class CheckedImages:
 
 
 def summarise(split: str, images: Sequence[str], checked: CheckedImages, cache_state: str,
-              unlisted: Sequence[tuple[str, str]] = ()) -> tuple[dict[str, int], list[str]]:
+              unlisted: Sequence[tuple[str, str]] = (), noted: Mapping[str, int] | None = None,
+              noted_details: Sequence[str] = ()) -> tuple[dict[str, int], list[str]]:
     """(counts by problem name, detail lines), and the summary table logged. `unlisted` are the (path, why) of the
     entries the listing could not take (a broken or looping link, an unreadable folder, a FIFO named x.jpg): each
-    is found and skipped, by its reason."""
+    is found and skipped, by its reason. `noted` counts what reading a label file left out (data/annotations), by
+    name, with its `noted_details` lines."""
     usable = checked.usable
     counts = collections.Counter(found=len(usable), background=int((checked.background & usable).sum()), fixed=0,
                                   skipped=0)
-    details = _count_unlisted(unlisted, counts)
+    counts.update({f"label file: {name}": count for name, count in (noted or {}).items()})
+    details = [*noted_details, *_count_unlisted(unlisted, counts)]
     for problem in checked.problems:
         path, skipped = images[problem["index"]], problem["skipped"]
         if skipped:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from detect.data.annotations.formats import read_split_labels
 from detect.data.data_config import DataConfig
 from detect.data.images.files import Listing, walk
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS
@@ -91,6 +92,46 @@ def _write_details(cache_file: Path, details: list[str]) -> Path | None:
     return target
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class _LabelSources:
+    """Where a split's labels come from: per image a .txt label file or (rows, crowd) given; the COCO json and its
+    ids, if any; the usual place of the label cache and the files its key covers; what reading left out, by name."""
+
+    labels: list[str | None]
+    given: list
+    coco_json: Path | None
+    image_ids: np.ndarray | None
+    category_ids: list[int] | None
+    usual_cache: Path
+    key_files: list[str]
+    noted: dict[str, int] = dataclasses.field(default_factory=dict)
+    details: list[str] = dataclasses.field(default_factory=list)
+
+
+def _label_sources(config: DataConfig, split: str, images: list[str]) -> _LabelSources:
+    """A split's labels: its label files' (data/annotations), its *_json's, or the .txt files beside the images."""
+    annotated, json_file = config.annotations.get(split), config.json_files.get(split)
+    if annotated is not None:
+        found = read_split_labels(annotated, config.names, images)
+        usual = annotated.path.with_name(f"{annotated.path.name}.{split}{CACHE_SUFFIX}")
+        return _LabelSources([None] * len(images), found.given, found.coco_json, found.image_ids, found.category_ids,
+                             usual, [*images, *found.files], found.counts, found.details)
+    if json_file is not None and not json_file.is_file():  # coco128.zip, say, has no COCO json: its txt labels score
+        LOGGER.warning("%s: %s_json names %s, which does not exist: the txt labels are read instead", config.source,
+                       split, json_file)
+        json_file = None
+    if json_file is not None:
+        coco = read_coco_labels(json_file)
+        empty = (np.zeros((0, 5), np.float32), np.zeros(0, bool))
+        given = [coco.rows.get(os.path.basename(image), empty) for image in images]
+        return _LabelSources([None] * len(images), given, json_file, coco.ids_of(images), coco.category_ids,
+                             json_file.with_name(f"{json_file.stem}.{split}{CACHE_SUFFIX}"), [*images, str(json_file)])
+    labels = [label_path_for(image) for image in images]
+    label_folder = Path(labels[0]).parent
+    return _LabelSources(labels, [None] * len(images), None, None, None,
+                         label_folder.with_name(label_folder.name + CACHE_SUFFIX), images + labels)
+
+
 def as_single_class(split: LabelledSplit) -> LabelledSplit:
     """yolov5's --single-cls: every box is class 0, "item"; scored against these labels, not a COCO json."""
     rows = split.records.rows.copy()
@@ -118,42 +159,28 @@ def load_split(config: DataConfig, split: str = "train", single_class: bool = Fa
         first = f"; {len(unlisted)} skipped, the first: {': '.join(unlisted[0])}" if unlisted else ""
         raise UserError(f"{config.source}: no images in the '{split}' split "
                         f"({', '.join(map(str, config.splits[split]))}){first}")
-    json_file = config.json_files.get(split)
-    if json_file is not None and not json_file.is_file():  # coco128.zip, say, has no COCO json: its txt labels score
-        LOGGER.warning("%s: %s_json names %s, which does not exist: the txt labels are read instead", config.source,
-                       split, json_file)
-        json_file = None
-    if json_file is not None:
-        coco = read_coco_labels(json_file)
-        json_ids = coco.ids_of(images)
-        labels: list[str | None] = [None] * len(images)
-        empty = (np.zeros((0, 5), np.float32), np.zeros(0, bool))
-        given = [coco.rows.get(os.path.basename(image), empty) for image in images]
-        usual, key_files = json_file.with_name(f"{json_file.stem}.{split}{CACHE_SUFFIX}"), [*images, str(json_file)]
-    else:
-        coco, json_ids, labels = None, None, [label_path_for(image) for image in images]
-        given = [None] * len(images)
-        label_folder = Path(labels[0]).parent
-        usual, key_files = label_folder.with_name(label_folder.name + CACHE_SUFFIX), images + labels
-    cache_file = label_cache.cache_path(usual, cache_dir)
-    key = label_cache.fingerprint(key_files, config.num_classes, max_pixels)
+    sources = _label_sources(config, split, images)
+    cache_file = label_cache.cache_path(sources.usual_cache, cache_dir)
+    # the names too where a label file names the classes: the same count in another order maps boxes otherwise
+    key = label_cache.fingerprint(sources.key_files, config.num_classes, max_pixels,
+                                  config.names if split in config.annotations else ())
     checked = label_cache.read_cache(cache_file, key)
     cache_state = "loaded"
     if checked is None:
-        checked = check_images(images, labels, given, config.num_classes, max_pixels)
+        checked = check_images(images, sources.labels, sources.given, config.num_classes, max_pixels)
         cache_state = "written" if label_cache.write_cache(cache_file, key, checked) else "not written"
-    counts, details = summarise(split, images, checked, cache_state, unlisted)
+    counts, details = summarise(split, images, checked, cache_state, unlisted, sources.noted, sources.details)
     details_file = _write_details(cache_file, details) if details else None
     if not counts["usable"]:
         raise UserError(f"{config.source}: no usable image in the '{split}' split ({counts['found']} found, all skipped; "
                         f"see {details_file})")
-    ids = assign_image_ids(images) if json_ids is None else json_ids
+    ids = assign_image_ids(images) if sources.image_ids is None else sources.image_ids
     table = RecordTable(paths=np.array([os.fsencode(image) for image in images]), image_ids=ids,
                         widths=checked.widths, heights=checked.heights, offsets=checked.offsets, rows=checked.rows,
                         crowd=checked.crowd)
     usable = checked.usable
     records = table if usable.all() else table.take(np.flatnonzero(usable))
-    labelled = LabelledSplit(records=records, names=list(config.names), coco_json=json_file,
-                             category_ids=coco.category_ids if coco else None, counts=counts, details_file=details_file,
+    labelled = LabelledSplit(records=records, names=list(config.names), coco_json=sources.coco_json,
+                             category_ids=sources.category_ids, counts=counts, details_file=details_file,
                              cache_state=cache_state)
     return as_single_class(labelled) if single_class else labelled
