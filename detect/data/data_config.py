@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from detect.config import CONFIGS_DIR, from_mapping, read_yaml, resolve_config
+from detect.data.remote.store import is_remote, mirror_folder
 from detect.errors import ConfigError, short_repr
 
 SPLITS = ("train", "val", "test")
@@ -43,6 +44,8 @@ class DataConfig:
     splits: dict[str, tuple[Path, ...]]
     json_files: dict[str, Path]
     builtin: str | None = None
+    # Ours: `path` as a bucket URL (s3://, obs://); root is then its mirror folder (data/remote/mount.py).
+    remote: str | None = None
 
     @property
     def num_classes(self) -> int:
@@ -97,7 +100,9 @@ def load_data_config(name_or_path: str | Path) -> DataConfig:
     source = resolve_config(name_or_path, "data").resolve()
     raw = from_mapping(DataYaml, read_yaml(source), source)
     names = _names_list(raw.names, raw.nc, source)
-    root = _resolve_root(raw.path, source)
+    remote = raw.path if is_remote(raw.path) else None
+    # a bucket's files are kept in the cache folder; load_split moves them to --cache-dir's (remote/mount.py, attach)
+    root = mirror_folder(remote, user_cache()) if remote else _resolve_root(raw.path, source)
     if raw.builtin is not None and raw.path is None:
         root = builtin_root(raw.builtin)  # generated there on first use
     elif raw.builtin is not None and not (source.parent / raw.path).exists():
@@ -112,13 +117,15 @@ def load_data_config(name_or_path: str | Path) -> DataConfig:
         json_name = getattr(raw, f"{split}_json")
         if json_name is not None:
             json_files[split] = root / json_name
-    return DataConfig(source=source, root=root, names=names, splits=splits, json_files=json_files, builtin=raw.builtin)
+    return DataConfig(source=source, root=root, names=names, splits=splits, json_files=json_files, builtin=raw.builtin,
+                      remote=remote)
 
 
 def check_sources(data: DataConfig, splits: tuple[str, ...]) -> None:
     """Raise ConfigError naming the yaml key of the first source of `splits` that does not exist, so that a missing
-    folder stops a run before any work; a built-in dataset is generated on first use, so it is not looked for."""
-    if data.builtin is not None:
+    folder stops a run before any work; a built-in dataset is generated on first use, and a bucket's splits are looked
+    for in its listing, so neither is looked for here."""
+    if data.builtin is not None or data.remote is not None:
         return
     for split in splits:
         for path in data.splits.get(split, ()):

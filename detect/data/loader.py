@@ -24,6 +24,7 @@ from detect.data.images.pixels import DEFAULT_MAX_PIXELS
 from detect.data.images.ram_cache import NodeShare
 from detect.data.labels.split import LabelledSplit, load_split
 from detect.data.records import RecordTable
+from detect.data.remote.fetch_ahead import fetch_ahead
 from detect.data.sampling import EpochBatchSampler, RectBatches, ShuffledBatches, ShuffleSampler, ValShard
 from detect.errors import UserError
 
@@ -172,6 +173,7 @@ def build_train_loader(data_config: DataConfig, augmentation: AugmentSettings, i
                             f"{batch_size}")
         batches = ShuffledBatches(base, batch_size)
     sampler = EpochBatchSampler(batches)
+    dataset = fetch_ahead(dataset, batches.of_epoch)
     return Loader(DataLoader(dataset, batch_sampler=sampler, **options), labelled, dataset, sampler)
 
 
@@ -186,7 +188,8 @@ def build_val_loader(data_config: DataConfig, split: str = "val", imgsz: int = 6
     labelled = checked or load_split(data_config, split, single_class, cache_dir, max_pixels)
     dataset = ValDataset(labelled.records, imgsz, batch_size, stride, rect=rect)
     workers = default_workers() if workers is None else workers
-    batching = ({"batch_size": batch_size, "shuffle": False} if world_size == 1 else
-                {"batch_sampler": ValShard(len(dataset), batch_size, rank, world_size)})
+    shard = ValShard(len(dataset), batch_size, rank, world_size)
+    batching = {"batch_size": batch_size, "shuffle": False} if world_size == 1 else {"batch_sampler": shard}
+    dataset = fetch_ahead(dataset, lambda _epoch: shard.batches)
     loader = DataLoader(dataset, **batching, **_loader_options(workers, pin_memory, prefetch_factor))
     return Loader(loader, labelled, dataset)

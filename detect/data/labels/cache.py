@@ -49,12 +49,16 @@ def _stat_chunk(files: Sequence[str]) -> np.ndarray:
     return np.array(found, np.int64).reshape(-1, 2)
 
 
-def fingerprint(files: Sequence[str], num_classes: int, max_pixels: int = DEFAULT_MAX_PIXELS) -> str:
+def fingerprint(files: Sequence[str], num_classes: int, max_pixels: int = DEFAULT_MAX_PIXELS,
+                stats: np.ndarray | None = None) -> str:
     """sha256 of the version, the class count, the pixel limit, the paths in order and each file's (size, mtime_ns)
-    (or missing)."""
-    chunks = [files[start:start + STAT_CHUNK] for start in range(0, len(files), STAT_CHUNK)]
-    with ThreadPoolExecutor(min(STAT_THREADS, max(1, len(chunks)))) as pool:
-        stats = list(pool.map(_stat_chunk, chunks))
+    (or missing): stat'ed here, or `stats` as a bucket's listing gives them."""
+    if stats is None:
+        chunks = [files[start:start + STAT_CHUNK] for start in range(0, len(files), STAT_CHUNK)]
+        with ThreadPoolExecutor(min(STAT_THREADS, max(1, len(chunks)))) as pool:
+            stats = list(pool.map(_stat_chunk, chunks))
+    else:
+        stats = [stats]
     digest = hashlib.sha256(f"{CACHE_VERSION}|{num_classes}|{max_pixels}|{len(files)}\n".encode())
     digest.update("\n".join(files).encode("utf-8", "surrogateescape"))
     for found in stats:

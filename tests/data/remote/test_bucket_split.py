@@ -1,0 +1,88 @@
+"""A split in a bucket (moto's S3 server on 127.0.0.1): listed and checked once, its label cache and listing kept
+locally, a changed object seen; the three errors a user meets first, one line each."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from detect.data import load_data_config, load_split
+from detect.data.remote import mount, store
+from detect.errors import UserError
+from tests.training.helpers import tiny_dataset
+
+
+@pytest.fixture
+def bucket_yaml(s3_environ, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A tiny dataset (8 images, one of them without labels) in s3://tiny-<test>/sets/tiny; its data yaml (local)."""
+    monkeypatch.setattr(mount, "_MOUNTS", {})  # as a new process: nothing mounted yet
+    data = tiny_dataset(tmp_path / "tiny")
+    (data.parent / "labels" / "train" / "007.txt").unlink()
+    bucket = f"tiny-{abs(hash(tmp_path.name)) % 10**8}"
+    s3_environ.upload(data.parent, bucket, "sets/tiny")
+    text = data.read_text().replace(f"path: {data.parent}", f"path: s3://{bucket}/sets/tiny")
+    yaml = tmp_path / "bucket.yaml"
+    yaml.write_text(text if "s3://" in text else f"path: s3://{bucket}/sets/tiny\n{text}")
+    return yaml
+
+
+def test_listing_and_label_check_run_once_with_their_cache_kept_locally(bucket_yaml, s3_environ, tmp_path,
+                                                                          monkeypatch):
+    config = load_data_config(bucket_yaml)
+    bucket = config.remote.split("/")[2]
+    cache_dir = tmp_path / "cache"
+    first = load_split(config, "train", cache_dir=cache_dir)
+    assert first.cache_state == "written"
+    assert (first.counts["found"], first.counts["usable"], first.counts["background: missing label file"]) == (8, 8, 1)
+    # Listed once; every image and the 7 label files read once, into the mirror folder under --cache-dir.
+    assert (s3_environ.lists(bucket), s3_environ.gets(bucket)) == (1, 15)
+    paths = [str(record.path) for record in first.records]
+    assert all(path.startswith(str(cache_dir / "remote" / "objects")) for path in paths)
+    assert paths[0].endswith("sets/tiny/images/train/000.png")
+    # A new process: the listing (kept for DETECT_REMOTE_LISTING_TTL) and the label cache are found locally.
+    monkeypatch.setattr(mount, "_MOUNTS", {})
+    second = load_split(config, "train", cache_dir=cache_dir)
+    assert second.cache_state == "loaded"
+    assert (s3_environ.lists(bucket), s3_environ.gets(bucket)) == (1, 15)
+    assert [str(record.path) for record in second.records] == paths
+    # A label changed in the bucket: the next listing sees it, the label is read again and the split checked again.
+    s3_environ.client().put_object(Bucket=bucket, Key="sets/tiny/labels/train/000.txt", Body=b"2 0.5 0.5 0.2 0.2\n")
+    monkeypatch.setattr(mount, "_MOUNTS", {})
+    monkeypatch.setenv(mount.LISTING_TTL_VARIABLE, "0")
+    third = load_split(config, "train", cache_dir=cache_dir)
+    assert third.cache_state == "written"
+    assert s3_environ.lists(bucket) == 2
+    assert s3_environ.gets(bucket) == 16  # the changed label only: the images were kept
+    assert third.records[0].classes.tolist() == [2]
+
+
+def test_a_split_the_bucket_does_not_hold_is_one_line(bucket_yaml, tmp_path):
+    config = load_data_config(bucket_yaml)
+    config = type(config)(**{**config.__dict__, "splits": {"train": (config.root / "images" / "nothing",)}})
+    with pytest.raises(UserError, match=r"sets/tiny/images/nothing: no such image folder or image list in the bucket"):
+        load_split(config, "train", cache_dir=tmp_path / "cache")
+
+
+def _free_port() -> int:
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        return free.getsockname()[1]
+
+
+@pytest.mark.parametrize("problem", ["wrong keys", "missing bucket", "unreachable endpoint"])
+def test_errors_are_one_line(problem, bucket_yaml, tmp_path, monkeypatch):
+    if problem == "wrong keys":
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+        expected = r"s3://tiny-\d+/sets/tiny: access denied at http://127.0.0.1:\d+ \(.*\): check AWS_ACCESS_KEY_ID"
+    elif problem == "missing bucket":
+        bucket_yaml.write_text(bucket_yaml.read_text().replace("s3://tiny-", "s3://none-"))
+        expected = r"s3://none-\d+/sets/tiny: no bucket 'none-\d+' at http://127.0.0.1:\d+ \(check the data yaml's"
+    else:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{_free_port()}")
+        monkeypatch.setattr(store, "ATTEMPTS", 1)  # a user's three tries of each call take 5 s
+        expected = r"s3://tiny-\d+/sets/tiny: cannot reach http://127.0.0.1:\d+ \(.*\); check AWS_ENDPOINT_URL"
+    with pytest.raises(UserError, match=expected) as raised:
+        load_split(load_data_config(bucket_yaml), "train", cache_dir=tmp_path / "cache")
+    assert "\n" not in str(raised.value)
