@@ -3,13 +3,17 @@ locally, a changed object seen; the three errors a user meets first, one line ea
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 from pathlib import Path
 
 import pytest
+import torch
 
-from detect.data import load_data_config, load_split
+from detect.config import Hyp
+from detect.data import AugmentSettings, build_train_loader, load_data_config, load_split
 from detect.data.remote import mount, store
+from detect.data.remote.fetch_ahead import FetchAhead
 from detect.errors import UserError
 from tests.training.helpers import tiny_dataset
 
@@ -22,9 +26,9 @@ def bucket_yaml(s3_environ, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     (data.parent / "labels" / "train" / "007.txt").unlink()
     bucket = f"tiny-{abs(hash(tmp_path.name)) % 10**8}"
     s3_environ.upload(data.parent, bucket, "sets/tiny")
-    text = data.read_text().replace(f"path: {data.parent}", f"path: s3://{bucket}/sets/tiny")
     yaml = tmp_path / "bucket.yaml"
-    yaml.write_text(text if "s3://" in text else f"path: s3://{bucket}/sets/tiny\n{text}")
+    yaml.write_text(data.read_text().replace(f"path: {data.parent}", f"path: s3://{bucket}/sets/tiny"))
+    assert "s3://" in yaml.read_text()
     return yaml
 
 
@@ -56,6 +60,22 @@ def test_listing_and_label_check_run_once_with_their_cache_kept_locally(bucket_y
     assert s3_environ.lists(bucket) == 2
     assert s3_environ.gets(bucket) == 16  # the changed label only: the images were kept
     assert third.records[0].classes.tolist() == [2]
+
+
+def test_training_batches_from_the_bucket_are_the_local_ones(bucket_yaml, tmp_path):
+    """A batch's samples made in threads (FetchAhead), each image fetched on first read, are the samples that one
+    thread makes from the local copy: mosaic, warp, albumentations and all, bit for bit."""
+    augment = AugmentSettings.from_hyp(dataclasses.replace(Hyp(), albumentations_p=0.5))
+    loaders = [build_train_loader(load_data_config(yaml), augment, 64, 4, 0, seed=3, pin_memory=False,
+                                  cache_dir=tmp_path / "cache") for yaml in (tmp_path / "tiny" / "data.yaml", bucket_yaml)]
+    assert isinstance(loaders[1].dataset, FetchAhead) and not isinstance(loaders[0].dataset, FetchAhead)
+    for epoch in (0, 1):
+        for loader in loaders:
+            loader.set_epoch(epoch)
+        for local, remote in zip(*loaders, strict=True):
+            assert torch.equal(local.images, remote.images)
+            assert torch.equal(local.targets, remote.targets)
+            assert [Path(path).name for path in local.paths] == [Path(path).name for path in remote.paths]
 
 
 def test_a_split_the_bucket_does_not_hold_is_one_line(bucket_yaml, tmp_path):
