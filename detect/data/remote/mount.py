@@ -43,7 +43,7 @@ _MOUNTS: dict[str, Mount] = {}
 
 def cache_home(cache_dir: str | Path | None = None) -> Path:
     """The cache folder: --cache-dir, else $DETECT_CACHE_DIR, else the user cache (data_config.user_cache)."""
-    return Path(cache_dir or os.environ.get(CACHE_DIR_VARIABLE) or user_cache()).expanduser()
+    return Path(cache_dir or os.environ.get(CACHE_DIR_VARIABLE) or user_cache()).expanduser().absolute()
 
 
 def _listing_ttl() -> float:
