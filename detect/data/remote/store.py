@@ -119,21 +119,20 @@ class Bucket:
             raise failure from None
 
     def failure(self, key: str, error: Exception) -> UserError:
-        """One line for a failed call on `key`: wrong keys, a missing bucket or object, an unreachable endpoint."""
-        text = " ".join(str(error).split())
-        code = getattr(error, "response", {}).get("Error", {}).get("Code", "") if hasattr(error, "response") else ""
-        url = self.url(key)
-        if isinstance(error, PermissionError) or code in ACCESS_CODES or any(name in text for name in ACCESS_CODES):
+        """One line for a failed call on `key`: wrong keys, a missing bucket or object, an unreachable endpoint (s3fs
+        gives S3's answers as PermissionError and FileNotFoundError, botocore a failed connection as
+        EndpointConnectionError)."""
+        text, url = " ".join(str(error).split()), self.url(key)
+        if isinstance(error, PermissionError) or any(code in text for code in ACCESS_CODES):
             return UserError(f"{url}: access denied at {self.where} ({text[:120]}): {KEYS_HINT}")
         if "NoSuchBucket" in text or "bucket does not exist" in text:
             return UserError(f"{url}: no bucket '{self.name}' at {self.where} (check the data yaml's 'path' and "
                              "AWS_ENDPOINT_URL)")
         if isinstance(error, FileNotFoundError):
             return UserError(f"{url}: no such object at {self.where}")
-        if "Could not connect" in text or "Connect" in type(error).__name__ or isinstance(error, OSError | TimeoutError):
+        if "Connect" in type(error).__name__ or isinstance(error, ConnectionError | TimeoutError):
             return UserError(f"{url}: cannot reach {self.where} ({text[:120]}); check AWS_ENDPOINT_URL and the network")
         return UserError(f"{url}: {type(error).__name__}: {text[:200]}")
-
 
 def mirror_folder(url: str, cache_home: Path) -> Path:
     """Where the files under bucket URL `url` are kept in cache folder `cache_home`: remote/objects/<bucket>/<key>."""
