@@ -4,7 +4,10 @@ locally, a changed object seen; the three errors a user meets first, one line ea
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -76,6 +79,27 @@ def test_training_batches_from_the_bucket_are_the_local_ones(bucket_yaml, tmp_pa
             assert torch.equal(local.images, remote.images)
             assert torch.equal(local.targets, remote.targets)
             assert [Path(path).name for path in local.paths] == [Path(path).name for path in remote.paths]
+
+
+def test_a_worker_fetches_its_next_batch_of_this_ranks_shard_ahead(bucket_yaml, tmp_path):
+    """Rank 0 of 2, no mosaic (a sample reads its own image only): after its first batch, the disk cache holds that
+    batch's images and those of its next batch, fetched ahead, and nothing of rank 1's shard."""
+    config, cache_dir = load_data_config(bucket_yaml), tmp_path / "cache"
+    checked = load_split(config, "train", cache_dir=cache_dir)
+    objects = next((cache_dir / "remote" / "objects").iterdir())
+    shutil.rmtree(objects)  # the check fetched every image: start from an empty cache
+    augment = AugmentSettings.from_hyp(dataclasses.replace(Hyp(), mosaic=0.0, albumentations_p=0.0))
+    loader = build_train_loader(config, augment, 64, 2, 0, seed=1, rank=0, world_size=2, pin_memory=False,
+                                cache_dir=cache_dir, checked=checked)
+    loader.set_epoch(0)
+    first = next(iter(loader))
+    batches = loader.sampler.batches.of_epoch(0)
+    expected = {Path(os.fsdecode(loader.records.paths[index])).name for batch in batches[:2] for index in batch}
+    assert {Path(path).name for path in first.paths} < expected and len(expected) == 4
+    deadline = time.monotonic() + 10
+    while {path.name for path in objects.rglob("*.png")} != expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert {path.name for path in objects.rglob("*.png")} == expected
 
 
 def test_a_split_the_bucket_does_not_hold_is_one_line(bucket_yaml, tmp_path):
