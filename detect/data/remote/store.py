@@ -34,7 +34,7 @@ def _first_variable(names: tuple[str, ...]) -> str | None:
     return next((os.environ[name] for name in names if os.environ.get(name)), None)
 
 
-def endpoint_for(scheme: str) -> str | None:
+def endpoint_for(scheme: str, url: str = "") -> str | None:
     """AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL; for obs:// without them, OBS's endpoint in AWS_REGION (or
     AWS_DEFAULT_REGION); None for s3:// leaves it to botocore (AWS, or `endpoint_url` in ~/.aws/config)."""
     endpoint = _first_variable(ENDPOINT_VARIABLES)
@@ -42,7 +42,7 @@ def endpoint_for(scheme: str) -> str | None:
         return endpoint
     region = _first_variable(REGION_VARIABLES)
     if region is None:
-        raise UserError("obs://: set AWS_ENDPOINT_URL to your OBS endpoint (https://obs.<region>.myhuaweicloud.com) "
+        raise UserError(f"{url or 'obs://'}: set AWS_ENDPOINT_URL to your OBS endpoint (https://obs.<region>.myhuaweicloud.com) "
                         "or AWS_DEFAULT_REGION to its region (cn-north-4, ...)")
     return OBS_ENDPOINT.format(region=region)
 
@@ -62,7 +62,7 @@ class Bucket:
         name, _, key = rest.partition("/")
         if scheme not in SCHEMES or not name:
             raise UserError(f"{url}: not a bucket URL (s3://bucket/prefix or obs://bucket/prefix)")
-        return cls(scheme, name, endpoint_for(scheme)), key.strip("/")
+        return cls(scheme, name, endpoint_for(scheme, url)), key.strip("/")
 
     @property
     def folder_name(self) -> str:
@@ -131,7 +131,8 @@ class Bucket:
         if isinstance(error, FileNotFoundError):
             return UserError(f"{url}: no such object at {self.where}")
         if "Connect" in type(error).__name__ or isinstance(error, ConnectionError | TimeoutError):
-            return UserError(f"{url}: cannot reach {self.where} ({text[:120]}); check AWS_ENDPOINT_URL and the network")
+            return UserError(f"{url}: cannot reach {self.where} ({type(error).__name__}); check AWS_ENDPOINT_URL and "
+                             "the network")
         return UserError(f"{url}: {type(error).__name__}: {text[:200]}")
 
 def mirror_folder(url: str, cache_home: Path) -> Path:

@@ -33,7 +33,7 @@ def test_val_from_a_bucket_scores_the_local_copy_and_a_second_val_fetches_no_ima
                                                                                     monkeypatch):
     monkeypatch.setattr(mount, "_MOUNTS", {})
     s3_environ.upload(COCO128, "datasets", "coco128")
-    settings = {"weights": str(YOLOV5N), "imgsz": 256, "batch_size": 32, "device": "cpu", "workers": 2,
+    settings = {"weights": str(YOLOV5N), "imgsz": 160, "batch_size": 32, "device": "cpu", "workers": 2,
                 "project": str(tmp_path / "runs"), "plots": False}
     local = val.run(data=str(coco128_yaml(tmp_path / "local.yaml", COCO128)), **settings)
     bucket = coco128_yaml(tmp_path / "bucket.yaml", "s3://datasets/coco128")

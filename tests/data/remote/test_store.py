@@ -16,7 +16,7 @@ def no_endpoint(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 
 
 def test_obs_takes_its_endpoint_from_the_region_or_the_endpoint_variable(no_endpoint):
-    with pytest.raises(UserError, match=r"obs://: set AWS_ENDPOINT_URL to your OBS endpoint \(https://obs.<region>"):
+    with pytest.raises(UserError, match=r"obs://data/coco: set AWS_ENDPOINT_URL to your OBS endpoint \(https://obs.<region>"):
         Bucket.of("obs://data/coco")
     no_endpoint.setenv("AWS_DEFAULT_REGION", "cn-north-4")
     bucket, key = Bucket.of("obs://data/coco/")
