@@ -175,8 +175,13 @@ def attach(config: DataConfig, cache_dir: str | Path | None = None) -> tuple[Dat
     mount = _MOUNTS.get(folder)
     if mount is None:
         meta = home / "remote" / "meta" / bucket.folder_name
-        meta.mkdir(parents=True, exist_ok=True)
-        mount = _MOUNTS[folder] = Mount(bucket, ObjectCache(home / "remote", limit_bytes()), folder, meta)
+        try:
+            meta.mkdir(parents=True, exist_ok=True)
+            cache = ObjectCache(home / "remote", limit_bytes())
+        except OSError as error:
+            raise UserError(f"{config.remote}: cannot keep its files in {home / 'remote'} ({error.strerror or error}); "
+                            f"--cache-dir or ${CACHE_DIR_VARIABLE} can name a writable folder") from None
+        mount = _MOUNTS[folder] = Mount(bucket, cache, folder, meta)
     if root != config.root:
         splits = {split: tuple(root / path.relative_to(config.root) for path in paths)
                   for split, paths in config.splits.items()}

@@ -109,6 +109,13 @@ def test_a_split_the_bucket_does_not_hold_is_one_line(bucket_yaml, tmp_path):
         load_split(config, "train", cache_dir=tmp_path / "cache")
 
 
+def test_a_cache_folder_that_cannot_be_written_is_one_line(bucket_yaml, tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(UserError, match=r"s3://tiny-\d+/sets/tiny: cannot keep its files in .*file/remote \(.*\); "
+                                        r"--cache-dir or \$DETECT_CACHE_DIR can name a writable folder"):
+        load_split(load_data_config(bucket_yaml), "train", cache_dir=tmp_path / "file")
+
+
 def _free_port() -> int:
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
