@@ -55,7 +55,7 @@ def upload(folder: Path, endpoint: str) -> None:
 
 def epochs(data: Path, args: argparse.Namespace, cache_dir: Path) -> tuple[float, float, float]:
     """(label check seconds, first epoch images/s, second epoch images/s) of a fresh loader over `data`."""
-    mount._MOUNTS.clear()  # as a new process
+    mount.MOUNTS.clear()  # as a new process
     config = load_data_config(data)
     start = time.perf_counter()
     checked = load_split(config, "train", cache_dir=cache_dir)
@@ -101,15 +101,15 @@ def main(argv: list[str] | None = None) -> int:
     print("| data | request delay | label check, s | epoch 1, img/s | epoch 2, img/s |\n|---|---|---|---|---|")
     row = "| {} | {} | {:.1f} | {:.1f} | {:.1f} |"
     print(row.format("local disk", "-", *epochs(local, args, work / "local-cache")), flush=True)
-    plain_loader = loader_module.fetch_ahead
+    fetch_ahead = loader_module.FetchAhead
     for milliseconds in args.latency_ms:
         latency["seconds"] = milliseconds / 1000
         for ahead in (True, False):
-            loader_module.fetch_ahead = plain_loader if ahead else (lambda dataset, batches: dataset)
+            loader_module.FetchAhead = fetch_ahead if ahead else (lambda dataset, batches: dataset)
             name = "bucket" + ("" if ahead else ", no fetch-ahead")
             cache_dir = work / f"cache-{milliseconds:g}-{ahead}"  # a cold disk cache for each row
             print(row.format(name, f"{milliseconds:g} ms", *epochs(bucket, args, cache_dir)), flush=True)
-    loader_module.fetch_ahead = plain_loader
+    loader_module.FetchAhead = fetch_ahead
     return 0
 
 

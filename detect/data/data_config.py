@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from detect.config import CONFIGS_DIR, from_mapping, read_yaml, resolve_config
-from detect.data.remote.store import is_remote, mirror_folder
+from detect.data.remote.store import SCHEMES, mirror_folder
 from detect.errors import ConfigError, short_repr
 
 SPLITS = ("train", "val", "test")
@@ -100,7 +100,8 @@ def load_data_config(name_or_path: str | Path) -> DataConfig:
     source = resolve_config(name_or_path, "data").resolve()
     raw = from_mapping(DataYaml, read_yaml(source), source)
     names = _names_list(raw.names, raw.nc, source)
-    remote = raw.path if is_remote(raw.path) else None
+    scheme, separator, _ = (raw.path or "").partition("://")
+    remote = raw.path if separator and scheme in SCHEMES else None
     # a bucket's files are kept in the cache folder; load_split moves them to --cache-dir's (remote/mount.py, attach)
     root = mirror_folder(remote, user_cache()) if remote else _resolve_root(raw.path, source)
     if raw.builtin is not None and raw.path is None:

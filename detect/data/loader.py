@@ -24,7 +24,7 @@ from detect.data.images.pixels import DEFAULT_MAX_PIXELS
 from detect.data.images.ram_cache import NodeShare
 from detect.data.labels.split import LabelledSplit, load_split
 from detect.data.records import RecordTable
-from detect.data.remote.fetch_ahead import fetch_ahead
+from detect.data.remote.fetch_ahead import FetchAhead
 from detect.data.sampling import EpochBatchSampler, RectBatches, ShuffledBatches, ShuffleSampler, ValShard
 from detect.errors import UserError
 
@@ -173,7 +173,8 @@ def build_train_loader(data_config: DataConfig, augmentation: AugmentSettings, i
                             f"{batch_size}")
         batches = ShuffledBatches(base, batch_size)
     sampler = EpochBatchSampler(batches)
-    dataset = fetch_ahead(dataset, batches.of_epoch)
+    if data_config.remote is not None:
+        dataset = FetchAhead(dataset, batches.of_epoch)
     return Loader(DataLoader(dataset, batch_sampler=sampler, **options), labelled, dataset, sampler)
 
 
@@ -190,6 +191,7 @@ def build_val_loader(data_config: DataConfig, split: str = "val", imgsz: int = 6
     workers = default_workers() if workers is None else workers
     shard = ValShard(len(dataset), batch_size, rank, world_size)
     batching = {"batch_size": batch_size, "shuffle": False} if world_size == 1 else {"batch_sampler": shard}
-    dataset = fetch_ahead(dataset, lambda _epoch: shard.batches)
+    if data_config.remote is not None:
+        dataset = FetchAhead(dataset, lambda _epoch: shard.batches)
     loader = DataLoader(dataset, **batching, **_loader_options(workers, pin_memory, prefetch_factor))
     return Loader(loader, labelled, dataset)

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from detect.data.remote.mount import fetch_if_mounted, is_mounted
+from detect.data.remote.mount import fetch_if_mounted
 
 # Samples of a batch made at once: a batch's bucket reads in flight together (a loader worker waits on the network,
 # not on its cores, for these).
@@ -77,8 +77,3 @@ class FetchAhead(torch.utils.data.Dataset):
             for index in batches[position]:
                 self._ahead.submit(fetch_if_mounted, os.fsdecode(paths[index]))  # a failed fetch is met again later
 
-
-def fetch_ahead(dataset: torch.utils.data.Dataset, batches: Callable[[int], list[list[int]]]) -> torch.utils.data.Dataset:
-    """`dataset` as FetchAhead when its images are in a bucket, else as it is."""
-    paths = dataset.records.paths
-    return FetchAhead(dataset, batches) if len(paths) and is_mounted(os.fsdecode(paths[0])) else dataset

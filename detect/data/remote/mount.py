@@ -37,8 +37,9 @@ DEFAULT_LISTING_TTL = 600
 CHECK_THREADS = 32
 
 # The mirror folders of the buckets in use (with a trailing separator) -> their mount. attach fills it before any
-# loader starts; forked loader workers inherit it, so read_image finds a bucket's files in every process.
-_MOUNTS: dict[str, Mount] = {}
+# loader starts; forked loader workers inherit it, so read_image finds a bucket's files in every process (and, while
+# it is empty, asks nothing more of this module).
+MOUNTS: dict[str, Mount] = {}
 
 
 def cache_home(cache_dir: str | Path | None = None) -> Path:
@@ -172,7 +173,7 @@ def attach(config: DataConfig, cache_dir: str | Path | None = None) -> tuple[Dat
     root = mirror_folder(config.remote, home)
     bucket, _ = Bucket.of(config.remote)
     folder = os.path.join(home, "remote", "objects", bucket.folder_name, "")
-    mount = _MOUNTS.get(folder)
+    mount = MOUNTS.get(folder)
     if mount is None:
         meta = home / "remote" / "meta" / bucket.folder_name
         try:
@@ -181,7 +182,7 @@ def attach(config: DataConfig, cache_dir: str | Path | None = None) -> tuple[Dat
         except OSError as error:
             raise UserError(f"{config.remote}: cannot keep its files in {home / 'remote'} ({error.strerror or error}); "
                             f"--cache-dir or ${CACHE_DIR_VARIABLE} can name a writable folder") from None
-        mount = _MOUNTS[folder] = Mount(bucket, cache, folder, meta)
+        mount = MOUNTS[folder] = Mount(bucket, cache, folder, meta)
     if root != config.root:
         splits = {split: tuple(root / path.relative_to(config.root) for path in paths)
                   for split, paths in config.splits.items()}
@@ -190,18 +191,11 @@ def attach(config: DataConfig, cache_dir: str | Path | None = None) -> tuple[Dat
     return config, mount
 
 
-def is_mounted(path: str | os.PathLike) -> bool:
-    """True for a path in a mounted bucket's mirror folder."""
-    return any(os.fspath(path).startswith(folder) for folder in _MOUNTS)
-
-
 def fetch_if_mounted(path: str | os.PathLike) -> None:
     """Fetch `path` into the disk cache when it lies in a mounted bucket's mirror folder and is not there yet (a
     file there is marked used); nothing for any other path."""
-    if not _MOUNTS:
-        return
     text = os.fspath(path)
-    for folder, mount in _MOUNTS.items():
+    for folder, mount in MOUNTS.items():
         if text.startswith(folder):
             mount.fetch(mount.key(text))
             return

@@ -25,11 +25,6 @@ KEYS_HINT = "check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or ~/.aws/creden
 ACCESS_CODES = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken")
 
 
-def is_remote(text: object) -> bool:
-    """True for an s3:// or obs:// URL."""
-    return isinstance(text, str) and "://" in text and text.partition("://")[0] in SCHEMES
-
-
 def _first_variable(names: tuple[str, ...]) -> str | None:
     return next((os.environ[name] for name in names if os.environ.get(name)), None)
 

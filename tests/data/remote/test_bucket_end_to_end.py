@@ -31,7 +31,7 @@ def coco128_yaml(yaml: Path, path: str | Path) -> Path:
 @needs_shared
 def test_val_from_a_bucket_scores_the_local_copy_and_a_second_val_fetches_no_image(s3_environ, tmp_path,
                                                                                     monkeypatch):
-    monkeypatch.setattr(mount, "_MOUNTS", {})
+    monkeypatch.setattr(mount, "MOUNTS", {})
     s3_environ.upload(COCO128, "datasets", "coco128")
     settings = {"weights": str(YOLOV5N), "imgsz": 160, "batch_size": 32, "device": "cpu", "workers": 2,
                 "project": str(tmp_path / "runs"), "plots": False}
@@ -44,7 +44,7 @@ def test_val_from_a_bucket_scores_the_local_copy_and_a_second_val_fetches_no_ima
     assert (first.metrics.map50_95, first.metrics.map50) == (local.metrics.map50_95, local.metrics.map50)
     assert first.images == local.images == 128
     # A second run (a new process: nothing in memory) reads the listing, labels and images from the local caches.
-    monkeypatch.setattr(mount, "_MOUNTS", {})
+    monkeypatch.setattr(mount, "MOUNTS", {})
     requests = sum(s3_environ.requests.values())
     second = val.run(data=str(bucket), **settings)
     assert sum(s3_environ.requests.values()) == requests

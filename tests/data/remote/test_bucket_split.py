@@ -24,7 +24,7 @@ from tests.training.helpers import tiny_dataset
 @pytest.fixture
 def bucket_yaml(s3_environ, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A tiny dataset (8 images, one of them without labels) in s3://tiny-<test>/sets/tiny; its data yaml (local)."""
-    monkeypatch.setattr(mount, "_MOUNTS", {})  # as a new process: nothing mounted yet
+    monkeypatch.setattr(mount, "MOUNTS", {})  # as a new process: nothing mounted yet
     data = tiny_dataset(tmp_path / "tiny")
     (data.parent / "labels" / "train" / "007.txt").unlink()
     bucket = f"tiny-{abs(hash(tmp_path.name)) % 10**8}"
@@ -49,14 +49,14 @@ def test_listing_and_label_check_run_once_with_their_cache_kept_locally(bucket_y
     assert all(path.startswith(str(cache_dir / "remote" / "objects")) for path in paths)
     assert paths[0].endswith("sets/tiny/images/train/000.png")
     # A new process: the listing (kept for DETECT_REMOTE_LISTING_TTL) and the label cache are found locally.
-    monkeypatch.setattr(mount, "_MOUNTS", {})
+    monkeypatch.setattr(mount, "MOUNTS", {})
     second = load_split(config, "train", cache_dir=cache_dir)
     assert second.cache_state == "loaded"
     assert (s3_environ.lists(bucket), s3_environ.gets(bucket)) == (1, 15)
     assert [str(record.path) for record in second.records] == paths
     # A label changed in the bucket: the next listing sees it, the label is read again and the split checked again.
     s3_environ.client().put_object(Bucket=bucket, Key="sets/tiny/labels/train/000.txt", Body=b"2 0.5 0.5 0.2 0.2\n")
-    monkeypatch.setattr(mount, "_MOUNTS", {})
+    monkeypatch.setattr(mount, "MOUNTS", {})
     monkeypatch.setenv(mount.LISTING_TTL_VARIABLE, "0")
     third = load_split(config, "train", cache_dir=cache_dir)
     assert third.cache_state == "written"

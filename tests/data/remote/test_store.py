@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from detect.data.remote.store import Bucket, is_remote
+from detect.data import load_data_config
+from detect.data.remote.store import Bucket
 from detect.errors import UserError
 
 
@@ -31,10 +32,13 @@ def test_obs_takes_its_endpoint_from_the_region_or_the_endpoint_variable(no_endp
     assert Bucket.of("obs://data")[0].folder_name != Bucket.of("s3://data")[0].folder_name
 
 
-@pytest.mark.parametrize("text", ["s3:/data", "gs://data/x", "/data/s3://x", "data"])
-def test_only_bucket_urls_are_remote(text):
-    assert is_remote("s3://data/x") and is_remote("obs://data")
-    assert not is_remote(text)
+@pytest.mark.parametrize("path", ["s3:/data", "gs://data/x", "/data/s3://x", "data"])
+def test_only_bucket_urls_are_remote(path, tmp_path):
+    yaml = tmp_path / "data.yaml"
+    yaml.write_text(f"path: {path}\ntrain: images\nval: images\nnames: [a]\n")
+    assert load_data_config(yaml).remote is None
+    yaml.write_text("path: s3://data/x/\ntrain: images\nval: images\nnames: [a]\n")
+    assert load_data_config(yaml).remote == "s3://data/x/"
 
 
 def test_a_url_without_a_bucket_is_one_line():
