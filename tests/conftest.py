@@ -17,6 +17,11 @@ NUMERIC = ("training/test_loss.py", "ops/", "evaluation/", "exporters/", "test_e
            "models/test_zoo.py", "inference/test_tta.py", "inference/test_model.py")
 # Files in those folders that check refusals or memory, no float within a tolerance: run once.
 NOT_NUMERIC = ("inference/test_model.py::test_cpu_inference_and_training_reuse_freed_memory",)
+# Tests that time how fast processes react (a stop within seconds, a silent node noticed, a hang reported, cores
+# placed): CI runs them after the others, alone on the machine (`-m serial`), the others on two workers.
+SERIAL = ("training/test_stop_anywhere.py", "training/test_multinode.py", "training/test_preemption.py",
+          "training/test_scenario.py", "training/test_collective_failure.py", "tracking/test_mlflow_ranks.py",
+          "evolution/test_evolve.py", "backend/test_placement.py", "test_cli.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -24,6 +29,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         path = item.path.relative_to(TESTS).as_posix()
         if path.startswith(NUMERIC) and not f"{path}::{item.name}".startswith(NOT_NUMERIC):
             item.add_marker(pytest.mark.numeric)
+        if path.startswith(SERIAL):
+            item.add_marker(pytest.mark.serial)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -11,7 +11,7 @@ from detect.data import load_data_config
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS
 from detect.data.loader import Loader, build_val_loader
 from detect.errors import UserError
-from detect.inference.model import load_inference_model, square_input_size
+from detect.inference.model import load_inference_model
 from detect.inference.predictor import Predictor
 from detect.inference.tta import augment_model
 
@@ -30,7 +30,7 @@ def prepare_scoring(weights: str | Path | Sequence[str | Path], data: str, split
     if len(data_config.names) != len(model.names):
         raise UserError(f"the model predicts {len(model.names)} classes but {data} has {len(data_config.names)}")
     predictor = augment_model(model) if augment else Predictor(model, model.nms)
-    loader = build_val_loader(data_config, split, square_input_size(model, imgsz), batch_size, workers,
-                              stride=model.stride, rect=model.fixed_shape is None and rect is not False,
-                              pin_memory=backend.device.type != "cpu", cache_dir=cache_dir, max_pixels=max_pixels)
+    loader = build_val_loader(data_config, split, imgsz, batch_size, workers, stride=model.stride,
+                              rect=rect is not False, pin_memory=backend.device.type != "cpu", cache_dir=cache_dir,
+                              max_pixels=max_pixels, fixed_shape=model.fixed_shape)
     return predictor, loader

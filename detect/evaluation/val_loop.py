@@ -68,37 +68,31 @@ class ImageDetections:
     detections: torch.Tensor  # (n, 6) [x1, y1, x2, y2, score, class], original-image pixels, on the CPU
 
 
-class _Clock:
-    """Accumulates the wall time of named stages; synchronises the device so that times are real."""
+STAGES = ("preprocess", "inference", "nms")
 
-    def __init__(self, backend: Backend) -> None:
-        self.backend, self.totals, self._last = backend, {"preprocess": 0.0, "inference": 0.0, "nms": 0.0}, 0.0
 
-    def start(self) -> None:
-        self.backend.synchronize()
-        self._last = time.perf_counter()
-
-    def lap(self, stage: str) -> None:
-        self.backend.synchronize()
-        now = time.perf_counter()
-        self.totals[stage] += now - self._last
-        self._last = now
-
-    def per_image(self, images: int) -> Speed:
-        return Speed(**{stage: 1000 * total / max(images, 1) for stage, total in self.totals.items()})
+def _speed(seconds: dict[str, float], images: int) -> Speed:
+    return Speed(**{stage: 1000 * total / max(images, 1) for stage, total in seconds.items()})
 
 
 def _detections(predictor: Predictor, batch: Batch, backend: Backend, settings: EvalSettings,
-                clock: _Clock) -> list[torch.Tensor]:
-    """Per-image (n, 6) detections in input pixels for one batch."""
-    clock.start()
+                seconds: dict[str, float]) -> list[torch.Tensor]:
+    """Per-image (n, 6) detections in input pixels for one batch; each stage's wall time is added to `seconds`, the
+    device synchronised at each end so that the times are real."""
+    backend.synchronize()
+    ends = [time.perf_counter()]
     images = to_device_batch(batch, backend).images
-    clock.lap("preprocess")
+    backend.synchronize()
+    ends.append(time.perf_counter())
     output = predictor.predict(images)
-    clock.lap("inference")
+    backend.synchronize()
+    ends.append(time.perf_counter())
     found = predictor.detections(output, backend, conf_threshold=settings.conf_threshold,
                                  iou_threshold=settings.iou_threshold, max_det=settings.max_det)
-    clock.lap("nms")
+    backend.synchronize()
+    ends.append(time.perf_counter())
+    for stage, start, end in zip(STAGES, ends, ends[1:]):
+        seconds[stage] += end - start
     return found
 
 
@@ -136,16 +130,16 @@ def predict_shard(predict: Predict, loader: Loader, backend: Backend, settings: 
     """Detections (original-image pixels, on the CPU) of every image `loader` yields; when `stop()` turns true, the
     pass ends after the batch at hand (`stopped`)."""
     predictor = predict if isinstance(predict, Predictor) else Predictor(predict)
-    clock, images, unusable, batches = _Clock(backend), 0, set(), []
+    seconds, images, unusable, batches = dict.fromkeys(STAGES, 0.0), 0, set(), []
     problems: dict[str, None] = {}  # a dict keeps the lines in first-seen order without repeats
     for batch in tqdm(loader, desc="val", disable=not progress, leave=False):
         if stop is not None and stop():
-            return ShardPredictions(tuple(batches), frozenset(unusable), tuple(problems), images, dict(clock.totals),
+            return ShardPredictions(tuple(batches), frozenset(unusable), tuple(problems), images, seconds,
                                     stopped=True)
         problems.update(dict.fromkeys(batch.problems))
         unusable.update(batch.unusable_ids)
         scored = []
-        for index, detections in enumerate(_detections(predictor, batch, backend, settings, clock)):
+        for index, detections in enumerate(_detections(predictor, batch, backend, settings, seconds)):
             if batch.image_ids[index] in unusable:
                 continue
             info, detections = batch.letterbox[index], detections.cpu()
@@ -153,7 +147,7 @@ def predict_shard(predict: Predict, loader: Loader, backend: Backend, settings: 
             scored.append(ImageDetections(batch.image_ids[index], batch.paths[index], info, detections))
         batches.append(tuple(scored))
         images += len(batch)
-    return ShardPredictions(tuple(batches), frozenset(unusable), tuple(problems), images, dict(clock.totals))
+    return ShardPredictions(tuple(batches), frozenset(unusable), tuple(problems), images, seconds)
 
 
 def merge_shards(shards: list[ShardPredictions]) -> ShardPredictions:
@@ -177,8 +171,8 @@ def score(predictions: ShardPredictions, evaluator: CocoEvaluator,
                 on_image(image)
     unusable = predictions.unusable
     scored = [image_id for image_id in evaluator.image_ids() if image_id not in unusable] if unusable else None
-    speed = Speed(**{stage: 1000 * total / max(predictions.images, 1) for stage, total in predictions.seconds.items()})
-    return EvalResult(evaluator.evaluate(image_ids=scored), speed, predictions.images, predictions.problems)
+    return EvalResult(evaluator.evaluate(image_ids=scored), _speed(predictions.seconds, predictions.images),
+                      predictions.images, predictions.problems)
 
 
 def evaluate(predict: Predict, loader: Loader, backend: Backend, evaluator: CocoEvaluator | None,
@@ -210,8 +204,9 @@ def measure_speed(predict: Predict, loader: Loader, backend: Backend, settings: 
                   progress: bool = True) -> tuple[Speed, int]:
     """Milliseconds per image of pre-processing, inference and NMS over `loader`, and the images seen; nothing is
     scored (yolov5's --task speed)."""
-    predictor, clock, images = predict if isinstance(predict, Predictor) else Predictor(predict), _Clock(backend), 0
+    predictor = predict if isinstance(predict, Predictor) else Predictor(predict)
+    seconds, images = dict.fromkeys(STAGES, 0.0), 0
     for batch in tqdm(loader, desc="speed", disable=not progress, leave=False):
-        _detections(predictor, batch, backend, settings, clock)
+        _detections(predictor, batch, backend, settings, seconds)
         images += len(batch)
-    return clock.per_image(images), images
+    return _speed(seconds, images), images

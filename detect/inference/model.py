@@ -38,24 +38,6 @@ class InferenceModel(Protocol):
         ...
 
 
-def square_input_size(model: InferenceModel, imgsz: int) -> int:
-    """The square side validation letterboxes to: imgsz rounded up to the model's stride (as yolov5's val.py, with a
-    warning: a P7 model's is 128), or a static export's own side (it takes nothing else)."""
-    if model.fixed_shape is None:
-        side = -(-imgsz // model.stride) * model.stride
-        if side != imgsz:
-            LOGGER.warning("--imgsz %d is not a multiple of the model's stride %d: evaluating at %d", imgsz,
-                           model.stride, side)
-        return side
-    height, width = model.fixed_shape
-    if height != width:
-        raise UserError(f"this export takes {height}x{width} inputs; validation letterboxes to squares: "
-                        f"export it square or with --dynamic")
-    if height != imgsz:
-        LOGGER.info("the export is static at %dx%d: evaluating at that size, not --imgsz %d", height, width, imgsz)
-    return height
-
-
 # Export suffixes and the runtime of each; an OpenVINO export is its .xml or the <stem>_openvino_model folder.
 RUNTIMES = {".onnx": OnnxInference, ".om": OmInference, ".torchscript": TorchScriptInference, ".xml": OpenVinoInference}
 
@@ -73,24 +55,16 @@ def load_inference_model(weights: str | Path | Sequence[str | Path], backend: Ba
                          half: bool = False) -> InferenceModel:
     """Our checkpoint or a yolov5 .pt (run by PyTorch, fused), or an export: .onnx (onnxruntime), .om (ais_bench on
     an Ascend NPU), .torchscript (torch.jit), an OpenVINO .xml or its <stem>_openvino_model folder (OpenVINO).
-    Several paths: PyTorch weights with the same classes, run as one ensemble (runtimes/ensemble_model.py)."""
-    if not isinstance(weights, (str, Path)):
-        if len(weights) > 1:
-            return load_ensemble(weights, backend, half)
-        (weights,) = weights
-    runtime = export_runtime(weights)
-    if runtime is None:
-        return TorchInference(load_model(weights), backend, half)
-    if half:
-        raise UserError(f"--half does not apply to {weights}: an export runs in the precision it was exported in")
-    return runtime(weights, backend)
-
-
-def load_ensemble(weights: Sequence[str | Path], backend: Backend, half: bool = False) -> EnsembleInference:
-    """yolov5's ensemble of several .pt files (ours or yolov5's, any mix); an export among them is refused."""
-    for path in weights:
-        if export_runtime(path) is not None:
-            raise UserError(f"an ensemble runs PyTorch weights (.pt) only, not the export {path}: ensemble the .pt "
-                            f"files the exports were made from")
-    members = [TorchInference(load_model(path), backend, half) for path in weights]
-    return EnsembleInference(members, [str(path) for path in weights])
+    Several paths: yolov5's ensemble of .pt files with the same classes (ours or yolov5's, any mix; an export among
+    them is refused), run as one model (runtimes/ensemble_model.py)."""
+    paths = [str(weights)] if isinstance(weights, (str, Path)) else [str(path) for path in weights]
+    runtimes = [export_runtime(path) for path in paths]
+    if len(paths) > 1 and any(runtimes):
+        export = next(path for path, runtime in zip(paths, runtimes) if runtime is not None)
+        raise UserError(f"an ensemble runs PyTorch weights (.pt) only, not the export {export}: ensemble the .pt "
+                        f"files the exports were made from")
+    if half and runtimes[0] is not None:
+        raise UserError(f"--half does not apply to {paths[0]}: an export runs in the precision it was exported in")
+    models = [TorchInference(load_model(path), backend, half) if runtime is None else runtime(path, backend)
+              for path, runtime in zip(paths, runtimes)]
+    return models[0] if len(models) == 1 else EnsembleInference(models, paths)

@@ -12,10 +12,11 @@ import pytest
 import torch
 
 from detect import backend as backends
+from detect.data.loader import val_input_size
 from detect.errors import UserError
 from detect.exporters.onnx_export import export_onnx
 from detect.exporters.torchscript import ExportSettings, export_metadata, traced_module
-from detect.inference.model import load_inference_model, square_input_size
+from detect.inference.model import load_inference_model
 from detect.inference.runtimes.onnx_model import OnnxInference
 from detect.inference.runtimes.torch_model import TorchInference
 from detect.models import build_model
@@ -112,7 +113,7 @@ def test_a_static_onnx_cuts_and_pads_any_batch_to_its_own(static_onnx):
     assert inference.names == tuple(NAMES) and inference.stride == 32
     assert_static_batches_cut_and_padded(inference, model)
     with pytest.raises(UserError, match="validation letterboxes to squares"):
-        square_input_size(inference, 640)
+        val_input_size(640, inference.stride, inference.fixed_shape)
 
 
 def rewrite_metadata(source: Path, target: Path, **props: str) -> Path:
@@ -142,6 +143,6 @@ def test_yolov5_style_names_are_read_safely_and_missing_metadata_is_named(static
 def test_validation_size_is_rounded_up_to_the_models_stride(caplog):
     # As yolov5's val.py: a P6 model (stride 64) asked for 100 px evaluates at 128, with a warning.
     inference = TorchInference(build_model("yolov5n6.yaml", num_classes=3, names=NAMES), backends.select("cpu"))
-    assert inference.stride == 64 and square_input_size(inference, 128) == 128 and not caplog.records
-    assert square_input_size(inference, 100) == 128
+    assert inference.stride == 64 and val_input_size(128, inference.stride) == 128 and not caplog.records
+    assert val_input_size(100, inference.stride) == 128
     assert "--imgsz 100 is not a multiple of the model's stride 64: evaluating at 128" in caplog.text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import numpy as np
@@ -14,6 +15,9 @@ def build_albumentations(probability: float) -> Callable[[np.ndarray, int], np.n
     """
     if probability <= 0:
         return None
+    # albumentations asks PyPI for its latest version when imported, unless told not to: training never uses the
+    # network (an offline host waits on the DNS and prints a warning)
+    os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
     import albumentations  # imported only when the stage is on: it is slow to import
 
     compose = albumentations.Compose([

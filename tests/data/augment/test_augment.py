@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -140,3 +143,24 @@ def test_augment_settings_are_the_hyp_fields_of_the_same_name() -> None:
     assert not hasattr(settings, "lr0")  # the dataset sees its own settings, not the optimiser's
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.mosaic = 0.0
+
+
+def test_albumentations_stage_never_uses_the_network():
+    """albumentations checks PyPI for updates when imported; the stage turns that off (training is offline)."""
+    probe = (
+        "import socket\n"
+        "def refuse(*args):\n"
+        "    raise SystemExit('network used: ' + repr(args))\n"
+        "socket.socket.connect = refuse\n"
+        "socket.getaddrinfo = refuse\n"
+        "from detect.data.augment.albument import build_albumentations\n"
+        "import numpy as np\n"
+        "print(build_albumentations(1.0)(np.zeros((8, 8, 3), np.uint8), 0).shape)\n"
+    )
+    env = {key: value for key, value in os.environ.items() if key != "NO_ALBUMENTATIONS_UPDATE"}
+    result = subprocess.run(
+        [sys.executable, "-c", probe], check=False, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "(8, 8, 3)"
+    assert "version" not in result.stderr.lower(), result.stderr
