@@ -10,6 +10,7 @@ from typing import Any
 
 from detect.config import CONFIGS_DIR, from_mapping, read_yaml, resolve_config
 from detect.data.annotations.formats import AnnotationSource, annotation_source, names_of
+from detect.data.remote.store import SCHEMES, mirror_folder
 from detect.errors import ConfigError, short_repr
 
 SPLITS = ("train", "val", "test")
@@ -47,6 +48,8 @@ class DataConfig:
     json_files: dict[str, Path]
     builtin: str | None = None
     annotations: dict[str, AnnotationSource] = dataclasses.field(default_factory=dict)  # splits read from label files
+    # Ours: `path` as a bucket URL (s3://, obs://); root is then its mirror folder (data/remote/mount.py).
+    remote: str | None = None
 
     @property
     def num_classes(self) -> int:
@@ -100,7 +103,10 @@ def load_data_config(name_or_path: str | Path) -> DataConfig:
     """Load a data yaml by bare name (configs/data/) or path; relative paths resolved, nothing read yet."""
     source = resolve_config(name_or_path, "data").resolve()
     raw = from_mapping(DataYaml, read_yaml(source), source)
-    root = _resolve_root(raw.path, source)
+    scheme, separator, _ = (raw.path or "").partition("://")
+    remote = raw.path if separator and scheme in SCHEMES else None
+    # a bucket's files are kept in the cache folder; load_split moves them to --cache-dir's (remote/mount.py, attach)
+    root = mirror_folder(remote, user_cache()) if remote else _resolve_root(raw.path, source)
     if raw.builtin is not None and raw.path is None:
         root = builtin_root(raw.builtin)  # generated there on first use
     elif raw.builtin is not None and not (source.parent / raw.path).exists():
@@ -125,7 +131,7 @@ def load_data_config(name_or_path: str | Path) -> DataConfig:
     names = _names_list(raw.names, raw.nc, source) if raw.names is not None else \
         _names_of_annotations(annotations, raw.nc, source)
     return DataConfig(source=source, root=root, names=names, splits=splits, json_files=json_files, builtin=raw.builtin,
-                      annotations=annotations)
+                      annotations=annotations, remote=remote)
 
 
 def _names_of_annotations(annotations: dict[str, AnnotationSource], nc: int | None, source: Path) -> tuple[str, ...]:
@@ -137,8 +143,9 @@ def _names_of_annotations(annotations: dict[str, AnnotationSource], nc: int | No
 
 def check_sources(data: DataConfig, splits: tuple[str, ...]) -> None:
     """Raise ConfigError naming the yaml key of the first source of `splits` that does not exist, so that a missing
-    folder stops a run before any work; a built-in dataset is generated on first use, so it is not looked for."""
-    if data.builtin is not None:
+    folder stops a run before any work; a built-in dataset is generated on first use, and a bucket's splits are looked
+    for in its listing, so neither is looked for here."""
+    if data.builtin is not None or data.remote is not None:
         return
     for split in splits:
         annotated = data.annotations.get(split)

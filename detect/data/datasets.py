@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Sequence
 
@@ -65,6 +66,12 @@ class TrainDataset(torch.utils.data.Dataset):
 
     def __len__(self) -> int:
         return len(self.records)
+
+    def for_thread(self) -> TrainDataset:
+        """A shallow copy with its own generator and albumentations stage, to make samples in another thread."""
+        copied = copy.copy(self)
+        copied.albumentations = build_albumentations(self.settings.albumentations_p)
+        return copied
 
     def reseed(self, *keys: int) -> None:
         """A fresh generator from (seed, *keys)."""

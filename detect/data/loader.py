@@ -16,6 +16,7 @@ from detect.data.images.cache import build_image_cache
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS
 from detect.data.images.ram_cache import NodeShare
 from detect.data.labels.split import LabelledSplit, load_split
+from detect.data.remote.fetch_ahead import FetchAhead
 from detect.data.sampling import (
     EpochBatchSampler,
     Loader,
@@ -82,6 +83,8 @@ def build_train_loader(data_config: DataConfig, augmentation: AugmentSettings, i
                             f"{batch_size}")
         batches = ShuffledBatches(base, batch_size)
     sampler = EpochBatchSampler(batches)
+    if data_config.remote is not None:
+        dataset = FetchAhead(dataset, batches.of_epoch)
     return Loader(DataLoader(dataset, batch_sampler=sampler, **options), labelled, dataset, sampler)
 
 
@@ -99,7 +102,9 @@ def build_val_loader(data_config: DataConfig, split: str = "val", imgsz: int = 6
     labelled = checked or load_split(data_config, split, single_class, cache_dir, max_pixels)
     dataset = ValDataset(labelled.records, imgsz, batch_size, stride, rect=rect)
     workers = default_workers() if workers is None else workers
-    batching = ({"batch_size": batch_size, "shuffle": False} if world_size == 1 else
-                {"batch_sampler": ValShard(len(dataset), batch_size, rank, world_size)})
+    shard = ValShard(len(dataset), batch_size, rank, world_size)
+    batching = {"batch_size": batch_size, "shuffle": False} if world_size == 1 else {"batch_sampler": shard}
+    if data_config.remote is not None:
+        dataset = FetchAhead(dataset, lambda _epoch: shard.batches)
     loader = DataLoader(dataset, **batching, **loader_options(workers, pin_memory, prefetch_factor))
     return Loader(loader, labelled, dataset)

@@ -10,11 +10,14 @@ import numpy as np
 
 from detect.data.images.files import require_file
 from detect.data.labels.check import decode_truncated_jpeg
+from detect.data.remote import mount
 
 
 def read_image(path: Path) -> np.ndarray:
     """(h, w, 3) uint8 BGR with EXIF rotation applied (cv2.imread's default); OSError if it cannot be decoded or
-    is not a regular file (a FIFO put in its place would block the reader)."""
+    is not a regular file (a FIFO put in its place would block the reader). A bucket's file is fetched first."""
+    if mount.MOUNTS:
+        mount.fetch_if_mounted(path)
     require_file(path)
     image = cv2.imread(str(path), cv2.IMREAD_COLOR)
     if image is None:  # a JPEG cut short that the label check accepted (with a note)

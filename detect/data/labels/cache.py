@@ -50,12 +50,15 @@ def _stat_chunk(files: Sequence[str]) -> np.ndarray:
 
 
 def fingerprint(files: Sequence[str], num_classes: int, max_pixels: int = DEFAULT_MAX_PIXELS,
-                names: Sequence[str] = ()) -> str:
+                names: Sequence[str] = (), stats: np.ndarray | None = None) -> str:
     """sha256 of the version, the class count, the pixel limit, the class `names` if given, the paths in order and each
-    file's (size, mtime_ns) (or missing)."""
-    chunks = [files[start:start + STAT_CHUNK] for start in range(0, len(files), STAT_CHUNK)]
-    with ThreadPoolExecutor(min(STAT_THREADS, max(1, len(chunks)))) as pool:
-        stats = list(pool.map(_stat_chunk, chunks))
+    file's (size, mtime_ns) (or missing): stat'ed here, or `stats` as a bucket's listing gives them."""
+    if stats is None:
+        chunks = [files[start:start + STAT_CHUNK] for start in range(0, len(files), STAT_CHUNK)]
+        with ThreadPoolExecutor(min(STAT_THREADS, max(1, len(chunks)))) as pool:
+            stats = list(pool.map(_stat_chunk, chunks))
+    else:
+        stats = [stats]
     digest = hashlib.sha256(f"{CACHE_VERSION}|{num_classes}|{max_pixels}|{len(files)}\n".encode())
     if names:
         digest.update(("\n".join(names) + "\n\n").encode("utf-8", "surrogateescape"))

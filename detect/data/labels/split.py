@@ -18,6 +18,7 @@ from detect.data.labels import cache as label_cache
 from detect.data.labels.checked import check_images, summarise
 from detect.data.labels.coco_json import read_coco_labels
 from detect.data.records import IMAGE_SUFFIXES, RecordTable, assign_image_ids, label_path_for
+from detect.data.remote.mount import attach
 from detect.errors import UserError
 
 LOGGER = logging.getLogger(__name__)
@@ -152,22 +153,32 @@ def load_split(config: DataConfig, split: str = "train", single_class: bool = Fa
         ensure_builtin(config)
     if split not in config.splits:
         raise UserError(f"{config.source}: no '{split}' split")
-    listings = [list_images(source) for source in config.splits[split]]
+    mount = None
+    if config.remote is not None:  # a bucket: listed, and its files fetched as they are read (data/remote/mount.py)
+        config, mount = attach(config, cache_dir)
+        root = mount.key(config.root)
+    listings = [list_images(source) if mount is None else mount.list_images(source, root, list_images)
+                for source in config.splits[split]]
     images = [image for listing in listings for image in listing.files]
     unlisted = [entry for listing in listings for entry in listing.skipped]  # (path, why): not images
     if not images:
         first = f"; {len(unlisted)} skipped, the first: {': '.join(unlisted[0])}" if unlisted else ""
         raise UserError(f"{config.source}: no images in the '{split}' split "
                         f"({', '.join(map(str, config.splits[split]))}){first}")
+    json_file = config.json_files.get(split)
+    if json_file is not None and mount is not None and mount.listed([str(json_file)]):
+        mount.fetch(mount.key(json_file))
     sources = _label_sources(config, split, images)
-    cache_file = label_cache.cache_path(sources.usual_cache, cache_dir)
+    cache_file = label_cache.cache_path(sources.usual_cache, cache_dir if mount is None else mount.meta)
     # the names too where a label file names the classes: the same count in another order maps boxes otherwise
     key = label_cache.fingerprint(sources.key_files, config.num_classes, max_pixels,
-                                  config.names if split in config.annotations else ())
+                                  config.names if split in config.annotations else (),
+                                  None if mount is None else mount.file_stats(sources.key_files))
     checked = label_cache.read_cache(cache_file, key)
     cache_state = "loaded"
     if checked is None:
-        checked = check_images(images, sources.labels, sources.given, config.num_classes, max_pixels)
+        checker = check_images if mount is None else mount.check_images
+        checked = checker(images, sources.labels, sources.given, config.num_classes, max_pixels)
         cache_state = "written" if label_cache.write_cache(cache_file, key, checked) else "not written"
     counts, details = summarise(split, images, checked, cache_state, unlisted, sources.noted, sources.details)
     details_file = _write_details(cache_file, details) if details else None
