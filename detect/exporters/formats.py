@@ -1,5 +1,6 @@
 """Every format of one export, written in order from one traced module: TorchScript, ONNX (with --int8 its int8
-ONNX), the Ascend .om through atc, OpenVINO IR; what `detect.export` and `detect.benchmarks` both write with."""
+ONNX), the Ascend .om through atc, OpenVINO IR (with --int8 its int8 IR); what `detect.export` and `detect.benchmarks`
+both write with."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from detect.exporters.int8 import quantize_onnx
 from detect.exporters.om import convert_om
 from detect.exporters.onnx_export import export_onnx
 from detect.exporters.openvino_export import export_openvino
+from detect.exporters.openvino_int8 import quantize_openvino
 from detect.exporters.torchscript import ExportSettings, export_metadata, export_torchscript, traced_module
 
 
@@ -29,7 +31,8 @@ def write_formats(model: nn.Module, include: tuple[str, ...], settings: ExportSe
                   device: torch.device, int8: Int8Calibration | None = None,
                   soc_version: str | None = None) -> dict[str, Path]:
     """Write each format of `include` (torchscript, onnx, om, openvino) as <stem>.<suffix>; returns format -> path,
-    with "onnx-int8" for `int8`, and om absent when atc is not installed."""
+    with `int8` each runtime's own int8 recipe too ("onnx-int8": ONNX Runtime's QDQ, "openvino-int8": NNCF), and om
+    absent when atc is not installed."""
     metadata = export_metadata(model, settings)
     module, example = traced_module(model, settings, device)
     written: dict[str, Path] = {}
@@ -40,6 +43,8 @@ def write_formats(model: nn.Module, include: tuple[str, ...], settings: ExportSe
         written.update(_int8_and_om(include, written["onnx"], settings, int8, soc_version))
     if "openvino" in include:
         written["openvino"] = export_openvino(written["onnx"], settings)
+        if int8 is not None:
+            written["openvino-int8"] = quantize_openvino(written["openvino"], int8.data, int8.images, settings)
     return written
 
 
