@@ -90,15 +90,15 @@ def _precision_lines(caplog) -> list[str]:
     return [record.getMessage() for record in caplog.records if record.name == build_module.__name__]
 
 
-def test_a_cpu_with_bf16_units_checks_bf16_keeps_it_and_says_so(monkeypatch, caplog):
-    monkeypatch.setattr(cpu_module, "cpu_flags", lambda: frozenset({"avx512f", "avx512_bf16"}))
+def test_a_cpu_with_amx_checks_bf16_keeps_it_and_says_so(monkeypatch, caplog):
+    monkeypatch.setattr(cpu_module, "cpu_flags", lambda: frozenset({"avx512f", "avx512_bf16", "amx_bf16"}))
     cpu = backends.select("cpu")
     settings = TrainSettings(cfg="yolov5n.yaml", device="cpu", imgsz=64)
     with caplog.at_level(logging.INFO):
         assert build_module._amp_checked(cpu, _model(False), settings, DistContext()) is cpu
     lines = _precision_lines(caplog)
     assert lines[0].startswith("AMP check: autocast agrees with fp32") and len(lines) == 2
-    assert lines[1] == "precision: bf16 autocast (the CPU has AVX512-BF16; --no-amp for fp32)"
+    assert lines[1] == "precision: bf16 autocast (the CPU has AMX-BF16; --no-amp for fp32)"
 
 
 def test_the_check_turns_the_cpus_bf16_off(monkeypatch, caplog):
@@ -115,7 +115,9 @@ def test_the_check_turns_the_cpus_bf16_off(monkeypatch, caplog):
 
 
 @pytest.mark.parametrize(("flags", "amp", "line"), [
-    ({"avx512_bf16"}, False, "precision: fp32 (--no-amp)"),
+    ({"amx_bf16"}, False, "precision: fp32 (--no-amp)"),
+    ({"avx512_bf16"}, None, "precision: fp32 (the CPU's bf16 unit is AVX512-BF16, where bf16 trains slower than fp32; "
+                            "--amp for bf16 autocast)"),
     ({"avx2"}, True, "precision: bf16 autocast (--amp)"),
     ({"avx2", "avx512_vnni"}, None,
      "precision: fp32 (the CPU has no bf16 unit (AMX-BF16 or AVX512-BF16); --amp for bf16 autocast)")])

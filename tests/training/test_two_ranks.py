@@ -1,7 +1,7 @@
 """What runs during training, at 2 ranks under torchrun (gloo on the CPU) and in one process: user callbacks,
 --profile, early stopping that fires, --save-period, --save-minutes, AutoAnchor that replaces the yaml's anchors,
 TensorBoard events and plots, in one run made twice on a CPU without bf16 units (fp32); then the main rank's start-up
-work (AutoAnchor, the AMP check on two NPU stand-ins and on a CPU with bf16 units, labels.png) made slower than
+work (AutoAnchor, the AMP check on two NPU stand-ins and on a CPU with AMX-BF16, labels.png) made slower than
 --dist-timeout. Each rank writes down what it saw (tests/training/two_ranks_worker.py)."""
 
 from __future__ import annotations
