@@ -1,4 +1,4 @@
-"""Autocast defaults (bf16 on CPUs with AMX-BF16, read from /proc/cpuinfo) and GradScaler construction from the
+"""Autocast defaults (bf16 on CPUs with bf16 units, read from /proc/cpuinfo) and GradScaler construction from the
 three scaler settings (CPU and CUDA glue)."""
 
 import os
@@ -25,7 +25,7 @@ def cpu_flags(monkeypatch):
 
 
 def test_cpu_without_bf16_units_is_fp32_by_default(cpu_flags):
-    cpu_flags("avx2", "fma", "avx512f", "avx512_vnni")  # an EPYC without bf16: as before bf16 by default
+    cpu_flags("avx2", "fma", "avx512f", "avx512_vnni")  # an EPYC without bf16 units: fp32 by default, as before
     backend = select("cpu")
     assert backend.amp_enabled is False and backend.amp_dtype is None
     assert matmul_dtype(backend) == torch.float32
@@ -33,24 +33,18 @@ def test_cpu_without_bf16_units_is_fp32_by_default(cpu_flags):
         "the CPU has no bf16 unit (AMX-BF16 or AVX512-BF16)")
 
 
-def test_cpu_with_amx_autocasts_bf16_by_default_and_no_amp_turns_it_off(cpu_flags):
-    cpu_flags("avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
+@pytest.mark.parametrize(("flags", "unit"), [(("avx512f", "avx512_bf16", "amx_tile", "amx_bf16"), "AMX-BF16"),
+                                             (("avx512f", "avx512_vnni", "avx512_bf16"), "AVX512-BF16")])
+def test_cpu_with_bf16_units_autocasts_bf16_by_default_and_no_amp_turns_it_off(cpu_flags, flags, unit):
+    cpu_flags(*flags)
     backend = select("cpu")
     assert backend.amp_dtype == torch.bfloat16 and matmul_dtype(backend) == torch.bfloat16
-    assert backend.precision() == "bf16 autocast" and backend.amp_default_reason == "the CPU has AMX-BF16"
+    assert backend.precision() == "bf16 autocast" and backend.amp_default_reason == f"the CPU has {unit}"
     assert backend.grad_scaler(**SCALER).is_enabled() is False  # bf16 needs no loss scaling
     with backend.validation_autocast():  # validation during training stays fp32 on the CPU
         assert torch.randn(2, 2).matmul(torch.randn(2, 2)).dtype == torch.float32
     off = select("cpu", amp=False)  # --no-amp
     assert off.amp_enabled is False and matmul_dtype(off) == torch.float32
-
-
-def test_cpu_with_avx512_bf16_alone_stays_fp32_by_default(cpu_flags):
-    cpu_flags("avx512f", "avx512_vnni", "avx512_bf16")  # AMD Zen 4: bf16 trains slower than fp32 there
-    backend = select("cpu")
-    assert backend.amp_enabled is False and backend.precision() == "fp32"
-    assert backend.amp_default_reason == "the CPU's bf16 unit is AVX512-BF16, where bf16 trains slower than fp32"
-    assert select("cpu", amp=True).amp_dtype == torch.bfloat16  # --amp
 
 
 def test_the_cpu_is_read_from_proc_cpuinfo(monkeypatch, tmp_path):
