@@ -61,8 +61,9 @@ class ExportRunSettings(Settings):
                                 "--imgsz, --batch-size) and print one table")
     data: str | None = option(None, "data yaml (a bare name in configs/data/ or a path) that --check scores on "
                                     "and --int8 calibrates on (its train split)")
-    int8: bool = option(False, "also an int8 ONNX (<stem>-int8.onnx: ONNX Runtime static quantization, the Detect "
-                               "head in float); with om, AMCT calibrates the ONNX before atc")
+    int8: bool = option(False, "also int8 files, each runtime's fastest recipe: with onnx <stem>-int8.onnx (ONNX "
+                               "Runtime static quantization, the Detect head in float), with openvino "
+                               "<stem>-int8_openvino_model (NNCF); with om, AMCT calibrates the ONNX before atc")
     calib_images: int = option(DEFAULT_CALIB_IMAGES, "--int8: train images of --data to calibrate on",
                                bound=POSITIVE)
     soc_version: str | None = option(None, "om: the Ascend chip, e.g. Ascend910B3, Ascend310P3")
@@ -97,8 +98,9 @@ class ExportRunSettings(Settings):
             raise UserError("--include om needs static shapes (ATC compiles one input shape): drop --dynamic")
 
     def _check_int8(self) -> None:
-        if not {"onnx", "om"} & set(self.include):
-            raise UserError("--int8 quantizes the ONNX (and the .om through AMCT): add --include onnx or om")
+        if not {"onnx", "om", "openvino"} & set(self.include):
+            raise UserError("--int8 quantizes the ONNX, the OpenVINO IR and the .om (through AMCT): add --include "
+                            "onnx, openvino or om")
         if not self.data:
             raise UserError("--int8 calibrates on the train split of --data: give --data (a data yaml)")
         if self.half:

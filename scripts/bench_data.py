@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
+from detect.backend.cpu import cpu_description
 from detect.config import load_hyp
 from detect.data import (
     AugmentSettings,
@@ -121,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--batches", type=int, default=20)
     args = parser.parse_args(argv)
+    print(cpu_description())  # what the figures were measured on (docs/benchmarks.md)
     print(f"| imgsz | {' | '.join(f'{w} workers img/s' for w in args.workers)} |")
     print(f"|---|{'---|' * len(args.workers)}")
     for imgsz in args.sizes:

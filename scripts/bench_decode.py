@@ -15,6 +15,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from detect.backend.cpu import cpu_description
 from detect.data.images.load import load_resized, read_image, resize_to_imgsz, resized_shape
 
 REDUCED_FLAGS = ((4, cv2.IMREAD_REDUCED_COLOR_4), (2, cv2.IMREAD_REDUCED_COLOR_2))
@@ -43,6 +44,7 @@ def main() -> None:
     parser.add_argument("--imgsz", type=int, default=320)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
+    print(cpu_description())  # what the figures were measured on (docs/benchmarks.md)
     cv2.setNumThreads(0)  # one thread, as in a loader worker
     paths = sorted(path for path in args.images.iterdir() if path.suffix.lower() in (".jpg", ".jpeg"))
     if not paths:

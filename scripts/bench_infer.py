@@ -23,6 +23,7 @@ import onnxruntime
 import torch
 
 from detect import backend as backends
+from detect.backend.cpu import cpu_description
 from detect.exporters.onnx_export import export_onnx
 from detect.exporters.torchscript import ExportSettings, export_metadata, export_torchscript, traced_module
 from detect.inference.runtimes.torch_model import TorchInference
@@ -56,6 +57,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--iterations", type=int, default=10, help="timed batches per runtime and round")
     args = parser.parse_args()
+    print(cpu_description())  # what the figures were measured on (docs/benchmarks.md)
     settings = ExportSettings(imgsz=(args.imgsz, args.imgsz), batch_size=args.batch_size)
     images = torch.rand(args.batch_size, 3, args.imgsz, args.imgsz, generator=torch.Generator().manual_seed(0))
     with tempfile.TemporaryDirectory() as folder:

@@ -19,6 +19,7 @@ import time
 import torch
 
 from detect import backend as backends
+from detect.backend.cpu import cpu_description
 from detect.config import load_hyp
 from detect.data import AugmentSettings, build_train_loader, load_data_config
 from detect.data.device_batch import to_device_batch
@@ -47,6 +48,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
+    print(cpu_description())  # what the figures were measured on (docs/benchmarks.md)
 
     backend = backends.select("cpu", amp=False)
     backend.seed(0)

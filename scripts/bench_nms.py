@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from detect import backend as backends
+from detect.backend.cpu import cpu_description
 from detect.data import build_val_loader, load_data_config
 from detect.data.device_batch import to_device_batch
 from detect.inference.model import load_inference_model
@@ -103,6 +104,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    print(cpu_description())  # what the figures were measured on (docs/benchmarks.md)
     if args.threads:
         torch.set_num_threads(args.threads)
     if not args.predictions.exists():

@@ -223,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.data.is_file():
         print(f"error: {args.data}: no data yaml (make one: python scripts/make_large_dataset.py OUT)", file=sys.stderr)
         return 2
+    from detect.backend.cpu import cpu_description  # here: a phase's process measures its own imports
+
+    print(cpu_description())  # what the figures were measured on (docs/benchmarks.md)
     for name in args.phases:
         if name == "check" and args.skip_check:
             continue

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from detect import backend as backends
+from detect.backend.cpu import cpu_description
 from detect.config import load_hyp
 from detect.data import AugmentSettings, build_train_loader, load_data_config
 from detect.data.device_batch import to_device_batch
@@ -135,6 +136,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=48, help="batches per round and mode")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    print(cpu_description())  # what the figures were measured on (docs/benchmarks.md)
 
     backend = backends.select(args.device, amp=args.amp)
     backend.set_device()

@@ -11,6 +11,7 @@ import tempfile
 import time
 
 from detect import val
+from detect.backend.cpu import cpu_description
 
 
 def main() -> None:
@@ -21,6 +22,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
     args = parser.parse_args()
+    print(cpu_description())  # what the figures were measured on (docs/benchmarks.md)
     logging.basicConfig(level=logging.WARNING)
     print(f"{'workers':>8}{'wall s':>9}{'img/s':>8}{'pre ms':>8}{'infer ms':>10}{'NMS ms':>8}{'mAP50-95':>10}")
     for workers in args.workers:

@@ -19,6 +19,7 @@ trap 'rm -rf "$work"' EXIT
 # yolov5 reads a data yaml whose relative path is taken from its checkout: give it coco128's absolute path
 sed "s#^path: .*#path: $(realpath ../datasets/coco128)#" detect/configs/data/coco128.yaml > "$work/coco128.yaml"
 export YOLO_OFFLINE=1  # the ultralytics package that yolov5 imports: no network
+python -c "from detect.backend.cpu import cpu_description; print(cpu_description())"  # what was measured on
 
 seconds() {  # wall seconds of a command, its output kept in $work/log
   local start end

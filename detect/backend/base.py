@@ -72,6 +72,8 @@ class Backend:
     channels_last: ClassVar[bool] = False
     # Whether NMS runs every image of a batch in one kernel call (ops/nms.py, whole_batch), else one call per image.
     nms_whole_batch: ClassVar[bool] = False
+    # Whether validation during training runs under the training's autocast (yolov5 validates in fp16 on GPUs).
+    validates_in_amp: ClassVar[bool] = True
     # Whether data-dependent shapes cost nothing here (no graph to compile again, no queue that a host sync drains):
     # the training loss then scores the matched candidates only (DetectionLoss.matched_only).
     dynamic_shapes: ClassVar[bool] = False
@@ -126,12 +128,6 @@ class Backend:
 
     def device_name(self) -> str:
         """The device's model name, e.g. the CPU's "model name" (for benchmark tables)."""
-        try:
-            for line in Path("/proc/cpuinfo").read_text().splitlines():  # Linux
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-        except OSError:
-            pass
         return platform.processor() or platform.machine()
 
     # --- memory -----------------------------------------------------------------------------------
@@ -159,6 +155,20 @@ class Backend:
         if not self.amp_enabled:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
+
+    def validation_autocast(self) -> contextlib.AbstractContextManager[None]:
+        """Autocast for validation during training: the training's where validates_in_amp, else none (fp32)."""
+        return self.autocast() if self.validates_in_amp else contextlib.nullcontext()
+
+    @property
+    def amp_default_reason(self) -> str:
+        """Why AMP is on or off here when neither --amp nor --no-amp is given."""
+        return f"AMP is {'on' if self.amp_by_default else 'off'} by default on {self.name}"
+
+    def precision(self) -> str:
+        """The training precision in words: "bf16 autocast", "fp16 autocast" or "fp32"."""
+        names = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+        return f"{names[self.amp_dtype]} autocast" if self.amp_dtype is not None else "fp32"
 
     def grad_scaler(self, *, init_scale: float, growth_factor: float, growth_interval: int) -> torch.amp.GradScaler:
         """Dynamic loss scaler with these settings; a disabled (no-op) scaler unless AMP is fp16."""

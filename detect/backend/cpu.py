@@ -1,18 +1,65 @@
-"""The CPU backend: AMP off unless asked for (then bf16), gloo, process RSS as memory."""
+"""The CPU backend: bf16 AMP by default where the CPU computes bf16 natively (else off unless asked for), gloo,
+process RSS as memory; and what the CPU is (model, feature flags) for the precision choice and the benchmarks."""
 
 from __future__ import annotations
 
 import ctypes
 import os
+import platform
 from pathlib import Path
 
 import torch
 
 from detect.backend.base import Backend, MemoryStats
 
+_CPUINFO = Path("/proc/cpuinfo")
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # mallopt parameters, glibc's malloc.h
+# /proc/cpuinfo flag -> unit, best first: the units that compute bf16 natively, where bf16 autocast trains faster than
+# fp32 (yolov5n at 320: 1.45x on AMX, 1.32-1.37x on AVX512-BF16 alone; elsewhere bf16 is emulated and slower:
+# docs/benchmarks.md, "bf16 on the CPU").
+BF16_UNITS = {"amx_bf16": "AMX-BF16", "avx512_bf16": "AVX512-BF16"}
+# The flags that decide a CPU's speed here: fp32 (avx2, fma, avx512f), INT8 (VNNI, AMX-INT8) and bf16 units.
+SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
+
+
+def _cpuinfo_field(name: str) -> str | None:
+    """The first `name` field of /proc/cpuinfo (Linux), or None."""
+    try:
+        for line in _CPUINFO.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == name:
+                return value.strip()
+    except OSError:
+        return None
+    return None
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags (/proc/cpuinfo; none where it does not exist). The one place the precision choice and
+    the benchmarks read them: tests fake a CPU by patching this function."""
+    return frozenset((_cpuinfo_field("flags") or "").split())
+
+
+def cpu_model() -> str:
+    """The CPU's model name, e.g. "AMD EPYC"."""
+    return _cpuinfo_field("model name") or platform.processor() or platform.machine()
+
+
+def bf16_unit() -> str | None:
+    """The unit that computes bf16 natively on this CPU (AMX-BF16 before AVX512-BF16), or None."""
+    flags = cpu_flags()
+    return next((unit for flag, unit in BF16_UNITS.items() if flag in flags), None)
+
+
+def cpu_description() -> str:
+    """What a benchmark's figures were measured on: the CPU model, its cores and which SPEED_FLAGS it has, e.g.
+    "CPU: AMD EPYC, 2 cores; has avx2 fma avx512f avx512_vnni avx512_bf16; lacks avx_vnni amx_bf16 amx_int8"."""
+    flags = cpu_flags()
+    has = " ".join(flag for flag in SPEED_FLAGS if flag in flags) or "none"
+    lacks = " ".join(flag for flag in SPEED_FLAGS if flag not in flags) or "none"
+    return f"CPU: {cpu_model()}, {os.cpu_count()} cores; has {has}; lacks {lacks}"
 
 
 def _status_kib(field: str) -> int | None:
@@ -60,7 +107,6 @@ class CpuBackend(Backend):
 
     name = "cpu"
     distributed_backend = "gloo"
-    amp_by_default = False
     # fp16 autocast on CPU would need loss scaling and is emulated here
     # (docs/benchmarks.md, "Measuring on shared CPUs"); bf16 needs no scaler.
     default_amp_dtype = "bf16"
@@ -75,8 +121,23 @@ class CpuBackend(Backend):
     # (scripts/bench_loss.py).
     dynamic_shapes = True
 
+    # Validation during training stays fp32 under bf16 autocast: bf16's mAP was further than 0.002 from fp32's
+    # (docs/benchmarks.md, "bf16 on the CPU").
+    validates_in_amp = False
+
     def __init__(self, *, amp: bool | None = None, amp_dtype: str | None = None) -> None:
+        self.bf16_unit = bf16_unit()
+        self.amp_by_default = self.bf16_unit is not None  # docs/benchmarks.md, "bf16 on the CPU"
         super().__init__(torch.device("cpu"), amp=amp, amp_dtype=amp_dtype)
+
+    def device_name(self) -> str:
+        return cpu_model()
+
+    @property
+    def amp_default_reason(self) -> str:
+        if self.bf16_unit is None:
+            return f"the CPU has no bf16 unit ({' or '.join(BF16_UNITS.values())})"
+        return f"the CPU has {self.bf16_unit}"
 
     @property
     def nms_threads(self) -> int:

@@ -4,6 +4,7 @@ inference share it)."""
 from __future__ import annotations
 
 import functools
+import importlib
 import sys
 from types import ModuleType
 
@@ -22,17 +23,27 @@ FOLDER_SUFFIX = "_openvino_model"  # an export's folder, <stem>_openvino_model/<
 def import_openvino(purpose: str) -> ModuleType:
     """The openvino package, imported with its telemetry off; `purpose` ("running x.xml") names the need when it is
     missing. A process that imported openvino before keeps that import as it is."""
+    return _import_without_telemetry("openvino", purpose, "openvino")
+
+
+def import_nncf(purpose: str) -> ModuleType:
+    """NNCF (OpenVINO's post-training quantization), imported with its telemetry off as openvino's (nncf 3.4 sends
+    events through the same openvino_telemetry package when it can import it)."""
+    import_openvino(purpose)
+    return _import_without_telemetry("nncf", purpose, "openvino")
+
+
+def _import_without_telemetry(name: str, purpose: str, extra: str) -> ModuleType:
     hidden = TELEMETRY_PACKAGE not in sys.modules
     if hidden:
         sys.modules[TELEMETRY_PACKAGE] = None  # type: ignore[assignment]  # None: `import` raises ImportError
     try:
-        import openvino
+        return importlib.import_module(name)
     except ImportError as error:
-        raise UserError(f'{purpose} needs openvino: pip install "detect-trainer[openvino]" ({error})') from None
+        raise UserError(f'{purpose} needs {name}: pip install "detect-trainer[{extra}]" ({error})') from None
     finally:
         if hidden:
             del sys.modules[TELEMETRY_PACKAGE]
-    return openvino
 
 
 def shared_core(purpose: str):

@@ -17,6 +17,7 @@ from typing import Any
 
 from detect import backend as backends
 from detect import cli
+from detect.backend.cpu import cpu_description
 from detect.config import IMAGE_SIZE, POSITIVE, Settings, option, options_from_dict
 from detect.errors import UserError
 from detect.evaluation.export_check import CheckRow, check_files, check_table, file_megabytes
@@ -77,8 +78,9 @@ def benchmark(settings: BenchmarkSettings) -> list[CheckRow]:
         raise UserError(f"cannot write to {output_dir}: choose another folder with --output-dir")
     rows = [_row(kind, weights, output_dir / weights.stem, settings, backend)
             for kind in (FORMATS[:1] if settings.pt_only else FORMATS)]
-    LOGGER.info("benchmarks of %s on %s (val split, %d px, batch %d, %s), %.1f s:\n%s", weights, settings.data,
-                settings.imgsz, settings.batch_size, backend.device, time.perf_counter() - started, check_table(rows))
+    LOGGER.info("benchmarks of %s on %s (val split, %d px, batch %d, %s), %.1f s; %s:\n%s", weights, settings.data,
+                settings.imgsz, settings.batch_size, backend.device, time.perf_counter() - started, cpu_description(),
+                check_table(rows))
     _hard_fail(rows, settings.hard_fail)
     return rows
 

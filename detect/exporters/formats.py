@@ -1,6 +1,6 @@
 """Every format of one export, written in order from one traced module: TorchScript, ONNX (with --int8 its int8
-ONNX), the Ascend .om through atc, OpenVINO IR, a Triton model repository; what `detect.export` and
-`detect.benchmarks` both write with."""
+ONNX), the Ascend .om through atc, OpenVINO IR (with --int8 its int8 IR), a Triton model repository; what
+`detect.export` and `detect.benchmarks` both write with."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from detect.exporters.int8 import quantize_onnx
 from detect.exporters.om import convert_om
 from detect.exporters.onnx_export import export_onnx
 from detect.exporters.openvino_export import export_openvino
+from detect.exporters.openvino_int8 import quantize_openvino
 from detect.exporters.torchscript import ExportSettings, export_metadata, export_torchscript, traced_module
 from detect.exporters.triton import VERSION, TritonSettings, model_folder, write_triton_model
 
@@ -32,7 +33,8 @@ def write_formats(model: nn.Module, include: tuple[str, ...], settings: ExportSe
                   soc_version: str | None = None, triton: TritonSettings | None = None) -> dict[str, Path]:
     """Write each format of `include` (torchscript, onnx, om, openvino, triton) as <stem>.<suffix> (triton: the model
     folder of model_repository/ beside them, with `triton`'s serving settings); returns format -> path (triton: the
-    model file Triton loads), with "onnx-int8" for `int8`, and om absent when atc is not installed."""
+    model file Triton loads), with `int8` each runtime's own int8 recipe too ("onnx-int8": ONNX Runtime's QDQ,
+    "openvino-int8": NNCF), and om absent when atc is not installed."""
     metadata = export_metadata(model, settings)
     module, example = traced_module(model, settings, device)
     written: dict[str, Path] = {}
@@ -43,6 +45,8 @@ def write_formats(model: nn.Module, include: tuple[str, ...], settings: ExportSe
         written.update(_int8_and_om(include, written["onnx"], settings, int8, soc_version))
     if "openvino" in include:
         written["openvino"] = export_openvino(written["onnx"], settings)
+        if int8 is not None:
+            written["openvino-int8"] = quantize_openvino(written["openvino"], int8.data, int8.images, settings)
     if "triton" in include:
         written["triton"] = _triton(module, example, model, settings, stem, triton or TritonSettings())
     return written

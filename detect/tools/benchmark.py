@@ -21,6 +21,7 @@ import torchvision
 
 import detect
 from detect import cli
+from detect.backend.cpu import cpu_description
 from detect.config import NON_NEGATIVE, POSITIVE, option
 from detect.errors import UserError
 from detect.tools.throughput import Measurement, measure_inference, measure_train
@@ -79,7 +80,7 @@ def measure(args: BenchmarkSettings) -> dict:
     return {
         "tool": "detect.tools.benchmark", "schema": SCHEMA,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "device": str(backend.device), "device_name": backend.device_name(),
+        "device": str(backend.device), "device_name": backend.device_name(), "cpu": cpu_description(),
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "torchvision": torchvision.__version__, "detect": detect.__version__},
         "model": args.weights or args.cfg, "parameters": sum(p.numel() for p in model.parameters()),
@@ -103,7 +104,7 @@ def table(result: dict) -> str:
     """The migration write-up's table: config | throughput img/s | memory GB | time."""
     title = (f"{result['model']} at {result['imgsz']} px, batch {result['batch_size']}, on {result['device']} "
              f"({result['device_name']})")
-    lines = [title, "| config | throughput img/s | memory GB | time |", "|---|---:|---:|---:|"]
+    lines = [title, *([result["cpu"]] if "cpu" in result else []), "| config | throughput img/s | memory GB | time |", "|---|---:|---:|---:|"]
     for item in result["rows"]:
         images = result["train_images"] if item["mode"] == "train" else result["val_images"]
         what = "per epoch" if item["mode"] == "train" else "per val pass"

@@ -273,9 +273,11 @@ def _resumed_backend(point: ResumePoint, joined: backends.Backend, context: Dist
 
 def _amp_checked(backend: backends.Backend, model: DetectionModel, settings: TrainSettings,
                  context: DistContext) -> backends.Backend:
-    """AMP as it is on by default on an accelerator stays on only if the model's predictions on a bundled image agree
-    with fp32 (check_amp, on the main rank for the job); else one line, and fp32. --amp and --no-amp are obeyed."""
-    if not backend.amp_enabled or settings.amp is not None or backend.name == "cpu":
+    """AMP as it is on by default (accelerators, CPUs with bf16 units) stays on only if the model's predictions on a
+    bundled image agree with fp32 (check_amp, on the main rank for the job); else one line, and fp32. --amp and
+    --no-amp are obeyed. Then one line says the precision and why."""
+    if not backend.amp_enabled or settings.amp is not None:
+        _log_precision(backend, settings, "")
         return backend
     check = None
     if context.is_main:
@@ -286,11 +288,27 @@ def _amp_checked(backend: backends.Backend, model: DetectionModel, settings: Tra
     check = broadcast_object(context, check)
     if check.agrees:
         LOGGER.info("AMP check: autocast agrees with fp32 (%s)", check)
+        _log_precision(backend, settings, "")
         return backend
     if context.is_main:  # the job's one verdict: one line, not one per rank
         LOGGER.warning("AMP check: autocast's predictions differ from fp32's (%s): training in fp32 (--amp forces "
                        "AMP)", check)
-    return select_backend(dataclasses.replace(settings, amp=False), context)
+    fp32 = select_backend(dataclasses.replace(settings, amp=False), context)
+    _log_precision(fp32, settings, f"the AMP check turned {backend.precision()} off; --amp forces it")
+    return fp32
+
+
+def _log_precision(backend: backends.Backend, settings: TrainSettings, turned_off: str) -> None:
+    """One line: the run's precision and why, e.g. "precision: bf16 autocast (the CPU has AMX-BF16; --no-amp for
+    fp32)"."""
+    if turned_off:
+        why = turned_off
+    elif settings.amp is not None:
+        why = "--amp" if settings.amp else "--no-amp"
+    else:
+        other = "--no-amp for fp32" if backend.amp_enabled else f"--amp for {backend.default_amp_dtype} autocast"
+        why = f"{backend.amp_default_reason}; {other}"
+    LOGGER.info("precision: %s (%s)", backend.precision(), why)
 
 
 def build_run(settings: TrainSettings, context: DistContext, resume: Resume = NEW_RUN,

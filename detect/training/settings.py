@@ -71,7 +71,8 @@ class TrainSettings(Settings):
     max_pixels: int = option(DEFAULT_MAX_PIXELS, MAX_PIXELS_HELP, bound=MAX_PIXELS)
     single_cls: bool = option(False, "train every class as one class, 'item'")
     rect: bool = option(False, "rectangular batches in aspect-ratio order (no mosaic; many shapes)")
-    amp: bool | None = option(None, "mixed precision (default: on for accelerators, off on the CPU)")
+    amp: bool | None = option(None, "mixed precision (default: on for accelerators and CPUs with bf16 units, AMX-BF16 "
+                                         "or AVX512-BF16; else off)")
     npu_jit_compile: bool | None = option(None, NPU_JIT_COMPILE_HELP)
     npu_allow_hf32: bool | None = option(None, NPU_ALLOW_HF32_HELP)
     cpu_affinity: str = option("auto", AFFINITY_HELP, again_on_resume=True)

@@ -144,7 +144,7 @@ class Trainer:
         if validation.evaluator is not None:
             validation.evaluator.reset()
         try:
-            with run.backend.autocast():  # fp16 on accelerators when AMP is on, as yolov5 validates during training
+            with run.backend.validation_autocast():  # fp16 on accelerators with AMP, as yolov5 validates in training
                 result = evaluate(validation.model.predict, validation.loader, run.backend, validation.evaluator,
                                   EvalSettings(), progress=run.settings.progress and context.is_main,
                                   exchange=JobExchange.of(context, run.backend.device), stop=run.control.stop_asked)

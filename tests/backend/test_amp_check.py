@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from detect import backend as backends
+from detect.backend import cpu as cpu_module
 from detect.backend.amp_check import check_amp, image_batch
 from detect.inference.sample_images import sample_images
 from detect.models import build_model
@@ -65,10 +66,11 @@ def test_disagreement_turns_amp_off_with_one_line(monkeypatch, caplog):
     model = _model(False)
     monkeypatch.setattr(model, "predict", _broken_under_autocast(build_model("yolov5n.yaml", num_classes=80).eval()))
     chosen = []
-    monkeypatch.setattr(build_module, "select_backend", lambda settings, context: chosen.append(settings.amp) or "fp32")
+    fp32 = backends.select("cpu", amp=False)
+    monkeypatch.setattr(build_module, "select_backend", lambda settings, context: chosen.append(settings.amp) or fp32)
     settings = TrainSettings(cfg="yolov5n.yaml", device="npu", imgsz=160)
     with caplog.at_level(logging.WARNING):
-        assert build_module._amp_checked(npu, model, settings, DistContext()) == "fp32"
+        assert build_module._amp_checked(npu, model, settings, DistContext()) is fp32
     assert chosen == [False]
     assert [record.getMessage().split(" (")[0] for record in caplog.records] == [
         "AMP check: autocast's predictions differ from fp32's"]
@@ -82,3 +84,47 @@ def test_amp_given_on_the_command_line_is_obeyed_unchecked(monkeypatch, amp):
     monkeypatch.setattr(model, "predict", lambda images: pytest.fail("checked although --amp/--no-amp was given"))
     settings = TrainSettings(cfg="yolov5n.yaml", device="npu", amp=amp)
     assert build_module._amp_checked(npu, model, settings, DistContext()) is npu
+
+
+def _precision_lines(caplog) -> list[str]:
+    return [record.getMessage() for record in caplog.records if record.name == build_module.__name__]
+
+
+def test_a_cpu_with_amx_checks_bf16_keeps_it_and_says_so(monkeypatch, caplog):
+    monkeypatch.setattr(cpu_module, "cpu_flags", lambda: frozenset({"avx512f", "avx512_bf16", "amx_bf16"}))
+    cpu = backends.select("cpu")
+    settings = TrainSettings(cfg="yolov5n.yaml", device="cpu", imgsz=64)
+    with caplog.at_level(logging.INFO):
+        assert build_module._amp_checked(cpu, _model(False), settings, DistContext()) is cpu
+    lines = _precision_lines(caplog)
+    assert lines[0].startswith("AMP check: autocast agrees with fp32") and len(lines) == 2
+    assert lines[1] == "precision: bf16 autocast (the CPU has AMX-BF16; --no-amp for fp32)"
+
+
+def test_the_check_turns_the_cpus_bf16_off(monkeypatch, caplog):
+    monkeypatch.setattr(cpu_module, "cpu_flags", lambda: frozenset({"amx_bf16"}))
+    model = _model(False)
+    monkeypatch.setattr(model, "predict", _broken_under_autocast(build_model("yolov5n.yaml", num_classes=80).eval()))
+    settings = TrainSettings(cfg="yolov5n.yaml", device="cpu", imgsz=64)
+    with caplog.at_level(logging.INFO):
+        chosen = build_module._amp_checked(backends.select("cpu"), model, settings, DistContext())
+    assert chosen.amp_enabled is False
+    lines = _precision_lines(caplog)
+    assert lines[0].startswith("AMP check: autocast's predictions differ from fp32's") and len(lines) == 2
+    assert lines[1] == "precision: fp32 (the AMP check turned bf16 autocast off; --amp forces it)"
+
+
+@pytest.mark.parametrize(("flags", "amp", "line"), [
+    ({"avx512_bf16"}, False, "precision: fp32 (--no-amp)"),
+    ({"avx2"}, True, "precision: bf16 autocast (--amp)"),
+    ({"avx2", "avx512_vnni"}, None,
+     "precision: fp32 (the CPU has no bf16 unit (AMX-BF16 or AVX512-BF16); --amp for bf16 autocast)")])
+def test_the_cpu_precision_unchecked_where_not_by_default(monkeypatch, caplog, flags, amp, line):
+    monkeypatch.setattr(cpu_module, "cpu_flags", lambda: frozenset(flags))
+    model = _model(False)
+    monkeypatch.setattr(model, "predict", lambda images: pytest.fail("checked without AMP on by default"))
+    cpu = backends.select("cpu", amp=amp)
+    with caplog.at_level(logging.INFO):
+        assert build_module._amp_checked(cpu, model, TrainSettings(cfg="yolov5n.yaml", device="cpu", amp=amp),
+                                         DistContext()) is cpu
+    assert _precision_lines(caplog) == [line]

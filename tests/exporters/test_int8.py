@@ -1,10 +1,12 @@
-"""INT8: ONNX Runtime's static quantization of the ONNX export (calibrated on a tiny dataset), and AMCT before atc
-for the .om through a stand-in amct_onnx that checks the documented call signatures."""
+"""INT8: ONNX Runtime's static quantization of the ONNX export and NNCF's of the OpenVINO IR (calibrated on a tiny
+dataset), and AMCT before atc for the .om through a stand-in amct_onnx that checks the documented call signatures."""
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import json
+import logging
 import shutil
 import sys
 from pathlib import Path
@@ -17,6 +19,7 @@ import pytest
 import torch
 
 from detect import export, val
+from detect.backend import select
 from detect.exporters.int8 import STEM_CONVS, calibration_batches, float_nodes, head_nodes, quantize_onnx
 from detect.exporters.torchscript import ExportSettings
 from tests.exporters.helpers import IMGSZ, onnx_outputs, run_export
@@ -192,3 +195,34 @@ def test_int8_yolov5n_keeps_the_fp32_map_on_coco128(tmp_path, coco128_workdir):
     # docs/deploy.md, "INT8": measured +0.00004 at 0.5:0.95 and -0.0068 at 0.5; the issue's bound is 0.01.
     assert results["onnx-int8"].map50_95 >= results["onnx"].map50_95 - 0.01
     assert results["onnx-int8"].map50 >= results["onnx"].map50 - 0.01
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("openvino") is None or importlib.util.find_spec("nncf") is None,
+                    reason='OpenVINO and NNCF are optional (pip install "detect-trainer[openvino]")')
+def test_int8_for_openvino_is_nncfs_ir_and_check_scores_it(weights, data, tmp_path, caplog):
+    from detect.backend.openvino_runtime import shared_core
+    from detect.inference.runtimes.openvino_model import OpenVinoInference
+
+    with caplog.at_level(logging.INFO, logger="detect.export"):
+        written = run_export(weights, tmp_path, "--include", "openvino", "--int8", "--data", str(data),
+                             "--calib-images", "2", "--check", "--imgsz", "64")  # square: --check letterboxes
+    xml = tmp_path / "tiny-int8_openvino_model" / "tiny-int8.xml"
+    assert written == {"onnx": tmp_path / "tiny.onnx", "openvino": tmp_path / "tiny_openvino_model" / "tiny.xml",
+                       "openvino-int8": xml}  # OpenVINO asked for: NNCF's recipe, not ONNX Runtime's
+    core = shared_core("the test")
+    ops = [op.get_type_name() for op in core.read_model(str(xml)).get_ops()]
+    assert ops.count("FakeQuantize") > 50
+
+    def rt_info(path: Path) -> dict:
+        section = core.read_model(str(path)).get_rt_info()["detect"]
+        return {key: json.loads(value.astype(str)) for key, value in section.items()}
+
+    assert rt_info(xml) == {**rt_info(written["openvino"]), "int8": True}
+    images = torch.rand(1, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    fp32, int8 = (OpenVinoInference(path, select("cpu"))(images) for path in (written["openvino"], xml))
+    assert int8.shape == fp32.shape and torch.isfinite(int8).all()
+    (table,) = [record.getMessage() for record in caplog.records if record.getMessage().startswith("--check")]
+    rows = {line.split()[0]: line.split() for line in table.splitlines()[2:]}
+    assert list(rows) == ["pytorch", "onnx", "openvino", "openvino-int8"]
+    assert all(float(row[2]) >= 0 for row in rows.values())  # every file scored: mAP50-95 is a number

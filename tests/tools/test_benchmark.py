@@ -27,7 +27,7 @@ def measured(tmp_path_factory):
 
 def test_the_json_has_every_field(measured):
     result, _ = measured
-    assert set(result) == set(benchmark.FIELDS)
+    assert set(result) == {*benchmark.FIELDS, "cpu"} and result["cpu"].startswith("CPU: ")  # cpu: not in old files
     assert (result["device"], result["imgsz"], result["batch_size"], result["model"]) == ("cpu", 64, 2, "yolov5n.yaml")
     assert result["parameters"] > 1_000_000 and result["versions"]["torch"]
     configs = [(row["config"], row["mode"], row["precision"]) for row in result["rows"]]
@@ -43,10 +43,11 @@ def test_the_json_has_every_field(measured):
 def test_the_table_is_printed(measured):
     _, printed = measured
     lines = printed.splitlines()
-    assert lines[1] == "| config | throughput img/s | memory GB | time |"
-    assert [line.split("|")[1].strip() for line in lines[3:7]] == [
+    assert lines[1].startswith("CPU: ") and " cores; has " in lines[1]  # the model and its flags (avx512, amx, ...)
+    assert lines[2] == "| config | throughput img/s | memory GB | time |"
+    assert [line.split("|")[1].strip() for line in lines[4:8]] == [
         "train fp32", "train amp (bf16)", "inference fp32", "inference amp (bf16)"]
-    assert lines[3].endswith("per epoch of 1000 images |") and lines[5].endswith("per val pass of 100 images |")
+    assert lines[4].endswith("per epoch of 1000 images |") and lines[6].endswith("per val pass of 100 images |")
 
 
 def test_compare_prints_ratios(measured, tmp_path, capsys):

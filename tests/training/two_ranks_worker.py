@@ -10,6 +10,7 @@ with. PATCH is any of:
   npu                two NPU stand-ins (tests/npu_standin.py) placed on the CPU, joined by gloo
   slow:NAME:S        on the main rank, build.NAME (autoanchor, check_amp or plot_label_stats) takes S seconds longer
   amp-disagrees      the AMP check runs, and its verdict is then made a disagreement
+  cpu-flags:A,B      the CPU has the feature flags A and B only (e.g. amx_bf16: bf16 AMP by default)
   save-due           --save-minutes' clock is always due (as tests/training/test_preemption.py forces it)
   no-better-fitness  the callback puts the best fitness out of reach from the start (best epoch: the first), so
                      --patience fires
@@ -89,6 +90,12 @@ def amp_disagrees() -> None:
     build.check_amp = lambda *args: dataclasses.replace(checked(*args), nonfinite=1)
 
 
+def cpu_with_flags(flags: str) -> None:
+    from detect.backend import cpu
+
+    cpu.cpu_flags = lambda: frozenset(flags.split(","))
+
+
 def save_always_due() -> None:
     def always_due(self, run, index, batch) -> None:
         run.control.save_asked = True
@@ -166,6 +173,9 @@ def main(options_path: str, records: str, patches: list[str]) -> int:
     writes_recorded()
     if "amp-disagrees" in patches:
         amp_disagrees()
+    for patch in patches:
+        if patch.startswith("cpu-flags:"):
+            cpu_with_flags(patch.split(":", 1)[1])
     if "save-due" in patches:
         save_always_due()
     own_hooks = trainer.run_hooks

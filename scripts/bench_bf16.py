@@ -1,0 +1,134 @@
+"""bf16 on this CPU against fp32: what the CPU backend's precision choice rests on (docs/benchmarks.md, "bf16 on the
+CPU").
+
+conv:  a 3x3 convolution forward + backward (channels_last, as training runs it) in fp32 and under bf16 autocast,
+       alternating for --rounds rounds in one process: GFLOP/s, min and median of the rounds, and bf16 / fp32.
+model: the same for a whole model's training step (--cfg, random images at --imgsz, batch --batch-size, forward in
+       train mode + backward of the outputs' mean square; no loader, no optimizer): images per second.
+val:   with --weights and --data, the mAP of validation during training (EvalSettings' thresholds, rectangular val
+       batches) in fp32 and under bf16 autocast, and their difference (the choice keeps validation fp32 unless it is
+       within 0.002).
+
+    python scripts/bench_bf16.py --imgsz 320
+    python scripts/bench_bf16.py --weights weights/yolov5n.pt --data coco128.yaml --imgsz 640
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+from detect import backend as backends
+from detect.backend.cpu import cpu_description
+from detect.evaluation.evaluator import CocoEvaluator
+from detect.evaluation.scoring import prepare_scoring
+from detect.evaluation.val_loop import evaluate
+from detect.models import build_model
+
+
+def conv_seconds(channels: int, side: int, batch: int, bf16: bool, steps: int) -> float:
+    """Median seconds of one forward + backward of a 3x3 convolution on (batch, channels, side, side)."""
+    conv = torch.nn.Conv2d(channels, channels, 3, padding=1).to(memory_format=torch.channels_last)
+    images = torch.randn(batch, channels, side, side).to(memory_format=torch.channels_last).requires_grad_()
+    spent = []
+    for _ in range(steps + 2):  # two warm-ups: oneDNN picks and caches its kernels
+        started = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            output = conv(images)
+        output.float().sum().backward()
+        spent.append(time.perf_counter() - started)
+    return statistics.median(spent[2:])
+
+
+def bench_conv(args: argparse.Namespace) -> None:
+    # forward 2*N*C*C*9*H*W FLOPs, backward twice that (input and weight gradients)
+    flops = 3 * 2 * args.batch_size * args.channels**2 * 9 * args.side**2
+    rates: dict[str, list[float]] = {"fp32": [], "bf16": []}
+    for _ in range(args.rounds):
+        for name, values in rates.items():
+            values.append(flops / conv_seconds(args.channels, args.side, args.batch_size, name == "bf16",
+                                               args.steps) / 1e9)
+    print(f"3x3 conv {args.channels} channels, {args.side}x{args.side}, batch {args.batch_size}, forward + backward, "
+          f"{torch.get_num_threads()} threads, {args.rounds} rounds")
+    for name, values in rates.items():
+        print(f"{name}: min {min(values):.0f} median {statistics.median(values):.0f} GFLOP/s (rounds: "
+              f"{', '.join(f'{value:.0f}' for value in values)})")
+    ratios = [bf16 / fp32 for bf16, fp32 in zip(rates["bf16"], rates["fp32"])]
+    print(f"bf16 / fp32 by round: {', '.join(f'{ratio:.2f}' for ratio in ratios)}; median "
+          f"{statistics.median(ratios):.2f}")
+
+
+def step_seconds(model: torch.nn.Module, images: torch.Tensor, bf16: bool, steps: int) -> float:
+    """Median seconds of one forward (train mode) + backward of `model` on `images`."""
+    spent = []
+    for _ in range(steps + 2):
+        started = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            outputs = model(images)
+        sum(output.float().square().mean() for output in outputs).backward()
+        spent.append(time.perf_counter() - started)
+    return statistics.median(spent[2:])
+
+
+def bench_model(args: argparse.Namespace) -> None:
+    model = build_model(args.cfg, num_classes=80).train().to(memory_format=torch.channels_last)
+    images = torch.rand(args.batch_size, 3, args.imgsz, args.imgsz).to(memory_format=torch.channels_last)
+    rates: dict[str, list[float]] = {"fp32": [], "bf16": []}
+    for _ in range(args.rounds):
+        for name, values in rates.items():
+            values.append(args.batch_size / step_seconds(model, images, name == "bf16", args.steps))
+    print(f"{args.cfg} at {args.imgsz}, batch {args.batch_size}, forward + backward, {args.rounds} rounds")
+    for name, values in rates.items():
+        print(f"{name}: min {min(values):.1f} median {statistics.median(values):.1f} img/s (rounds: "
+              f"{', '.join(f'{value:.1f}' for value in values)})")
+    ratios = [bf16 / fp32 for bf16, fp32 in zip(rates["bf16"], rates["fp32"])]
+    print(f"bf16 / fp32 by round: {', '.join(f'{ratio:.2f}' for ratio in ratios)}; median "
+          f"{statistics.median(ratios):.2f}")
+
+
+def bench_val(args: argparse.Namespace) -> None:
+    backend = backends.select("cpu", amp=False)
+    predict, loader = prepare_scoring(args.weights, args.data, "val", args.imgsz, args.batch_size, args.workers,
+                                      backend)
+    scores = {}
+    for name, context in (("fp32", contextlib.nullcontext()), ("bf16", torch.autocast("cpu", dtype=torch.bfloat16))):
+        started = time.perf_counter()
+        with context:
+            result = evaluate(predict, loader, backend, CocoEvaluator.for_split(loader.split), progress=False)
+        scores[name] = result.metrics
+        print(f"{name}: mAP@0.5:0.95 {result.metrics.map50_95:.4f}, mAP@0.5 {result.metrics.map50:.4f}, "
+              f"{time.perf_counter() - started:.1f} s, inference {result.speed.inference:.1f} ms per image")
+    print(f"bf16 - fp32: mAP@0.5:0.95 {scores['bf16'].map50_95 - scores['fp32'].map50_95:+.4f}, mAP@0.5 "
+          f"{scores['bf16'].map50 - scores['fp32'].map50:+.4f} ({args.weights} on {args.data} at {args.imgsz})")
+
+
+def main() -> None:
+    if "OMP_WAIT_POLICY" not in os.environ:  # read when torch loads, as `python -m detect.train` sets it
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--weights", help="also score these weights in fp32 and bf16 (with --data)")
+    parser.add_argument("--data", default="coco128.yaml")
+    parser.add_argument("--imgsz", type=int, default=640, help="val's size (with --weights) and the model step's")
+    parser.add_argument("--cfg", default="yolov5n.yaml", help="the model whose training step is timed")
+    parser.add_argument("--batch-size", type=int, default=16, help="convolution batch; val batch with --weights")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--channels", type=int, default=64)
+    parser.add_argument("--side", type=int, default=40, help="the 3x3 convolution's input side (yolov5n at 320: 40)")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    print(cpu_description())  # what the figures were measured on (docs/benchmarks.md)
+    bench_conv(args)
+    bench_model(args)
+    if args.weights:
+        bench_val(args)
+
+
+if __name__ == "__main__":
+    main()
