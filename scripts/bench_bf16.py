@@ -56,9 +56,14 @@ def bench_conv(args: argparse.Namespace) -> None:
                                                args.steps) / 1e9)
     print(f"3x3 conv {args.channels} channels, {args.side}x{args.side}, batch {args.batch_size}, forward + backward, "
           f"{torch.get_num_threads()} threads, {args.rounds} rounds")
+    _print_rates(rates, "GFLOP/s", 0)
+
+
+def _print_rates(rates: dict[str, list[float]], unit: str, decimals: int) -> None:
+    """Each precision's min and median over the rounds, and bf16 / fp32 round by round."""
     for name, values in rates.items():
-        print(f"{name}: min {min(values):.0f} median {statistics.median(values):.0f} GFLOP/s (rounds: "
-              f"{', '.join(f'{value:.0f}' for value in values)})")
+        print(f"{name}: min {min(values):.{decimals}f} median {statistics.median(values):.{decimals}f} {unit} "
+              f"(rounds: {', '.join(f'{value:.{decimals}f}' for value in values)})")
     ratios = [bf16 / fp32 for bf16, fp32 in zip(rates["bf16"], rates["fp32"])]
     print(f"bf16 / fp32 by round: {', '.join(f'{ratio:.2f}' for ratio in ratios)}; median "
           f"{statistics.median(ratios):.2f}")
@@ -84,12 +89,7 @@ def bench_model(args: argparse.Namespace) -> None:
         for name, values in rates.items():
             values.append(args.batch_size / step_seconds(model, images, name == "bf16", args.steps))
     print(f"{args.cfg} at {args.imgsz}, batch {args.batch_size}, forward + backward, {args.rounds} rounds")
-    for name, values in rates.items():
-        print(f"{name}: min {min(values):.1f} median {statistics.median(values):.1f} img/s (rounds: "
-              f"{', '.join(f'{value:.1f}' for value in values)})")
-    ratios = [bf16 / fp32 for bf16, fp32 in zip(rates["bf16"], rates["fp32"])]
-    print(f"bf16 / fp32 by round: {', '.join(f'{ratio:.2f}' for ratio in ratios)}; median "
-          f"{statistics.median(ratios):.2f}")
+    _print_rates(rates, "img/s", 1)
 
 
 def bench_val(args: argparse.Namespace) -> None:
