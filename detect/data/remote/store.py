@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 import os
 from pathlib import Path
 
 from detect.errors import UserError
+
+LOGGER = logging.getLogger(__name__)
 
 # obs:// is Huawei Cloud's OBS, which speaks the S3 API at its own endpoint per region.
 SCHEMES = ("s3", "obs")
@@ -99,8 +102,15 @@ class Bucket:
         except Exception as error:  # noqa: BLE001 (botocore and aiohttp raise many types; each becomes one line)
             raise self.failure(prefix, error) from None
         start = len(self.name) + 1
-        return {path[start:]: (int(info["size"]), int(info["LastModified"].timestamp() * 1e9))
-                for path, info in found.items() if info.get("type") == "file"}
+        objects = {path[start:]: (int(info["size"]), int(info["LastModified"].timestamp() * 1e9))
+                   for path, info in found.items() if info.get("type") == "file"}
+        # A key is a local path below the mirror folder: one with a '..', '.' or empty part (legal in S3) could name
+        # a file outside it, so it is skipped, counted and named.
+        unsafe = sorted(key for key in objects if {"", ".", ".."} & set(key.split("/")))
+        if unsafe:
+            LOGGER.warning("%s: %d object(s) skipped, their keys have a '..', '.' or empty part, the first: %r",
+                           self.url(prefix), len(unsafe), unsafe[0])
+        return {key: value for key, value in objects.items() if key not in unsafe}
 
     def read(self, key: str) -> bytes:
         """The object's bytes; FileNotFoundError for an object that is not there (the caller names it), a UserError

@@ -44,3 +44,13 @@ def test_only_bucket_urls_are_remote(path, tmp_path):
 def test_a_url_without_a_bucket_is_one_line():
     with pytest.raises(UserError, match="s3://: not a bucket URL"):
         Bucket.of("s3://")
+
+
+def test_keys_that_would_leave_the_mirror_folder_are_skipped_by_name(s3_environ, caplog):
+    client = s3_environ.client()
+    client.create_bucket(Bucket="hostile")
+    for key in ("data/images/a.jpg", "data/images/../../../escape.jpg", "data/images//b.jpg", "data/./c.jpg"):
+        client.put_object(Bucket="hostile", Key=key, Body=b"x")
+    bucket, prefix = Bucket.of("s3://hostile/data")
+    assert list(bucket.list(prefix)) == ["data/images/a.jpg"]
+    assert "3 object(s) skipped, their keys have a '..', '.' or empty part, the first: 'data/./c.jpg'" in caplog.text
