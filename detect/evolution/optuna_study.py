@@ -61,9 +61,12 @@ def open_storage(optuna: ModuleType, url: str, on_stale: Callable[[Any], None]) 
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.RDBStorage(
+                storage = optuna.storages.RDBStorage(
                     url, engine_kwargs=engine_kwargs, heartbeat_interval=HEARTBEAT_SECONDS,
                     grace_period=GRACE_SECONDS, heartbeat_stale_trial_callback=stale)
+            if url.startswith("sqlite"):
+                lock_before_reading(storage.engine)
+            return storage
         except Exception as caught:  # noqa: BLE001 (a bad URL, a missing database driver, a server that is down)
             error = caught
             # Processes opening a new database together race to create its tables and version row: the loser
@@ -72,6 +75,26 @@ def open_storage(optuna: ModuleType, url: str, on_stale: Callable[[Any], None]) 
                 break
             time.sleep(1)
     raise UserError(f"--evolve-storage {url}: cannot open it ({one_line(error)})")
+
+
+def lock_before_reading(engine: Any) -> None:
+    """Make each SQLite transaction take the database's write lock when it begins, not at its first write.
+
+    Optuna claims a queued trial by reading that it waits and then marking it running, in one transaction; its
+    SELECT ... FOR UPDATE locks the row on a server database, but SQLite ignores FOR UPDATE and lets two processes
+    read "waiting" before either writes, so both ran the same trial. BEGIN IMMEDIATE serialises the transactions
+    instead (each is a few milliseconds; the others wait up to the connection's timeout)."""
+    from sqlalchemy import event
+
+    def manual_transactions(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # the driver stops opening transactions itself
+
+    def begin_immediate(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    event.listen(engine, "connect", manual_transactions)
+    event.listen(engine, "begin", begin_immediate)
+    engine.dispose()  # the connections opened so far were made without the first listener
 
 
 def build_sampler(optuna: ModuleType, name: str) -> Any:
