@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import logging
 from typing import Any
 
@@ -31,6 +32,7 @@ from detect.data.dataset_plots import plot_label_stats
 from detect.data.device_batch import multi_scale_sizes
 from detect.data.images.ram_cache import NodeShare
 from detect.data.loader import default_workers
+from detect.data.remote.mount import keep_label_cache
 from detect.errors import UserError
 from detect.evaluation.evaluator import CocoEvaluator
 from detect.inference.sample_images import sample_images
@@ -186,11 +188,22 @@ def loader_workers(settings: TrainSettings, context: DistContext, cores: list[in
 
 
 def _checked_split(settings: TrainSettings, data: DataConfig, split: str, context: DistContext) -> LabelledSplit:
-    """This rank's check of `split`: each node's first rank checks it (writing the cache), then the others load it."""
+    """This rank's check of `split`: each node's first rank checks it (writing the cache), then the others load it.
+    A bucket's split on several nodes is checked once a job: by global rank 0, whose label cache goes to the other
+    nodes, so that a node fetches only the images its ranks read, not every image for the check."""
+    check = functools.partial(load_split, data, split, settings.single_cls, settings.cache_dir, settings.max_pixels)
     found = None
+    if data.remote is not None and context.local_world_size < context.world_size:
+        if context.rank == 0:
+            found = check()
+        patient_barrier(context, f"{split} labels/job")
+        cache = found.cache_file if found is not None else None
+        sent = broadcast_object(context, None if cache is None else (cache.name, cache.read_bytes()))
+        if sent is not None and context.local_rank == 0 and context.rank != 0:
+            keep_label_cache(data, settings.cache_dir, *sent)
     for first in (True, False):  # each node's local rank 0, then the others
-        if (context.local_rank == 0) == first:
-            found = load_split(data, split, settings.single_cls, settings.cache_dir, settings.max_pixels)
+        if found is None and (context.local_rank == 0) == first:
+            found = check()
         patient_barrier(context, f"{split} labels/{'first' if first else 'others'}")
     states = gather_objects(context, found.cache_state)
     if context.distributed and context.is_main:

@@ -40,6 +40,7 @@ class LabelledSplit:
     counts: dict[str, int]
     details_file: Path | None
     cache_state: str  # the label cache: "loaded", "written" or "not written"
+    cache_file: Path | None = None  # the label cache, where one was loaded or written
 
 
 def list_images(source: Path) -> Listing:
@@ -169,11 +170,14 @@ def load_split(config: DataConfig, split: str = "train", single_class: bool = Fa
     if json_file is not None and mount is not None and mount.listed([str(json_file)]):
         mount.fetch(mount.key(json_file))
     sources = _label_sources(config, split, images)
-    cache_file = label_cache.cache_path(sources.usual_cache, cache_dir if mount is None else mount.meta)
+    if mount is None:
+        cache_file, key_files, stats = label_cache.cache_path(sources.usual_cache, cache_dir), sources.key_files, None
+    else:  # named by object keys, not by the cache folder: a node that is sent this cache finds it its own
+        cache_file = label_cache.relocated(Path(mount.key(sources.usual_cache)), mount.meta)
+        key_files, stats = [mount.key(path) for path in sources.key_files], mount.file_stats(sources.key_files)
     # the names too where a label file names the classes: the same count in another order maps boxes otherwise
-    key = label_cache.fingerprint(sources.key_files, config.num_classes, max_pixels,
-                                  config.names if split in config.annotations else (),
-                                  None if mount is None else mount.file_stats(sources.key_files))
+    key = label_cache.fingerprint(key_files, config.num_classes, max_pixels,
+                                  config.names if split in config.annotations else (), stats)
     checked = label_cache.read_cache(cache_file, key)
     cache_state = "loaded"
     if checked is None:
@@ -193,5 +197,5 @@ def load_split(config: DataConfig, split: str = "train", single_class: bool = Fa
     records = table if usable.all() else table.take(np.flatnonzero(usable))
     labelled = LabelledSplit(records=records, names=list(config.names), coco_json=sources.coco_json,
                              category_ids=sources.category_ids, counts=counts, details_file=details_file,
-                             cache_state=cache_state)
+                             cache_state=cache_state, cache_file=None if cache_state == "not written" else cache_file)
     return as_single_class(labelled) if single_class else labelled

@@ -191,6 +191,22 @@ def attach(config: DataConfig, cache_dir: str | Path | None = None) -> tuple[Dat
     return config, mount
 
 
+def keep_label_cache(config: DataConfig, cache_dir: str | Path | None, name: str, contents: bytes) -> None:
+    """Write label cache `name`, checked on another node, into this node's meta folder of the bucket of `config`,
+    where load_split finds it (its name and key hold object keys, not the cache folder's path). Atomic: the other
+    ranks of the node may be reading; a failed write is a warning, and this node checks the labels itself."""
+    _, mount = attach(config, cache_dir)
+    target = mount.meta / Path(name).name
+    temporary = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_bytes(contents)
+        os.replace(temporary, target)
+    except OSError as error:
+        LOGGER.warning("%s: cannot keep the label cache another node sent (%s); this node checks the labels itself",
+                       target, error.strerror or error)
+        temporary.unlink(missing_ok=True)
+
+
 def fetch_if_mounted(path: str | os.PathLike) -> None:
     """Fetch `path` into the disk cache when it lies in a mounted bucket's mirror folder and is not there yet (a
     file there is marked used); nothing for any other path."""
