@@ -18,7 +18,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # yolov5 reads a data yaml whose relative path is taken from its checkout: give it coco128's absolute path
 sed "s#^path: .*#path: $(realpath ../datasets/coco128)#" detect/configs/data/coco128.yaml > "$work/coco128.yaml"
-export YOLO_OFFLINE=1  # the ultralytics package that yolov5 imports: no network
+source "$(dirname "$0")/yolov5_offline.sh"  # no network for yolov5
 python -c "from detect.backend.cpu import cpu_description; print(cpu_description())"  # what was measured on
 
 seconds() {  # wall seconds of a command, its output kept in $work/log
@@ -33,10 +33,10 @@ ours=() theirs=()
 for round in $(seq "$rounds"); do
   ours+=("$(seconds python -m detect.val --weights "$weights" --data coco128.yaml --imgsz 640 --batch-size 16 \
             --device cpu --project "$work/ours" --no-progress)")
-  grep -E "^ +all " "$work/log"
+  grep -E "^ +all |Speed:" "$work/log"
   theirs+=("$(cd "$checkout" && seconds "$yolov5_python" val.py --weights "$weights" --data "$work/coco128.yaml" \
               --imgsz 640 --batch-size 16 --device cpu --project "$work/yolov5")")
-  grep -E "^ +all " "$work/log"
+  grep -E "^ +all |Speed:" "$work/log"
   echo "round $round: ours ${ours[-1]} s, yolov5 ${theirs[-1]} s; $(uptime | sed 's/.*load/load/')"
 done
 python - "${ours[*]}" "${theirs[*]}" <<'EOF'
