@@ -5,6 +5,8 @@ conv:  a 3x3 convolution forward + backward (channels_last, as training runs it)
        alternating for --rounds rounds in one process: GFLOP/s, min and median of the rounds, and bf16 / fp32.
 model: the same for a whole model's training step (--cfg, random images at --imgsz, batch --batch-size, forward in
        train mode + backward of the outputs' mean square; no loader, no optimizer): images per second.
+profile: with --profile, where the fp32 model step's time goes (torch.profiler: self CPU time by operator group),
+       its convolutions' GFLOP/s against the lone convolution's, and the step in other layouts and thread counts.
 val:   with --weights and --data, the mAP of validation during training (EvalSettings' thresholds, rectangular val
        batches) in fp32 and under bf16 autocast, and their difference (the choice keeps validation fp32 unless it is
        within 0.002).
@@ -92,6 +94,47 @@ def bench_model(args: argparse.Namespace) -> None:
     _print_rates(rates, "img/s", 1)
 
 
+# aten operators by what they are part of, for the profile's groups
+GROUPS = (("convolution forward", ("convolution", "mkldnn_convolution", "conv2d", "_convolution")),
+          ("convolution backward", ("convolution_backward",)),
+          ("batch norm", ("batch_norm", "native_batch_norm", "_batch_norm_impl_index", "native_batch_norm_backward",
+                          "batch_norm_backward")),
+          ("SiLU", ("silu", "silu_", "silu_backward")),
+          ("copies and layout", ("copy_", "contiguous", "clone", "to", "_to_copy", "empty_like", "cat", "empty")))
+
+
+def profile_step(args: argparse.Namespace) -> None:
+    """The fp32 model step: self CPU time by operator group, the convolutions' rate, and variants."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model = build_model(args.cfg, num_classes=80).train().to(memory_format=torch.channels_last)
+    images = torch.rand(args.batch_size, 3, args.imgsz, args.imgsz).to(memory_format=torch.channels_last)
+    seconds = step_seconds(model, images, False, args.steps)
+    with profile(activities=[ProfilerActivity.CPU], with_flops=True) as profiler:
+        step_seconds(model, images, False, 1)  # three steps: two warm-ups and the timed one
+    events = [event for event in profiler.key_averages() if event.key.startswith("aten::")]
+    total = sum(event.self_cpu_time_total for event in events)
+    shares = dict.fromkeys([name for name, _ in GROUPS] + ["other"], 0.0)
+    for event in events:
+        name = next((group for group, members in GROUPS if event.key.removeprefix("aten::") in members), "other")
+        shares[name] += event.self_cpu_time_total / total
+    forward_flops = sum(event.flops for event in events if event.key == "aten::conv2d") / 3  # per step
+    print(f"fp32 {args.cfg} step at {args.imgsz}, batch {args.batch_size}: {args.batch_size / seconds:.1f} img/s; "
+          f"self CPU time: " + ", ".join(f"{name} {share:.0%}" for name, share in shares.items()))
+    conv_seconds_per_step = seconds * (shares["convolution forward"] + shares["convolution backward"])
+    print(f"its convolutions (forward and both gradients, 3x the forward's {forward_flops / 1e9:.1f} GFLOP) run at "
+          f"{3 * forward_flops / conv_seconds_per_step / 1e9:.0f} GFLOP/s; the whole step at "
+          f"{3 * forward_flops / seconds / 1e9:.0f} GFLOP/s")
+    threads = torch.get_num_threads()
+    for label, layout, count in (("contiguous (NCHW)", torch.contiguous_format, threads),
+                                 ("channels_last, 1 thread", torch.channels_last, 1)):
+        torch.set_num_threads(count)
+        variant = build_model(args.cfg, num_classes=80).train().to(memory_format=layout)
+        rate = args.batch_size / step_seconds(variant, images.contiguous(memory_format=layout), False, args.steps)
+        print(f"{label}: {rate:.1f} img/s")
+    torch.set_num_threads(threads)
+
+
 def bench_val(args: argparse.Namespace) -> None:
     backend = backends.select("cpu", amp=False)
     predict, loader = prepare_scoring(args.weights, args.data, "val", args.imgsz, args.batch_size, args.workers,
@@ -122,8 +165,11 @@ def main() -> None:
     parser.add_argument("--side", type=int, default=40, help="the 3x3 convolution's input side (yolov5n at 320: 40)")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--profile", action="store_true", help="also profile the fp32 model step")
     args = parser.parse_args()
     print(cpu_description())  # what the figures were measured on (docs/benchmarks.md)
+    if args.profile:
+        profile_step(args)
     bench_conv(args)
     bench_model(args)
     if args.weights:
