@@ -189,17 +189,17 @@ def loader_workers(settings: TrainSettings, context: DistContext, cores: list[in
 
 def _checked_split(settings: TrainSettings, data: DataConfig, split: str, context: DistContext) -> LabelledSplit:
     """This rank's check of `split`: each node's first rank checks it (writing the cache), then the others load it.
-    A bucket's split on several nodes is checked once a job: by global rank 0, whose label cache goes to the other
+    A bucket's split on several nodes is checked once a job: by the main rank, whose label cache goes to the other
     nodes, so that a node fetches only the images its ranks read, not every image for the check."""
     check = functools.partial(load_split, data, split, settings.single_cls, settings.cache_dir, settings.max_pixels)
     found = None
     if data.remote is not None and context.local_world_size < context.world_size:
-        if context.rank == 0:
+        if context.is_main:
             found = check()
         patient_barrier(context, f"{split} labels/job")
         cache = found.cache_file if found is not None else None
         sent = broadcast_object(context, None if cache is None else (cache.name, cache.read_bytes()))
-        if sent is not None and context.local_rank == 0 and context.rank != 0:
+        if sent is not None and context.local_rank == 0 and not context.is_main:
             keep_label_cache(data, settings.cache_dir, *sent)
     for first in (True, False):  # each node's local rank 0, then the others
         if found is None and (context.local_rank == 0) == first:

@@ -75,7 +75,7 @@ def test_a_one_epoch_training_from_a_bucket_at_two_ranks(s3_environ, tmp_path):
 
 
 def test_on_two_nodes_the_second_fetches_only_the_images_its_rank_trains_on(s3_environ, tmp_path):
-    """Two torchrun "nodes" of one rank each, with cache folders of their own: global rank 0 checks the labels and
+    """Two torchrun "nodes" of one rank each, with cache folders of their own: the main rank checks the labels and
     sends its label cache; node 1 then reads no label file and, without mosaic (whose partners come from the whole
     split), only its rank's half of the 16 training images."""
     root = tmp_path / "tiny"
