@@ -37,6 +37,32 @@ def test_each_nodes_first_rank_checks_the_labels_while_its_others_wait(monkeypat
     monkeypatch.setattr(build, "load_split", lambda *args: events.append("check") or SimpleNamespace(cache_state="x"))
     monkeypatch.setattr(build, "gather_objects", lambda context, value: [value] * context.world_size)
     context = DistContext(rank=rank, world_size=4, local_rank=local_rank, local_world_size=2)
-    build._checked_split(TrainSettings(), None, "train", context)
+    build._checked_split(TrainSettings(), SimpleNamespace(remote=None), "train", context)
     order = ["check", "train labels/first", "train labels/others"]
     assert events == (order if first else [order[1], order[0], order[2]])
+
+
+@pytest.mark.parametrize(("rank", "local_rank", "events_expected"), [
+    (0, 0, ["check", "train labels/job", "sent", "train labels/first", "train labels/others"]),  # the main rank
+    (1, 1, ["train labels/job", "sent", "train labels/first", "check", "train labels/others"]),  # its node's other
+    (2, 0, ["train labels/job", "sent", "kept", "check", "train labels/first", "train labels/others"]),  # node 1
+    (3, 1, ["train labels/job", "sent", "train labels/first", "check", "train labels/others"])])
+def test_a_buckets_split_on_two_nodes_is_checked_by_the_main_rank_alone(monkeypatch, tmp_path, rank, local_rank,
+                                                                        events_expected):
+    # The main rank's cache goes to every rank; each other node's first rank keeps it, then the node loads it.
+    cache = tmp_path / "train-0123.detect.cache"
+    cache.write_bytes(b"checked")
+    events = []
+    monkeypatch.setattr(build, "patient_barrier", lambda context, name: events.append(name))
+    monkeypatch.setattr(build, "load_split", lambda *args: events.append("check") or SimpleNamespace(
+        cache_state="x", cache_file=cache))
+    monkeypatch.setattr(build, "broadcast_object", lambda context, value: events.append("sent") or (
+        cache.name, b"checked"))
+    kept = []
+    monkeypatch.setattr(build, "keep_label_cache", lambda data, cache_dir, *sent: events.append("kept") or kept.append(
+        sent))
+    monkeypatch.setattr(build, "gather_objects", lambda context, value: [value] * context.world_size)
+    context = DistContext(rank=rank, world_size=4, local_rank=local_rank, local_world_size=2)
+    build._checked_split(TrainSettings(), SimpleNamespace(remote="s3://b/data"), "train", context)
+    assert events == events_expected
+    assert kept == ([(cache.name, b"checked")] if "kept" in events else [])
