@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from detect.errors import ConfigError, UserError, short_repr
+from detect.errors import ConfigError, UserError, refuse_unknown_keys, short_repr
 
 T = TypeVar("T")
 LOGGER = logging.getLogger(__name__)
@@ -185,9 +185,7 @@ def from_mapping(cls: type[T], data: dict[str, Any], source: str | Path) -> T:
     """Build dataclass `cls` from `data`; an unknown key, missing key or wrong type names key and source."""
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        raise ConfigError(f"{source}: unknown key '{unknown[0]}' (known: {', '.join(fields)})")
+    refuse_unknown_keys(data, fields, f"{source}:")
     values = {}
     for name, field in fields.items():
         if name not in data:

@@ -1,6 +1,7 @@
 """Errors a user can cause and fix: the CLIs print them as one line and exit with code 2."""
 
 import reprlib
+from collections.abc import Iterable
 
 
 class UserError(Exception):
@@ -9,6 +10,15 @@ class UserError(Exception):
 
 class ConfigError(UserError):
     """A config file (model, data or hyp yaml) that is missing, malformed or has a bad key."""
+
+
+def refuse_unknown_keys(mapping: Iterable[str], known: Iterable[str], where: str, known_as: str = "known") -> None:
+    """ConfigError `<where> unknown key '<key>' (<known_as>: ...)` for the first (sorted) key of `mapping` that is not
+    `known`."""
+    known = list(known)
+    unknown = sorted(set(mapping) - set(known))
+    if unknown:
+        raise ConfigError(f"{where} unknown key '{unknown[0]}' ({known_as}: {', '.join(known)})")
 
 
 def one_line(error: BaseException, limit: int = 300) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from detect.errors import ConfigError, short_repr
+from detect.errors import ConfigError, refuse_unknown_keys, short_repr
 
 # yolov5's positional arguments, by our key names (its parse_model has already put in the input channels).
 POSITIONAL = {
@@ -81,9 +81,7 @@ def mapping_from_yolov5(yaml: dict, source: str, anchors: list[list[float]] | No
     """Our model mapping of a yolov5 model yaml. `anchors` (pixels per level) replaces the yaml's, as a checkpoint's
     AutoAnchor result does; `csp_activation` is the one its BottleneckCSP blocks use (the yaml does not say: it is
     LeakyReLU(0.1) up to yolov5 v6.0, see layers.BottleneckCSP)."""
-    unknown = sorted(set(yaml) - set(KEYS))
-    if unknown:
-        raise ConfigError(f"{source}: unknown key '{unknown[0]}' (known in a yolov5 model yaml: {', '.join(KEYS)})")
+    refuse_unknown_keys(yaml, KEYS, f"{source}:", "known in a yolov5 model yaml")
     for key in ("backbone", "head"):
         if not isinstance(yaml.get(key), list):
             raise ConfigError(f"{source}: key '{key}' must be a list of [from, number, module, args] rows, "

@@ -17,7 +17,7 @@ from detect.data.annotations.cvat import read_cvat
 from detect.data.annotations.label_studio import read_label_studio
 from detect.data.annotations.parsed import ParsedLabels
 from detect.data.annotations.voc import read_voc
-from detect.errors import ConfigError, UserError, short_repr
+from detect.errors import ConfigError, UserError, refuse_unknown_keys, short_repr
 from detect.ops.boxes import xyxy_to_xywh
 
 LOGGER = logging.getLogger(__name__)
@@ -52,9 +52,7 @@ class SplitLabels:
 
 def annotation_source(entry: dict, root: Path, source: Path, split: str) -> AnnotationSource:
     """The `{annotations, images, format}` value of `split` in data yaml `source`, paths from `root`."""
-    unknown = sorted(set(entry) - set(KEYS))
-    if unknown:
-        raise ConfigError(f"{source}: '{split}' has unknown key '{unknown[0]}' (known: {', '.join(KEYS)})")
+    refuse_unknown_keys(entry, KEYS, f"{source}: '{split}' has")
     for key in ("annotations", "images"):
         if not isinstance(entry.get(key), str):
             raise ConfigError(f"{source}: '{split}' needs '{key}' as a path, got {short_repr(entry.get(key))} "

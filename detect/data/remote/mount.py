@@ -95,9 +95,7 @@ class Mount:
             objects = self.bucket.list(prefix)
             LOGGER.info("%s: %d objects listed in %.1f s", self.bucket.url(prefix), len(objects),
                         time.perf_counter() - started)
-            temporary = stored.with_name(f"{stored.name}.{os.getpid()}.tmp")
-            temporary.write_text(json.dumps({"prefix": prefix, "objects": objects}))
-            os.replace(temporary, stored)
+            _write_whole(stored, json.dumps({"prefix": prefix, "objects": objects}).encode())
         self.listings[prefix] = objects
         return objects
 
@@ -197,13 +195,20 @@ def keep_label_cache(config: DataConfig, cache_dir: str | Path | None, name: str
     ranks of the node may be reading; a failed write is a warning, and this node checks the labels itself."""
     _, mount = attach(config, cache_dir)
     target = mount.meta / Path(name).name
-    temporary = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     try:
-        temporary.write_bytes(contents)
-        os.replace(temporary, target)
+        _write_whole(target, contents)
     except OSError as error:
         LOGGER.warning("%s: cannot keep the label cache another node sent (%s); this node checks the labels itself",
                        target, error.strerror or error)
+
+
+def _write_whole(path: Path, contents: bytes) -> None:
+    """Write `path` through a temporary file beside it, so that another process of the node never reads half."""
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_bytes(contents)
+        os.replace(temporary, path)
+    finally:
         temporary.unlink(missing_ok=True)
 
 
