@@ -219,12 +219,14 @@ def _wait_healthy(process: subprocess.Popen, url: str, timeout: float, log) -> N
         time.sleep(0.2)
 
 
-def model_alone(onnx_path: Path, uploads: list[Upload], batch: int, images: int, imgsz: int) -> float:
-    """Images per second of the ONNX in onnxruntime (CPU) at `batch`, over at least `images` letterboxed images;
-    only session.run is timed, after one batch of warm-up."""
+def model_alone(onnx_path: Path, uploads: list[Upload], batch: int, images: int, imgsz: int, threads: int = 0) -> float:
+    """Images per second of the ONNX in onnxruntime (CPU, `threads` intra-op threads; 0: one per core) at `batch`,
+    over at least `images` letterboxed images; only session.run is timed, after one batch of warm-up."""
     import onnxruntime
 
-    session = onnxruntime.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = onnxruntime.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
     graph_input = session.get_inputs()[0]
     fixed_batch, _, height, width = (side if isinstance(side, int) and side > 0 else None for side in graph_input.shape)
     if fixed_batch not in (None, batch):
@@ -271,6 +273,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--onnx", type=Path, help="also time this ONNX alone in onnxruntime (the served limit)")
     parser.add_argument("--batch", type=positive, nargs="+", default=[8], help="--onnx's batch sizes")
     parser.add_argument("--imgsz", type=positive, default=640, help="--onnx's input side when its shape is dynamic")
+    parser.add_argument("--threads", type=int, default=0, help="--onnx's intra-op threads (0: onnxruntime's own, "
+                                                                 "one per core)")
     parser.add_argument("--model-only", action="store_true", help="time --onnx alone, send no request")
     args = parser.parse_args(argv)
     if args.model_only and not args.onnx:
@@ -325,8 +329,9 @@ def main(argv: list[str] | None = None) -> int:
         print(table(rows[-1:]).splitlines()[-1], flush=True)
     alone = {}
     for batch in args.batch if args.onnx else []:
-        alone[batch] = model_alone(args.onnx, uploads, batch, args.requests, args.imgsz)
-        rows.append([f"model alone: onnxruntime {args.onnx} batch {batch}", "-", f"{alone[batch]:.2f}", "-", "-",
+        alone[batch] = model_alone(args.onnx, uploads, batch, args.requests, args.imgsz, args.threads)
+        threads = f", intra-op threads {args.threads}" if args.threads else ""
+        rows.append([f"model alone: onnxruntime {args.onnx} batch {batch}{threads}", "-", f"{alone[batch]:.2f}", "-", "-",
                      "-", "-"])
     print(table(rows))
     for index, rate in enumerate(served_rates):

@@ -154,7 +154,7 @@ def main() -> None:
     fixed = next(iter(loader))
     accumulate = accumulate_steps(args.batch_size)
     model_only(parts, backend, fixed, 2, accumulate)  # warm-up: allocator, kernels, worker start
-    end_to_end(parts, plan, cursor, len(loader))
+    end_to_end(parts, plan, cursor, min(len(loader), args.batches))  # and the loader's stream, a round or an epoch
     rates, faults = {"model only": [], "end to end": []}, []
     for _ in range(args.rounds):
         wait_for_idle_workers(loader)

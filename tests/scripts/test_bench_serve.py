@@ -74,6 +74,7 @@ def test_the_model_alone_runs_letterboxed_batches_and_refuses_another_static_bat
     dynamic, static = tiny_onnx(tmp_path / "dynamic.onnx", "batch"), tiny_onnx(tmp_path / "static.onnx", 1)
     assert bench.model_alone(dynamic, uploads, batch=2, images=5, imgsz=640) > 0  # 32x48 from the graph, not 640
     assert bench.model_alone(static, uploads, batch=1, images=3, imgsz=640) > 0
+    assert bench.model_alone(dynamic, uploads, batch=2, images=3, imgsz=640, threads=1) > 0
     with pytest.raises(SystemExit, match="static.onnx takes batches of 1 only, not --batch 2"):
         bench.model_alone(static, uploads, batch=2, images=3, imgsz=640)
 
