@@ -28,7 +28,8 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 # Each worker of the job notes, in IMPORT_LOG/rank<RANK>, whether it imported MLflow or made a ./mlruns folder; with
 # SAVE_AFTER_MLFLOW_RUN, each epoch's last.pt waits (up to 60 s) until the logger's thread has made the MLflow run,
-# as a first epoch longer than the store's set-up would.
+# as a first epoch longer than the store's set-up would; the job's first attempt waits at its second epoch's save, to
+# be killed.
 WATCH_SITE = """
 import os, sys, time
 if os.environ.get("RANK") is not None:
@@ -55,6 +56,10 @@ if os.environ.get("RANK") is not None and os.environ.get("SAVE_AFTER_MLFLOW_RUN"
 
     def after_the_run_exists(self, run, epoch, row):
         deadline = time.monotonic() + 60
+        if epoch > 0 and os.environ.get("TORCHELASTIC_RESTART_COUNT") == "0":
+            # the first attempt waits here for the test's kill, however loaded the machine, until torchrun stops it
+            while not run.control.stop_asked() and time.monotonic() < deadline:
+                time.sleep(0.05)
         while "mlflow_run_id" not in run.tracking and time.monotonic() < deadline:
             time.sleep(0.05)
         save(self, run, epoch, row)
