@@ -30,6 +30,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.numeric)
         if path.startswith(SERIAL):
             item.add_marker(pytest.mark.serial)
+    # Modules with slow tests first, each module's tests together: CI's two workers take whole modules
+    # (--dist loadscope: a module's fixtures are made once), the long ones first and the short ones last, so that
+    # neither worker waits long for the other at the end.
+    slow_modules = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_modules)
 
 
 @pytest.fixture(scope="session", autouse=True)
