@@ -279,6 +279,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.model_only and not args.onnx:
         parser.error("--model-only times the model alone: give --onnx")
+    if args.threads < 0:
+        parser.error(f"--threads {args.threads}: a count of threads, or 0 for onnxruntime's own")
     if args.warmup is None:
         args.warmup = args.concurrency
     return args

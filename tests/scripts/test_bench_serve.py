@@ -61,7 +61,8 @@ def test_arguments_and_their_refusals(capsys):
     args = bench.parse_args(["--serve", "a --max-batch 1", "--serve", "a --max-batch 8", "--batch", "1", "8"])
     assert (args.requests, args.concurrency, args.warmup, args.url) == (240, 16, 16, "http://127.0.0.1:8000")
     assert args.serve == ["a --max-batch 1", "a --max-batch 8"] and args.batch == [1, 8] and not args.model_only
-    for wrong, why in ((["--model-only"], "give --onnx"), (["--concurrency", "0"], "not a positive integer")):
+    for wrong, why in ((["--model-only"], "give --onnx"), (["--concurrency", "0"], "not a positive integer"),
+                       (["--threads", "-1"], "a count of threads")):
         with pytest.raises(SystemExit) as stopped:
             bench.parse_args(wrong)
         assert stopped.value.code == 2 and why in capsys.readouterr().err
