@@ -6,13 +6,13 @@ import csv
 import dataclasses
 import io
 import math
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from detect.atomic_file import replacing
 from detect.config import Hyp
 from detect.evolution.space import SEARCHED, SPACE
 
@@ -42,9 +42,8 @@ def best_record(records: Sequence[TrialRecord]) -> TrialRecord | None:
 
 def _replace_text(path: Path, text: str) -> Path:
     """Write `text` to `path` through a temporary file, so a reader (or another process) never sees half."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
+    with replacing(path) as temporary:
+        temporary.write_text(text)
     return path
 
 

@@ -8,13 +8,13 @@ import errno
 import os
 import pickle
 import shutil
-import uuid
 import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import torch
 
+from detect.atomic_file import replacing
 from detect.errors import UserError
 from detect.models.yolo import StoredModel
 from detect.models.yolov5_pickle import YOLOV5_TASKS, YoloV5Checkpoint, known_global, other_task, read_yolov5_pickle
@@ -37,24 +37,21 @@ def _refuse_modules(value: Any, key: str) -> None:
 
 
 def save_checkpoint(path: Path | str, payload: dict) -> Path:
-    """Write payload to path atomically: a temp file in the same folder, fsync, then os.replace. The file's mode
+    """Write payload to path atomically (atomic_file.replacing), fsync'ed before the rename. The file's mode
     follows the umask, as any file the user writes; a full disk is a UserError and leaves the previous file whole."""
     path = Path(path)
     for key, value in payload.items():
         _refuse_modules(value, str(key))
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         # os.open applies the umask to 0o666 (mkstemp would make it 0600 whatever the umask).
-        with os.fdopen(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as file:
+        with replacing(path) as temporary, os.fdopen(
+                os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as file:
             torch.save(payload, file)
             file.flush()
             os.fsync(file.fileno())
-        # os.replace is atomic on one filesystem: readers see the old file or the new one, never half of one.
-        os.replace(temporary, path)
-    except BaseException as error:
-        temporary.unlink(missing_ok=True)
-        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+    except OSError as error:
+        if error.errno in (errno.ENOSPC, errno.EDQUOT):
             raise _disk_full(path, payload) from None
         raise
     return path

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from detect.atomic_file import replacing
 from detect.data.images.load import load_resized, resized_shapes
 from detect.data.labels.cache import cache_root, folder_writable, relocated
 from detect.data.records import RecordTable
@@ -57,16 +58,14 @@ class DiskImages:
         except Exception as error:  # noqa: BLE001 (missing, cut short, not a .npy: numpy's parser fails in any way)
             LOGGER.debug("%s: rebuilt (%s)", cached, error)
         decoded = load_resized(Path(image), self.imgsz, self.augment)
-        temporary = f"{cached}.{os.getpid()}.tmp"  # atomic: ranks and workers may write the same image at once
         try:
             if self.root is not None:
                 os.makedirs(os.path.dirname(cached), exist_ok=True)
-            with open(temporary, "wb") as handle:
+            # atomic: ranks and workers may write the same image at once
+            with replacing(cached) as temporary, open(temporary, "wb") as handle:
                 np.save(handle, decoded, allow_pickle=False)
-            os.replace(temporary, cached)
         except OSError as error:
             LOGGER.debug("%s: cannot write (%s), using the decoded image", cached, error)
-            Path(temporary).unlink(missing_ok=True)
         return decoded
 
     def take(self, indices: np.ndarray) -> DiskImages:

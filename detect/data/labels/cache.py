@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from detect.atomic_file import replacing
 from detect.data.data_config import user_cache
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS
 from detect.data.labels.checked import CheckedImages
@@ -139,15 +140,12 @@ def write_cache(path: Path, key: str, checked: CheckedImages) -> bool:
         LOGGER.warning("%s: folder is not writable, running without a label cache (--cache-dir or %s can name a "
                        "writable one)", path.parent, CACHE_DIR_VARIABLE)
         return False
-    temporary = path.with_name(path.name + f".{os.getpid()}.tmp")
     arrays, problems = {name: getattr(checked, name) for name in ARRAYS}, json.dumps(checked.problems)
     try:
-        with open(temporary, "wb") as handle:
+        with replacing(path) as temporary, open(temporary, "wb") as handle:
             np.savez(handle, version=np.array(CACHE_VERSION), key=np.array(key), problems=np.array(problems),
                      checksum=np.array(checksum(key, problems, arrays)), **arrays)
-        os.replace(temporary, path)
     except OSError as error:
         LOGGER.warning("%s: cannot write the label cache (%s), running without it", path, error)
-        temporary.unlink(missing_ok=True)
         return False
     return True

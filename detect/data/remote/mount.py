@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from detect.atomic_file import replacing
 from detect.data.data_config import DataConfig, user_cache
 from detect.data.images.files import Listing
 from detect.data.labels import check
@@ -204,12 +205,8 @@ def keep_label_cache(config: DataConfig, cache_dir: str | Path | None, name: str
 
 def _write_whole(path: Path, contents: bytes) -> None:
     """Write `path` through a temporary file beside it, so that another process of the node never reads half."""
-    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
+    with replacing(path) as temporary:
         temporary.write_bytes(contents)
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
 
 
 def fetch_if_mounted(path: str | os.PathLike) -> None:

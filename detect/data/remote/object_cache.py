@@ -10,11 +10,11 @@ import fcntl
 import hashlib
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from detect.atomic_file import TEMPORARY_SUFFIX, replacing
 from detect.errors import UserError
 
 LOGGER = logging.getLogger(__name__)
@@ -27,7 +27,6 @@ LOW_WATER = 0.9
 # Fetch locks, by a hash of the object: two processes after one object wait for each other (it is fetched once),
 # two after different objects rarely share one.
 STRIPES = 64
-TEMPORARY = ".tmp"
 
 
 def limit_bytes() -> int:
@@ -86,10 +85,8 @@ class ObjectCache:
                 return path
             data = read()
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            temporary = f"{path}.{os.getpid()}-{threading.get_ident()}{TEMPORARY}"
-            with open(temporary, "wb") as handle:
-                handle.write(data)
-            os.replace(temporary, path)
+            with replacing(path) as temporary:
+                temporary.write_bytes(data)
         self._account(len(data))
         return path
 
@@ -103,9 +100,8 @@ class ObjectCache:
                 usage = self._files_total()
             if usage > self.limit:
                 usage = self._evict()
-            temporary = usage_file.with_name(f"usage.{os.getpid()}{TEMPORARY}")
-            temporary.write_text(str(usage))
-            os.replace(temporary, usage_file)
+            with replacing(usage_file) as temporary:
+                temporary.write_text(str(usage))
 
     def _files(self) -> list[tuple[int, int, str]]:
         """(access time ns, size, path) of every kept file (files being written are left alone)."""
@@ -115,7 +111,7 @@ class ObjectCache:
                 path = os.path.join(folder, name)
                 with contextlib.suppress(FileNotFoundError):  # evicted by another walk, or renamed
                     info = os.stat(path)
-                    if not name.endswith(TEMPORARY):
+                    if not name.endswith(TEMPORARY_SUFFIX):
                         found.append((info.st_atime_ns, info.st_size, path))
         return found
 
