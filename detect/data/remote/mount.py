@@ -96,7 +96,8 @@ class Mount:
             objects = self.bucket.list(prefix)
             LOGGER.info("%s: %d objects listed in %.1f s", self.bucket.url(prefix), len(objects),
                         time.perf_counter() - started)
-            _write_whole(stored, json.dumps({"prefix": prefix, "objects": objects}).encode())
+            with replacing(stored) as temporary:
+                temporary.write_text(json.dumps({"prefix": prefix, "objects": objects}))
         self.listings[prefix] = objects
         return objects
 
@@ -197,16 +198,11 @@ def keep_label_cache(config: DataConfig, cache_dir: str | Path | None, name: str
     _, mount = attach(config, cache_dir)
     target = mount.meta / Path(name).name
     try:
-        _write_whole(target, contents)
+        with replacing(target) as temporary:
+            temporary.write_bytes(contents)
     except OSError as error:
         LOGGER.warning("%s: cannot keep the label cache another node sent (%s); this node checks the labels itself",
                        target, error.strerror or error)
-
-
-def _write_whole(path: Path, contents: bytes) -> None:
-    """Write `path` through a temporary file beside it, so that another process of the node never reads half."""
-    with replacing(path) as temporary:
-        temporary.write_bytes(contents)
 
 
 def fetch_if_mounted(path: str | os.PathLike) -> None:
