@@ -5,14 +5,16 @@
 #
 # Run from the repository root with our environment active. YOLOV5_CHECKOUT is a yolov5 working tree, YOLOV5_PYTHON
 # the Python of an environment with its requirements.txt (default: python). Both sides validate the official
-# yolov5n.pt on coco128 at 640, batch 16, on the CPU, each with its own defaults otherwise (yolov5: 8 loader workers,
-# its own mAP; ours: pycocotools). Rounds alternate (ours, yolov5's, ours, ...) so that the load of a shared machine
-# falls on both; the medians, each round and the load average are printed.
+# yolov5n.pt on coco128 at 640, batch $BATCH_SIZE (default 16; both tools' own default is 32), on the CPU, each with
+# its own defaults otherwise (yolov5: 8 loader workers, its own mAP; ours: faster-coco-eval where installed, else
+# pycocotools). Rounds alternate (ours, yolov5's, ours, ...) so that the load of a shared machine falls on both; the
+# medians, each round and the load average are printed.
 set -euo pipefail
 
 checkout=$(cd "${1:?usage: $0 YOLOV5_CHECKOUT [YOLOV5_PYTHON] [ROUNDS]}" && pwd)
 yolov5_python=${2:-python}
 rounds=${3:-2}
+batch_size=${BATCH_SIZE:-16}
 weights=$(realpath weights/yolov5n.pt)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -31,11 +33,11 @@ seconds() {  # wall seconds of a command, its output kept in $work/log
 
 ours=() theirs=()
 for round in $(seq "$rounds"); do
-  ours+=("$(seconds python -m detect.val --weights "$weights" --data coco128.yaml --imgsz 640 --batch-size 16 \
-            --device cpu --project "$work/ours" --no-progress)")
+  ours+=("$(seconds python -m detect.val --weights "$weights" --data coco128.yaml --imgsz 640 \
+            --batch-size "$batch_size" --device cpu --project "$work/ours" --no-progress)")
   grep -E "^ +all |Speed:" "$work/log"
   theirs+=("$(cd "$checkout" && seconds "$yolov5_python" val.py --weights "$weights" --data "$work/coco128.yaml" \
-              --imgsz 640 --batch-size 16 --device cpu --project "$work/yolov5")")
+              --imgsz 640 --batch-size "$batch_size" --device cpu --project "$work/yolov5")")
   grep -E "^ +all |Speed:" "$work/log"
   echo "round $round: ours ${ours[-1]} s, yolov5 ${theirs[-1]} s; $(uptime | sed 's/.*load/load/')"
 done
