@@ -58,8 +58,12 @@ def test_decode_reads_permuted_views_and_concatenates_levels_in_order():
     raw = head(features)
     assert [tuple(r.shape) for r in raw] == [(2, 3, 4, 6, 7), (2, 3, 2, 3, 7)]
     expected = torch.cat([head.decode_level(raw[0], 0), head.decode_level(raw[1], 1)], dim=1)
-    torch.testing.assert_close(head.decode(views), expected)
-    assert head.decode(views).shape == (2, 3 * (24 + 6), 7)
+    torch.testing.assert_close(head.decode(views), expected)  # with gradients: the graph form
+    with torch.no_grad():  # at inference: decoded in place in one result, the same numbers
+        torch.testing.assert_close(head.decode(views), expected, rtol=1e-6, atol=1e-6)
+        assert head.decode(views).shape == (2, 3 * (24 + 6), 7)
+        traced = torch.jit.trace(lambda *levels: head.decode(list(levels)), tuple(views))
+    assert "aten::cat" in str(traced.graph)  # what exports trace: the graph form
 
 
 def test_more_classes_than_the_bound_are_refused_before_the_head_is_built():
