@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check (docs/testing.md): CUDA training throughput of yolov5s at 640 with AMP, a short real training run,
-# COCO mAP of the imported yolov5n.pt on coco128, then that model served on the GPU at --max-batch 1 against 8. Run from the repository root with weights/yolov5n.pt and
-# ../datasets/coco128 (docs/usage.md, "Data"):
+# COCO mAP of the imported yolov5n.pt on coco128, then that model served on the GPU at --max-batch 1 against 8.
+# Run from the repository root with weights/yolov5n.pt and ../datasets/coco128 (docs/usage.md, "Data"):
 #     scripts/gpu_check.sh [OUT_DIR]        (default runs/gpu_check; about 6 minutes on one H200)
 # Record the printed img/s, memory and mAP in docs/benchmarks.md with the date and this command.
 set -euo pipefail

@@ -85,11 +85,9 @@ class Detect(nn.Module):
         counts = [math.prod(raw.shape[1:4]) for raw in levels]
         decoded = levels[0].new_empty(levels[0].shape[0], sum(counts), self.no)
         for level, (raw, start) in enumerate(zip(levels, itertools.accumulate([0, *counts]))):
-            rows = decoded.narrow(1, start, counts[level])
-            rows.view(raw.shape).copy_(raw)
-            rows.sigmoid_()
+            cells = decoded.narrow(1, start, counts[level]).view(raw.shape)
+            cells.copy_(raw).sigmoid_()
             grid, anchor_px = self._cell_terms(raw, level)
-            cells = rows.view(raw.shape)
             cells[..., :2].mul_(2).sub_(0.5).add_(grid).mul_(self.stride[level])
             cells[..., 2:4].mul_(2).pow_(2).mul_(anchor_px)
         return decoded
