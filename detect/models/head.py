@@ -76,12 +76,12 @@ class Detect(nn.Module):
 
         N = na * sum(ny * nx), level by level, anchor-major then row-major within a level (the order yolov5 uses).
         """
-        if torch.jit.is_tracing() or torch.is_grad_enabled():
+        if torch.jit.is_tracing() or torch.is_grad_enabled() or levels[0].device.type != "cpu":
             return torch.cat([self.decode_level(raw, level) for level, raw in enumerate(levels)], dim=1)
-        # At inference each level is copied into its rows of one result and decoded there in place, without the
-        # per-level and final concatenations of the graph form: two result-sized tensors fewer at the peak (yolov5n
-        # on coco128 at 640, batch 16: 1.8 against 2.0 GB peak RSS, 8% fewer page faults), the same numbers up to
-        # the sigmoid's last bit at the ends of its vectorised runs.
+        # At inference on the CPU (where it was measured) each level is copied into its rows of one result and
+        # decoded there in place, without the per-level and final concatenations of the graph form: two result-sized
+        # tensors fewer at the peak (yolov5n on coco128 at 640, batch 16: 1.8 against 2.0 GB peak RSS, 8% fewer page
+        # faults), the same numbers up to the sigmoid's last bit at the ends of its vectorised runs.
         counts = [math.prod(raw.shape[1:4]) for raw in levels]
         decoded = levels[0].new_empty(levels[0].shape[0], sum(counts), self.no)
         for level, (raw, start) in enumerate(zip(levels, itertools.accumulate([0, *counts]))):
