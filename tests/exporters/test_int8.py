@@ -185,14 +185,16 @@ def test_om_int8_without_amct_names_what_to_install(weights, data, tmp_path, mon
 @pytest.mark.slow
 @needs_shared
 def test_int8_yolov5n_keeps_the_fp32_map_on_coco128(tmp_path, coco128_workdir):
+    # At 320, a quarter of 640's pixels: 12 s against 34-41 s (docs/deploy.md, "INT8", has 640: +0.00004 at 0.5:0.95
+    # and -0.0068 at 0.5); at 320, 2026-12-06: 0.2975 -> 0.3011 and 0.4718 -> 0.4732. The issue's bound is 0.01.
     written = export.run(weights=str(YOLOV5N), include=("onnx",), int8=True, data="coco128.yaml",
-                         output_dir=str(tmp_path))
+                         output_dir=str(tmp_path), imgsz=(320, 320))
     results = {}
     for kind in ("onnx", "onnx-int8"):
         results[kind] = val.validate(val.parse_args(
-            ["--weights", str(written[kind]), "--data", "coco128.yaml", "--batch-size", "1", "--device", "cpu",
-             "--project", str(tmp_path / kind), "--no-progress"])).metrics
-    # docs/deploy.md, "INT8": measured +0.00004 at 0.5:0.95 and -0.0068 at 0.5; the issue's bound is 0.01.
+            ["--weights", str(written[kind]), "--data", "coco128.yaml", "--batch-size", "1", "--imgsz", "320",
+             "--device", "cpu", "--project", str(tmp_path / kind), "--no-progress"])).metrics
+    assert results["onnx"].map50_95 == pytest.approx(0.2975, abs=0.002)  # the fp32 export is itself sound
     assert results["onnx-int8"].map50_95 >= results["onnx"].map50_95 - 0.01
     assert results["onnx-int8"].map50 >= results["onnx"].map50 - 0.01
 

@@ -97,14 +97,16 @@ def test_nms_in_the_graph_gives_the_onnx_detections(weights, tmp_path):
 @pytest.mark.slow
 @needs_shared
 def test_yolov5n_ir_scores_the_onnx_map_on_coco128(tmp_path, coco128_workdir):
+    # At 320 (8 s against 31-35 s at 640, where both give 0.359: docs/deploy.md's table).
     written = export.export(export.parse_args(["--weights", str(YOLOV5N), "--include", "onnx", "openvino",
-                                               "--batch-size", "16", "--output-dir", str(tmp_path)]))
+                                               "--batch-size", "16", "--imgsz", "320", "--output-dir", str(tmp_path)]))
     scores = {}
     for kind in ("onnx", "openvino"):
         weights = written[kind].parent if kind == "openvino" else written[kind]  # the folder, as users give it
         scores[kind] = val.validate(val.parse_args(
-            ["--weights", str(weights), "--data", "coco128.yaml", "--batch-size", "16", "--device", "cpu",
-             "--project", str(tmp_path / kind), "--no-progress"])).metrics
-    assert scores["onnx"].map50_95 == pytest.approx(0.359, abs=0.002)  # static, square inputs (tests/test_export.py)
+            ["--weights", str(weights), "--data", "coco128.yaml", "--batch-size", "16", "--imgsz", "320",
+             "--device", "cpu", "--project", str(tmp_path / kind), "--no-progress"])).metrics
+    # static, square inputs at 320 (2026-12-06; tests/test_export.py has 0.359 at 640)
+    assert scores["onnx"].map50_95 == pytest.approx(0.2975, abs=0.002)
     assert scores["openvino"].map50_95 == pytest.approx(scores["onnx"].map50_95, abs=0.001)
     assert scores["openvino"].map50 == pytest.approx(scores["onnx"].map50, abs=0.001)
