@@ -1,5 +1,10 @@
 """`python -m detect.data convert`: a dataset's checked labels written as yolov5's layout (images/ and labels/ folders
-of .txt) or as a COCO json per split, with a data yaml that reads them."""
+of .txt) or as a COCO json per split, with a data yaml that reads them.
+
+A conversion never writes into, over or under its own sources: every split is read and every target named first,
+then --out is refused in one line when it holds a source (the data yaml, an image, a label file or folder) or lies
+inside one, when two images would be written to one name, or when it is a file or cannot be written; only then is
+anything written."""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +20,10 @@ import yaml
 
 from detect.data.categories import yolo_category_ids
 from detect.data.data_config import DataConfig
+from detect.data.labels.cache import folder_writable
 from detect.data.labels.split import LabelledSplit, load_split
+from detect.data.records import label_path_for
+from detect.errors import UserError
 from detect.ops.boxes import xywhn_to_xyxy, xyxy_to_ltwh
 
 LOGGER = logging.getLogger(__name__)
@@ -29,15 +38,28 @@ def _relative_name(image: Path, sources: tuple[Path, ...]) -> Path:
     return Path(image.name)
 
 
-def _write_yolo_split(split: LabelledSplit, sources: tuple[Path, ...], out: Path, name: str, copy: bool) -> None:
-    """out/images/<name>/... (links to the images, or copies) and out/labels/<name>/....txt without crowd boxes
-    (yolov5's .txt has no crowd flag; its converter leaves them out too)."""
+def _yolo_targets(split: LabelledSplit, sources: tuple[Path, ...], out: Path, name: str) -> list[tuple[Path, Path]]:
+    """(image, label) written for each record: out/images/<name>/<relative> and its .txt under out/labels/<name>/;
+    two images that would share a name are one UserError."""
+    targets, seen = [], {}
     for record in split.records:
         relative = _relative_name(Path(record.path), sources)
-        image, label = out / "images" / name / relative, (out / "labels" / name / relative).with_suffix(".txt")
+        image = out / "images" / name / relative
+        if image in seen:
+            raise UserError(f"--out {out}: {seen[image]} and {record.path} would both be written as {image}: give "
+                            "the split one folder of images, or images of different names")
+        seen[image] = record.path
+        targets.append((image, (out / "labels" / name / relative).with_suffix(".txt")))
+    return targets
+
+
+def _write_yolo_split(split: LabelledSplit, targets: list[tuple[Path, Path]], copy: bool) -> None:
+    """The images (links, or copies) and their .txt labels without crowd boxes (yolov5's .txt has no crowd flag; its
+    converter leaves them out too)."""
+    for record, (image, label) in zip(split.records, targets):
         image.parent.mkdir(parents=True, exist_ok=True)
         label.parent.mkdir(parents=True, exist_ok=True)
-        image.unlink(missing_ok=True)
+        image.unlink(missing_ok=True)  # a link or copy of an earlier conversion: never a source (_refuse_overlap)
         if copy:
             shutil.copy2(record.path, image)
         else:
@@ -48,7 +70,8 @@ def _write_yolo_split(split: LabelledSplit, sources: tuple[Path, ...], out: Path
 
 
 def coco_dict(split: LabelledSplit) -> dict:
-    """A COCO instances dict of the split's records (crowd boxes as iscrowd 1), category ids as the split's."""
+    """A COCO instances dict of the split's records (crowd boxes as iscrowd 1), category ids as the split's; each
+    annotation has COCO's `segmentation` field, empty, as a box has no polygon."""
     category_ids = split.category_ids or list(yolo_category_ids(split.names))
     images, annotations = [], []
     for record in split.records:
@@ -59,27 +82,73 @@ def coco_dict(split: LabelledSplit) -> dict:
         for cls, box, crowd in zip(record.classes, ltwh.tolist(), record.crowd):
             annotations.append({"id": len(annotations) + 1, "image_id": int(record.image_id),
                                 "category_id": int(category_ids[int(cls)]), "bbox": box, "area": box[2] * box[3],
-                                "iscrowd": int(bool(crowd))})
+                                "iscrowd": int(bool(crowd)), "segmentation": []})
     categories = [{"id": int(category), "name": name} for category, name in zip(category_ids, split.names)]
     return {"images": images, "annotations": annotations, "categories": categories}
 
 
+def _sources(config: DataConfig, splits: dict[str, LabelledSplit]) -> Iterable[Path]:
+    """Every path a conversion reads: the data yaml, each split's folders, lists and label files, each image and
+    its .txt label."""
+    yield config.source
+    for name, split in splits.items():
+        yield from config.splits[name]
+        if name in config.annotations:
+            yield config.annotations[name].path
+        if name in config.json_files:
+            yield config.json_files[name]
+        for path in split.records.paths:
+            image = os.fsdecode(path)
+            yield Path(image)
+            if name not in config.annotations and name not in config.json_files:
+                yield Path(label_path_for(image)).parent
+
+
+def _refuse_overlap(out: Path, given: Path, sources: Iterable[Path]) -> None:
+    """UserError when `out` (`given`, resolved) holds a source or lies inside one, links followed on both sides."""
+    for source in sources:
+        real = Path(os.path.realpath(source))
+        if real.is_relative_to(out) or out.is_relative_to(real):
+            where = "is" if real == out else "holds" if real.is_relative_to(out) else "lies inside"
+            named = given if given == out else f"{given} ({out})"
+            raise UserError(f"--out {named}: {where} {source}, a source of the conversion, which it would overwrite; "
+                            "choose a folder outside the dataset's images, labels and data yaml")
+
+
+def _writable_out(out: Path) -> Path:
+    """`out` resolved; UserError when it is a file, lies under a file or cannot be written."""
+    out = Path(os.path.realpath(out))
+    existing = next(folder for folder in (out, *out.parents) if os.path.lexists(folder))
+    if not existing.is_dir():
+        what = "is a file" if existing == out else f"lies under {existing}, a file"
+        raise UserError(f"--out {out}: {what}, not a folder")
+    if not folder_writable(existing):
+        raise UserError(f"--out {out}: {existing} cannot be written (no write permission)")
+    return out
+
+
 def convert(config: DataConfig, to: str, out: Path, copy: bool = False, cache_dir: str | None = None) -> Path:
     """Write every split of `config` as `to` ("yolo" or "coco") under `out`; the data yaml written there."""
-    out.mkdir(parents=True, exist_ok=True)
-    out = out.resolve()
+    given, out = out, _writable_out(out)
+    splits = {name: load_split(config, name, cache_dir=cache_dir) for name in config.splits}
+    _refuse_overlap(out, given, _sources(config, splits))
+    targets = {name: _yolo_targets(split, config.splits[name], out, name) for name, split in splits.items()
+               if to == "yolo"}
     spec: dict = {"path": str(out), "names": list(config.names)}
-    for name in config.splits:
-        split = load_split(config, name, cache_dir=cache_dir)
-        if to == "yolo":
-            _write_yolo_split(split, config.splits[name], out, name, copy)
-            spec[name] = f"images/{name}"
-        else:
-            listing = out / f"{name}.txt"
-            listing.write_text("".join(os.fsdecode(path) + "\n" for path in split.records.paths))
-            (out / f"{name}.json").write_text(json.dumps(coco_dict(split)))
-            spec[name] = {"annotations": f"{name}.json", "images": listing.name, "format": "coco"}
-    target = out / "data.yaml"
-    target.write_text(yaml.safe_dump(spec, sort_keys=False, allow_unicode=True))
-    LOGGER.info("%s: %d splits written as %s", target, len(config.splits), to)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, split in splits.items():
+            if to == "yolo":
+                _write_yolo_split(split, targets[name], copy)
+                spec[name] = f"images/{name}"
+            else:
+                listing = out / f"{name}.txt"
+                listing.write_text("".join(os.fsdecode(path) + "\n" for path in split.records.paths))
+                (out / f"{name}.json").write_text(json.dumps(coco_dict(split)))
+                spec[name] = {"annotations": f"{name}.json", "images": listing.name, "format": "coco"}
+        target = out / "data.yaml"
+        target.write_text(yaml.safe_dump(spec, sort_keys=False, allow_unicode=True))
+    except OSError as error:
+        raise UserError(f"--out {out}: cannot write {error.filename or out} ({error.strerror or error})") from None
+    LOGGER.info("%s: %d splits written as %s", target, len(splits), to)
     return target
