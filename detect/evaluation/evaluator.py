@@ -21,11 +21,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from detect.data.annotations.coco_json import WHAT
+from detect.data.annotations.json_file import read_json
 from detect.data.categories import json_categories, yolo_category_ids
 from detect.data.labels.split import LabelledSplit
 from detect.data.records import ImageRecord
 from detect.errors import UserError, short_repr
-from detect.ops.boxes import xywhn_to_xyxy, xyxy_to_ltwh
+from detect.evaluation.ground_truth import complete_annotations, ground_truth_as_read, ground_truth_from_records
+from detect.ops.boxes import xyxy_to_ltwh
 
 logger = logging.getLogger(__name__)
 
@@ -94,24 +97,6 @@ def _quiet() -> Iterator[None]:
         logger.debug("%s", buffer.getvalue().rstrip())
 
 
-def ground_truth_from_records(records: Sequence[ImageRecord], class_names: Sequence[str],
-                              category_ids: Sequence[int]) -> dict:
-    """COCO ground-truth dict (pixel ltwh boxes, area w*h, iscrowd); class k is category_ids[k]."""
-    images, annotations = [], []
-    for record in records:
-        image_id = int(record.image_id)
-        images.append({"id": image_id, "width": int(record.width), "height": int(record.height),
-                       "file_name": Path(record.path).name})
-        normalised = np.asarray(record.boxes, dtype=np.float64).reshape(-1, 4)
-        ltwh = xyxy_to_ltwh(xywhn_to_xyxy(normalised, record.width, record.height))
-        for cls, box, crowd in zip(record.classes, ltwh.tolist(), record.crowd):
-            annotations.append({"id": len(annotations) + 1, "image_id": image_id,
-                                "category_id": int(category_ids[int(cls)]), "bbox": box,
-                                "area": box[2] * box[3], "iscrowd": int(bool(crowd))})
-    categories = [{"id": int(category), "name": name} for category, name in zip(category_ids, class_names)]
-    return {"images": images, "annotations": annotations, "categories": categories}
-
-
 class CocoEvaluator:
     """Accumulates detections per image and scores them with COCOeval against in-memory ground truth."""
 
@@ -135,42 +120,24 @@ class CocoEvaluator:
         self._results: list[dict] = []
 
     @classmethod
-    def from_coco_json(cls, path: Path | str, backend: str = "auto",
-                       classes: Sequence[tuple[int, str]] | None = None) -> CocoEvaluator:
-        """Ground truth from a COCO instances json, class order by data/categories.json_categories, or as `classes`
-        says: (category id, name) per class (a category of the json keeps its own name)."""
+    def from_coco_json(cls, path: Path | str, backend: str = "auto") -> CocoEvaluator:
+        """Ground truth from a COCO instances json, class order by data/categories.json_categories."""
         path = Path(path)
         if not path.is_file():
             raise UserError(f"COCO annotations not found: {path} (put the instances_*.json there)")
-        with open(path, encoding="utf-8") as handle:
-            dataset = json.load(handle)
+        dataset = read_json(path, WHAT)
         categories = json_categories(dataset.get("categories", []))
-        if classes is None:
-            return cls(dataset, [c["id"] for c in categories], [c["name"] for c in categories], backend, path)
-        name_of = {int(category["id"]): category["name"] for category in categories}
-        return cls(dataset, [category for category, _ in classes],
-                   [name_of.get(int(category), name) for category, name in classes], backend, path)
+        return cls(complete_annotations(dataset), [c["id"] for c in categories], [c["name"] for c in categories],
+                   backend, path)
 
     @classmethod
     def for_split(cls, split: LabelledSplit, backend: str = "auto") -> CocoEvaluator:
-        """The COCO ground truth of a split: its instances json when it has one, else built from its labels."""
-        if split.coco_json is not None:  # a COCO json split maps the data yaml's names to its categories
-            classes = None if split.category_ids is None else list(zip(split.category_ids, split.names))
-            evaluator = cls.from_coco_json(split.coco_json, backend, classes)
-            evaluator.add_background(split.records)
-            return evaluator
-        return cls.from_records(split.records, split.names, backend)
-
-    def add_background(self, records: Sequence[ImageRecord]) -> None:
-        """Add the images of `records` the ground truth lacks, without boxes: the split's images that its json does
-        not list are background there, and are scored as such rather than refused."""
-        known = set(self.image_ids())
-        missing = [{"id": int(record.image_id), "width": int(record.width), "height": int(record.height),
-                    "file_name": Path(record.path).name} for record in records if int(record.image_id) not in known]
-        if missing:
-            self.ground_truth.dataset["images"].extend(missing)
-            with _quiet():
-                self.ground_truth.createIndex()
+        """The COCO ground truth of a split: what its instances json says of the images that were read, when it has
+        one (crowd regions and segment areas as COCO's own evaluation counts them), else built from its labels."""
+        if split.coco_json is None:
+            return cls.from_records(split.records, split.names, backend)
+        ground_truth = ground_truth_as_read(read_json(split.coco_json, WHAT), split.records, split.coco_json)
+        return cls(ground_truth, split.category_ids, split.names, backend, split.coco_json)
 
     @classmethod
     def from_records(cls, records: Sequence[ImageRecord], class_names: Sequence[str],
@@ -228,9 +195,9 @@ class CocoEvaluator:
             coco_eval = self.eval_class(self.ground_truth, detections, "bbox")
             if subset is not None:
                 coco_eval.params.imgIds = subset
-            annotated = self._annotated_categories(subset)
-            if annotated:  # else COCOeval's own list: every stat is -1 either way
-                coco_eval.params.catIds = annotated
+            # the categories with ground truth, else every class of ours (every stat -1): never COCOeval's own list,
+            # which holds the json's categories that no class of ours reads
+            coco_eval.params.catIds = self._annotated_categories(subset) or list(self.category_ids)
             coco_eval.evaluate()
             coco_eval.accumulate()
             coco_eval.summarize()

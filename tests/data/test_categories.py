@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from detect.data.annotations.coco_json import read_coco
 from detect.data.categories import COCO_CATEGORY_IDS, COCO_NAMES, is_coco, json_categories, yolo_category_ids
-from detect.data.labels.coco_json import read_coco_labels
 from detect.errors import UserError
 from tests.shared_data import COCO128_JSON, needs_shared
 
@@ -19,7 +19,7 @@ def test_coco_map_equals_the_official_categories() -> None:
     categories = json_categories(json.loads(COCO128_JSON.read_text())["categories"])
     assert tuple(category["id"] for category in categories) == COCO_CATEGORY_IDS
     assert tuple(category["name"] for category in categories) == COCO_NAMES
-    assert read_coco_labels(COCO128_JSON).category_ids == list(COCO_CATEGORY_IDS)
+    assert read_coco(COCO128_JSON).category_ids == list(COCO_CATEGORY_IDS)
 
 
 def test_yolo_category_ids() -> None:
@@ -42,11 +42,11 @@ def test_json_class_order_is_by_id_not_by_listing(tmp_path: Path) -> None:
         "annotations": [{"image_id": 5, "category_id": 12, "bbox": [10, 20, 40, 30], "iscrowd": 0},
                         {"image_id": 5, "category_id": 3, "bbox": [0, 0, 200, 100], "iscrowd": 1}],
     }))
-    labels = read_coco_labels(path)
-    assert labels.category_ids == [3, 7, 12] and labels.image_ids == {"5.jpg": 5}
-    rows, crowd = labels.rows["5.jpg"]
-    np.testing.assert_allclose(rows, [[2, 0.15, 0.35, 0.2, 0.3], [0, 0.5, 0.5, 1.0, 1.0]], rtol=1e-6)
-    assert crowd.tolist() == [False, True]
+    labels = read_coco(path)
+    assert labels.category_ids == [3, 7, 12] and labels.image_ids == [5] and labels.candidates == [("5.jpg",)]
+    assert labels.class_names == ["a", "b", "c"] and labels.labels.tolist() == [2, 0]
+    np.testing.assert_allclose(labels.boxes, [[0.05, 0.2, 0.25, 0.5], [0, 0, 1.0, 1.0]], rtol=1e-6)
+    assert labels.crowd.tolist() == [False, True]
 
 
 def test_annotation_of_an_unlisted_category_is_a_user_error(tmp_path: Path) -> None:
@@ -56,5 +56,6 @@ def test_annotation_of_an_unlisted_category_is_a_user_error(tmp_path: Path) -> N
         "images": [{"id": 5, "file_name": "5.jpg", "width": 200, "height": 100}],
         "annotations": [{"image_id": 5, "category_id": 2, "bbox": [10, 20, 40, 30]}],
     }))
-    with pytest.raises(UserError, match="not a COCO instances json"):
-        read_coco_labels(path)
+    with pytest.raises(UserError, match=r"instances\.json: an annotation has category_id 2, which is not among its "
+                                        r"categories \(1\)"):
+        read_coco(path)

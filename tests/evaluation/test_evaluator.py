@@ -196,6 +196,20 @@ def test_bad_inputs_are_user_errors(tmp_path: Path) -> None:
         CocoEvaluator.from_records(tiny_dataset(), ["cat", "dog"], backend="detectron")
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_json_without_area_or_iscrowd_is_scored(tmp_path: Path, backend: str) -> None:
+    """label-studio-converter and hand-made jsons leave COCOeval's `area` and `iscrowd` out: the box's area, not crowd."""
+    path = tmp_path / "bare.json"
+    path.write_text(json.dumps({"images": [{"id": 1, "file_name": "a.jpg", "width": 100, "height": 80}],
+                                "categories": [{"id": 3, "name": "cat"}],
+                                "annotations": [{"id": 1, "image_id": 1, "category_id": 3, "bbox": [10, 10, 50, 40]},
+                                                {"id": 2, "image_id": 1, "category_id": 3, "bbox": [60, 5, 30, 30]}]}))
+    evaluator = CocoEvaluator.from_coco_json(path, backend=backend)
+    evaluator.add(1, np.array([[10.0, 10, 60, 50, 0.9, 0]]))
+    metrics = evaluator.evaluate()
+    assert metrics.map50 == pytest.approx(0.5, abs=0.01) and metrics.class_instances == (2,)
+
+
 def test_image_subset_and_unknown_images() -> None:
     records = tiny_dataset()
     evaluator = CocoEvaluator.from_records(records, ["cat", "dog", "bird"])

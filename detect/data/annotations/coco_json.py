@@ -1,44 +1,82 @@
-"""A COCO instances json (instances_*.json): pixel boxes [left, top, width, height], iscrowd, categories by id."""
+"""A COCO instances json (instances_*.json): pixel boxes [left, top, width, height], iscrowd, categories by id.
+
+What a file says that cannot be read one way only is refused in one line naming the id: two images or two categories
+with one id (whose boxes would go to either), an annotation whose category the file does not list. An annotation of
+an image the file does not list is left out, counted. Annotation ids are not read: repeated ones (Datumaro's export
+from YOLO labels repeats them) are boxes like any other."""
 
 from __future__ import annotations
 
 import collections
-import json
 from pathlib import Path, PurePosixPath
 
 import numpy as np
 
+from detect.data.annotations.json_file import read_json
 from detect.data.annotations.parsed import ParsedLabels
 from detect.data.categories import json_categories
-from detect.errors import UserError
+from detect.errors import UserError, short_repr
+
+WHAT = "a COCO instances json"
+UNLISTED_IMAGE = "annotation of an image the json does not list"
 
 
 def read_coco(path: Path) -> ParsedLabels:
     """Every box of the json; class names in category-id order (data/categories.json_categories)."""
+    data = read_json(path, WHAT)
     try:
-        data = json.loads(path.read_bytes())
-        categories = json_categories(data["categories"])
-        category_ids = [int(category["id"]) for category in categories]
-        class_of = {category_id: index for index, category_id in enumerate(category_ids)}
-        images = data["images"]
-        row_of = {int(image["id"]): row for row, image in enumerate(images)}
-        sizes = np.array([[image["width"], image["height"]] for image in images], np.float64).reshape(-1, 2)
-        annotations = [item for item in data.get("annotations", []) if int(item["image_id"]) in row_of]
-        owners = np.array([row_of[int(item["image_id"])] for item in annotations], np.int64)
-        labels = np.array([class_of[int(item["category_id"])] for item in annotations], np.int64)
-        ltwh = np.array([item["bbox"] for item in annotations], np.float64).reshape(-1, 4)
-        crowd = np.array([bool(item.get("iscrowd", 0)) for item in annotations], bool)
-        candidates = [(PurePosixPath(str(image["file_name"]).replace("\\", "/")).name,) for image in images]
-        image_ids = [int(image["id"]) for image in images]
-        names = [str(category["name"]) for category in categories]
-    except OSError as error:
-        raise UserError(f"{path}: cannot read ({error.strerror or error})") from None
+        return _parse(data, path)
     except (ValueError, KeyError, TypeError, AttributeError) as error:
-        raise UserError(f"{path}: not a COCO instances json ({type(error).__name__}: {error})") from None
+        raise UserError(f"{path}: not {WHAT} ({type(error).__name__}: {error})") from None
+
+
+def _unique_ids(entries: list[dict], kind: str, path: Path) -> list[int]:
+    """The `id` of each entry (an image or a category: `kind`); UserError naming the first id two entries share."""
+    ids = [int(entry["id"]) for entry in entries]
+    if len(set(ids)) < len(ids):
+        seen: dict[int, dict] = {}
+        for entry, number in zip(entries, ids):
+            if number in seen:
+                first, second = (short_repr(item.get("file_name", item.get("name"))) for item in (seen[number], entry))
+                raise UserError(f"{path}: {kind}s {first} and {second} share id {number}: each {kind} needs an id of "
+                                f"its own (the boxes of {kind} {number} could belong to either)")
+            seen[number] = entry
+    return ids
+
+
+def _named(annotation: dict) -> str:
+    return f"annotation {short_repr(annotation['id'])}" if "id" in annotation else "an annotation"
+
+
+def _parse(data: dict, path: Path) -> ParsedLabels:
+    categories = json_categories(data["categories"])
+    category_ids = _unique_ids(categories, "category", path)
+    images = data["images"]
+    image_ids = _unique_ids(images, "image", path)
+    class_of = {category_id: index for index, category_id in enumerate(category_ids)}
+    row_of = {image_id: row for row, image_id in enumerate(image_ids)}
+    counts, details, annotations = collections.Counter(), [], []
+    for item in data.get("annotations", []):
+        category_id, image_id = int(item["category_id"]), int(item["image_id"])
+        if category_id not in class_of:
+            listed = ", ".join(map(str, category_ids[:10])) + (", ..." if len(category_ids) > 10 else "")
+            raise UserError(f"{path}: {_named(item)} has category_id {category_id}, which is not among its "
+                            f"categories ({listed})")
+        if image_id not in row_of:
+            counts[UNLISTED_IMAGE] += 1
+            details.append(f"{path}: {_named(item)} is of image {image_id}, which the json does not list: left out")
+            continue
+        annotations.append(item)
+    sizes = np.array([[image["width"], image["height"]] for image in images], np.float64).reshape(-1, 2)
     if (sizes <= 0).any():
-        raise UserError(f"{path}: not a COCO instances json (an image with width or height <= 0)")
+        raise ValueError("an image with width or height <= 0")
+    owners = np.array([row_of[int(item["image_id"])] for item in annotations], np.int64)
+    ltwh = np.array([item["bbox"] for item in annotations], np.float64).reshape(-1, 4)
     corners = np.concatenate([ltwh[:, :2], ltwh[:, :2] + ltwh[:, 2:]], axis=1)
-    boxes = corners / np.tile(sizes[owners], 2) if len(owners) else corners
-    return ParsedLabels(candidates=candidates, owners=owners, labels=labels, boxes=boxes, crowd=crowd,
-                        class_names=names, files=[path], counts=collections.Counter(), details=[],
-                        image_ids=image_ids, category_ids=category_ids)
+    return ParsedLabels(
+        candidates=[(PurePosixPath(str(image["file_name"]).replace("\\", "/")).name,) for image in images],
+        owners=owners, labels=np.array([class_of[int(item["category_id"])] for item in annotations], np.int64),
+        boxes=corners / np.tile(sizes[owners], 2) if len(owners) else corners,
+        crowd=np.array([bool(item.get("iscrowd", 0)) for item in annotations], bool),
+        class_names=[str(category["name"]) for category in categories], files=[path], counts=counts,
+        details=details, image_ids=image_ids, category_ids=category_ids)

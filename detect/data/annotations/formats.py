@@ -115,11 +115,30 @@ def _match(parsed: ParsedLabels, images: Sequence[str], counts: collections.Coun
     return targets
 
 
-def _classes(parsed: ParsedLabels, names: Sequence[str], counts: collections.Counter,
-             details: list[str]) -> np.ndarray:
-    """(M,) each box's index in `names`, -1 for a class the yaml does not name (one warning line per name)."""
+def _class_lookup(parsed: ParsedLabels, names: Sequence[str], details: list[str]) -> np.ndarray:
+    """(K,) the yaml class of each of the file's K classes, -1 for one the yaml does not name: by name; a COCO json
+    none of whose category names is the yaml's, with as many categories as the yaml has names (converters that were
+    not given the names write "0".."79" or "class_1"...), by order: its k-th category by id is the yaml's class k."""
     index_of = {name: index for index, name in enumerate(names)}
     lookup = np.array([index_of.get(name, -1) for name in parsed.class_names], np.int64)
+    if not len(lookup) or (lookup >= 0).any():
+        return lookup
+    file, listed = parsed.files[0], short_repr(parsed.class_names)
+    if parsed.category_ids is not None and len(lookup) == len(names):
+        line = (f"{file}: none of its {len(lookup)} category names ({listed}) is one of the data yaml's names: its "
+                f"categories are read in id order as the yaml's classes ({parsed.category_ids[0]} -> {names[0]!r}, "
+                f"{parsed.category_ids[-1]} -> {names[-1]!r})")
+        LOGGER.warning("%s", line)
+        details.append(line)
+        return np.arange(len(lookup), dtype=np.int64)
+    raise UserError(f"{file}: none of its {len(lookup)} classes ({listed}) is among the data yaml's {len(names)} names "
+                    f"({short_repr(list(names))}): every box would be left out; give the file's class names as "
+                    "`names`, or leave `names` out to take the file's")
+
+
+def _classes(parsed: ParsedLabels, lookup: np.ndarray, counts: collections.Counter,
+             details: list[str]) -> np.ndarray:
+    """(M,) each box's yaml class by `lookup`, -1 for a class the yaml does not name (one warning line per name)."""
     classes = lookup[parsed.labels] if len(parsed.labels) else np.zeros(0, np.int64)
     for label in np.unique(parsed.labels[classes < 0]):
         name, boxes = parsed.class_names[label], int((parsed.labels == label).sum())
@@ -135,7 +154,8 @@ def read_split_labels(source: AnnotationSource, names: Sequence[str], images: Se
     """The labels of `images` from `source`, classes by `names`."""
     parsed = read_labels(source)
     counts, details = collections.Counter(parsed.counts), list(parsed.details)
-    targets, classes = _match(parsed, images, counts, details), _classes(parsed, names, counts, details)
+    lookup = _class_lookup(parsed, names, details)
+    targets, classes = _match(parsed, images, counts, details), _classes(parsed, lookup, counts, details)
     keep = classes >= 0
     rows = np.concatenate([classes[keep, None], xyxy_to_xywh(parsed.boxes[keep])], axis=1).astype(np.float32)
     owners, crowd = parsed.owners[keep], parsed.crowd[keep]
@@ -151,7 +171,7 @@ def read_split_labels(source: AnnotationSource, names: Sequence[str], images: Se
         return SplitLabels(given=given, counts=dict(counts), details=details, files=files)
     return SplitLabels(given=given, counts=dict(counts), details=details, files=files, coco_json=source.path,
                        image_ids=_image_ids(parsed.image_ids, targets, len(images)),
-                       category_ids=_category_ids(parsed, names))
+                       category_ids=_category_ids(parsed.category_ids, lookup, len(names)))
 
 
 def _image_ids(json_ids: list[int], targets: np.ndarray, count: int) -> np.ndarray:
@@ -164,11 +184,12 @@ def _image_ids(json_ids: list[int], targets: np.ndarray, count: int) -> np.ndarr
     return ids
 
 
-def _category_ids(parsed: ParsedLabels, names: Sequence[str]) -> list[int]:
-    """The json's category id of each yaml class, by name; a class the json lacks gets a fresh id above them all."""
-    id_of = dict(zip(parsed.class_names, parsed.category_ids or []))
-    fresh = iter(range(max(id_of.values(), default=0) + 1, 2**31))
-    return [id_of[name] if name in id_of else next(fresh) for name in names]
+def _category_ids(json_ids: list[int], lookup: np.ndarray, count: int) -> list[int]:
+    """The json's category id of each of the yaml's `count` classes (`lookup`: the class of each category); a class
+    the json lacks gets a fresh id above them all."""
+    id_of = {int(cls): category for category, cls in zip(json_ids, lookup.tolist()) if cls >= 0}
+    fresh = iter(range(max(json_ids, default=0) + 1, 2**31))
+    return [id_of[cls] if cls in id_of else next(fresh) for cls in range(count)]
 
 
 def names_of(source: AnnotationSource) -> tuple[str, ...]:

@@ -4,12 +4,12 @@ corner). An uploaded file is stored as `/data/upload/<project>/<8 hex>-<name>`: 
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path, PurePosixPath
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from detect.data.annotations.json_file import read_json
 from detect.data.annotations.parsed import Collector, ParsedLabels
 from detect.errors import UserError
 
@@ -38,12 +38,7 @@ def _reference(task: dict) -> str:
 
 def read_label_studio(path: Path) -> ParsedLabels:
     """Every rectangle of the first annotation of each task (cancelled ones left out); class names sorted."""
-    try:
-        tasks = json.loads(path.read_bytes())
-    except OSError as error:
-        raise UserError(f"{path}: cannot read ({error.strerror or error})") from None
-    except ValueError as error:
-        raise UserError(f"{path}: not a Label Studio JSON export ({error})") from None
+    tasks = read_json(path, "a Label Studio JSON export")
     found = Collector([path])
     try:
         if not isinstance(tasks, list):

@@ -1,2 +1,2 @@
-"""A split's labels: list its images, check each image and label file (check.py), cache the result (cache.py),
-or read the boxes from a COCO json (coco_json.py)."""
+"""A split's labels: list its images, check each image and label file (check.py), cache the result (cache.py); label
+files of the labelling tools' formats, a COCO json among them, are read by data/annotations."""

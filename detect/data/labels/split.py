@@ -10,13 +10,12 @@ from pathlib import Path
 
 import numpy as np
 
-from detect.data.annotations.formats import read_split_labels
+from detect.data.annotations.formats import AnnotationSource, read_split_labels
 from detect.data.data_config import DataConfig
 from detect.data.images.files import Listing, walk
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS
 from detect.data.labels import cache as label_cache
 from detect.data.labels.checked import check_images, summarise
-from detect.data.labels.coco_json import read_coco_labels
 from detect.data.records import IMAGE_SUFFIXES, RecordTable, assign_image_ids, label_path_for
 from detect.data.remote.mount import attach
 from detect.errors import UserError
@@ -111,23 +110,19 @@ class _LabelSources:
 
 
 def _label_sources(config: DataConfig, split: str, images: list[str]) -> _LabelSources:
-    """A split's labels: its label files' (data/annotations), its *_json's, or the .txt files beside the images."""
+    """A split's labels: its label file's (data/annotations; a *_json is a COCO label file), or the .txt files beside
+    the images."""
     annotated, json_file = config.annotations.get(split), config.json_files.get(split)
+    if json_file is not None and not json_file.is_file():  # coco128.zip, say, has no COCO json: its txt labels score
+        LOGGER.warning("%s: %s_json names %s, which does not exist: the txt labels are read instead", config.source,
+                       split, json_file)
+    elif json_file is not None:
+        annotated = AnnotationSource(path=json_file, images=config.splits[split][0], format="coco")
     if annotated is not None:
         found = read_split_labels(annotated, config.names, images)
         usual = annotated.path.with_name(f"{annotated.path.name}.{split}{CACHE_SUFFIX}")
         return _LabelSources([None] * len(images), found.given, found.coco_json, found.image_ids, found.category_ids,
                              usual, [*images, *found.files], found.counts, found.details)
-    if json_file is not None and not json_file.is_file():  # coco128.zip, say, has no COCO json: its txt labels score
-        LOGGER.warning("%s: %s_json names %s, which does not exist: the txt labels are read instead", config.source,
-                       split, json_file)
-        json_file = None
-    if json_file is not None:
-        coco = read_coco_labels(json_file)
-        empty = (np.zeros((0, 5), np.float32), np.zeros(0, bool))
-        given = [coco.rows.get(os.path.basename(image), empty) for image in images]
-        return _LabelSources([None] * len(images), given, json_file, coco.ids_of(images), coco.category_ids,
-                             json_file.with_name(f"{json_file.stem}.{split}{CACHE_SUFFIX}"), [*images, str(json_file)])
     labels = [label_path_for(image) for image in images]
     label_folder = Path(labels[0]).parent
     return _LabelSources(labels, [None] * len(images), None, None, None,
@@ -177,7 +172,7 @@ def load_split(config: DataConfig, split: str = "train", single_class: bool = Fa
         key_files, stats = [mount.key(path) for path in sources.key_files], mount.file_stats(sources.key_files)
     # the names too where a label file names the classes: the same count in another order maps boxes otherwise
     key = label_cache.fingerprint(key_files, config.num_classes, max_pixels,
-                                  config.names if split in config.annotations else (), stats)
+                                  config.names if sources.coco_json or split in config.annotations else (), stats)
     checked = label_cache.read_cache(cache_file, key)
     cache_state = "loaded"
     if checked is None:

@@ -138,7 +138,7 @@ def test_json_source_cache_is_named_after_the_json_and_split(tmp_path: Path) -> 
     split = load_split(load_data_config(write_yaml(tmp_path, names=("a",), val_json="annotations/instances.json")),
                        "val")
     assert len(split.records) == 2
-    assert (tmp_path / "annotations" / "instances.val.detect.cache").is_file()
+    assert (tmp_path / "annotations" / "instances.json.val.detect.cache").is_file()
     assert not (tmp_path / "annotations" / "instances.val.cache").exists()
 
 
