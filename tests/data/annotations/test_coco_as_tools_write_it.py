@@ -79,9 +79,9 @@ def txt_stats(folder: Path) -> list[str]:
 CASES = {
     # the order of the yaml's names, named otherwise ("0".."79"): read in id order, one line
     "categories 1-80 named 0-79": (lambda k: (k + 1, str(k)), lambda n, m: m + 1,
-                                   "none of its 80 category names (['0', '1', '2', '3', ...]) is one of the data "
+                                   ("none of its 80 category names (['0', '1', '2', '3', ...]) is one of the data "
                                    "yaml's names: its categories are read in id order as the yaml's classes "
-                                   "(1 -> 'person', 80 -> 'toothbrush')"),
+                                   "(1 -> 'person', 80 -> 'toothbrush')")),
     "categories 0-79 named as the yaml": (lambda k: (k, COCO_NAMES[k]), lambda n, m: m + 1, None),
     # Datumaro-like: ids numbered within each image, so COCO's index would keep one box per id
     "annotation ids per image": (lambda k: (k + 1, COCO_NAMES[k]), lambda n, m: n + 1,
