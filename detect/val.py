@@ -13,6 +13,7 @@ from detect.config import IMAGE_SIZE, NON_NEGATIVE, POSITIVE, UNIT, Settings, op
 from detect.data.data_config import SPLITS
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS, MAX_PIXELS_HELP
 from detect.data.labels.cache import CACHE_DIR_HELP
+from detect.data.labels.check import DEFAULT_MAX_BOXES, MAX_BOXES, MAX_BOXES_HELP, ImageBounds
 from detect.data.loader import Loader
 from detect.evaluation.evaluator import BACKENDS, CocoEvaluator
 from detect.evaluation.report import coco_stats, metrics_table, problems_list
@@ -58,6 +59,7 @@ class ValSettings(Settings):
     workers: int | None = option(None, "data loader workers (default: by CPU count)", bound=NON_NEGATIVE)
     cache_dir: str | None = option(None, CACHE_DIR_HELP)
     max_pixels: int = option(DEFAULT_MAX_PIXELS, MAX_PIXELS_HELP, bound=MAX_PIXELS)
+    max_boxes: int = option(DEFAULT_MAX_BOXES, MAX_BOXES_HELP, bound=MAX_BOXES)
     half: bool = option(False, "fp16 inference (on the CPU: fp32, with a warning)")
     save_json: bool = option(False, "write predictions.json (COCO results) to the run folder, and ground_truth.json "
                                      "when the labels are YOLO txt files (docs/usage.md, Evaluation)")
@@ -116,7 +118,8 @@ def _prepare(settings: ValSettings, weights: str | tuple[str, ...],
     split = settings.task if settings.task in SPLITS else "val"
     predict, loader = prepare_scoring(weights, settings.data, split, imgsz, settings.batch_size, settings.workers,
                                       backend, half=settings.half, augment=settings.augment,
-                                      cache_dir=settings.cache_dir, max_pixels=settings.max_pixels)
+                                      cache_dir=settings.cache_dir,
+                                      bounds=ImageBounds(settings.max_pixels, settings.max_boxes))
     return backend, predict, loader
 
 

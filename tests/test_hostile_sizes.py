@@ -4,6 +4,7 @@ bomb. Each ends with a one-line refusal (exit 2) or does what can be done, never
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -96,3 +97,36 @@ def test_20000_classes_train_in_a_few_gigabytes(tmp_path):
     run = tmp_path / "runs" / "exp"
     assert {"confusion_matrix.png", "labels.png", "PR_curve.png"} <= {path.name for path in run.iterdir()}
     assert " class1 " in result.stderr  # the per-class table: the classes with boxes
+
+
+@pytest.mark.slow
+def test_two_million_boxes_on_one_image_of_a_coco_json_skip_that_image(tmp_path):
+    """A 150 MB COCO json holding 2 million boxes on one of 8 images: train (which never reached its first step) and
+    val (which scored them through faster-coco-eval until MemoryError) skip that image by name under --max-boxes and
+    go on, under a 6 GB cap."""
+    data = tiny_dataset(tmp_path / "data")
+    images = sorted((tmp_path / "data" / "images" / "train").iterdir())
+    box = '{{"id": {}, "image_id": 1, "category_id": 1, "bbox": [8, 10, 42, 50], "area": 2100, "iscrowd": 0}}'
+    listing = ", ".join(f'{{"id": {number + 1}, "file_name": "{image.name}", "width": 96, "height": 128}}'
+                        for number, image in enumerate(images))
+    others = ", ".join(box.replace('"image_id": 1', f'"image_id": {number}').format(10**7 + number)
+                       for number in range(2, len(images) + 1))
+    labels = tmp_path / "data" / "dense.json"
+    labels.write_text('{"categories": [{"id": 1, "name": "a"}, {"id": 2, "name": "b"}, {"id": 3, "name": "c"}], '
+                      f'"images": [{listing}], "annotations": [{others}, '
+                      + ", ".join(box.format(number) for number in range(1, 2_000_001)) + "]}")
+    split = {"annotations": str(labels), "images": "images/train"}
+    data = write_yaml(tmp_path / "data", train=split, val=split)
+    done = run_cli("detect.train", *train_args(data, tmp_path / "runs", epochs=1), timeout=300, memory_gb=6,
+                   merge_output=True)
+    assert done.returncode == 0 and "Traceback" not in done.stdout, done.stdout[-3000:]
+    assert done.stdout.count("skipped: too many boxes                         1") == 2  # train and val
+    assert (f"{labels}: 1 of its 8 images are not in the split (not in the images folder, or skipped by the label "
+            "check): their boxes are not scored") in done.stdout
+    details = (tmp_path / "data" / "dense.json.train.detect.problems.txt").read_text()
+    assert f"{images[0]}: too many boxes (2,000,000, more than the 10,000 an image may hold: --max-boxes)" in details
+    done = run_cli("detect.val", "--weights", str(tmp_path / "runs" / "exp" / "weights" / "best.pt"), "--data",
+                   str(data), "--imgsz", "64", "--device", "cpu", "--project", str(tmp_path / "runs"), timeout=300,
+                   memory_gb=6, merge_output=True)
+    assert done.returncode == 0 and "Traceback" not in done.stdout, done.stdout[-3000:]
+    assert re.search(r"^7 images$", done.stdout, re.MULTILINE), done.stdout[-3000:]

@@ -17,7 +17,9 @@ from detect.data import (
 )
 from detect.data.annotations.convert import TARGETS, convert
 from detect.data.dataset_plots import plot_batch, plot_label_stats
+from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS, MAX_PIXELS_HELP
 from detect.data.labels.cache import CACHE_DIR_HELP
+from detect.data.labels.check import DEFAULT_MAX_BOXES, MAX_BOXES, MAX_BOXES_HELP, ImageBounds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +32,8 @@ class DataSettings(Settings):
     batch_size: int = option(16, "images in the batch plot", bound=POSITIVE)
     plots: str | None = option(None, "folder for labels.png and train_batch.png")
     cache_dir: str | None = option(None, CACHE_DIR_HELP)
+    max_pixels: int = option(DEFAULT_MAX_PIXELS, MAX_PIXELS_HELP, bound=MAX_PIXELS)
+    max_boxes: int = option(DEFAULT_MAX_BOXES, MAX_BOXES_HELP, bound=MAX_BOXES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +46,8 @@ class ConvertSettings(Settings):
     out: str = option("converted", "folder to write (with its data.yaml)")
     copy: bool = option(False, "copy the images into yolo's images/ (default: symbolic links)")
     cache_dir: str | None = option(None, CACHE_DIR_HELP)
+    max_pixels: int = option(DEFAULT_MAX_PIXELS, MAX_PIXELS_HELP, bound=MAX_PIXELS)
+    max_boxes: int = option(DEFAULT_MAX_BOXES, MAX_BOXES_HELP, bound=MAX_BOXES)
 
 
 parse_args = cli.settings_reader(DataSettings, "python -m detect.data", __doc__)
@@ -52,7 +58,8 @@ parse_convert_args = cli.settings_reader(ConvertSettings, "python -m detect.data
 def check(settings: DataSettings) -> None:
     """Check every split (each logs its table); with --plots, plot the labels and one augmented batch."""
     config = load_data_config(settings.data)
-    splits = {name: load_split(config, name, cache_dir=settings.cache_dir) for name in config.splits}
+    bounds = ImageBounds(settings.max_pixels, settings.max_boxes)
+    splits = {name: load_split(config, name, cache_dir=settings.cache_dir, bounds=bounds) for name in config.splits}
     if settings.plots is not None and "train" in splits:
         folder = Path(settings.plots)
         folder.mkdir(parents=True, exist_ok=True)
@@ -67,7 +74,7 @@ def check(settings: DataSettings) -> None:
 def write_converted(settings: ConvertSettings) -> Path:
     """Convert the --data's splits and print the data yaml written."""
     target = convert(load_data_config(settings.data), settings.to, Path(settings.out), settings.copy,
-                     settings.cache_dir)
+                     settings.cache_dir, ImageBounds(settings.max_pixels, settings.max_boxes))
     print(target)
     return target
 

@@ -13,8 +13,8 @@ from detect.data.augment.settings import AugmentSettings
 from detect.data.data_config import DataConfig
 from detect.data.datasets import RectTrainDataset, TrainDataset, ValDataset
 from detect.data.images.cache import build_image_cache
-from detect.data.images.pixels import DEFAULT_MAX_PIXELS
 from detect.data.images.ram_cache import NodeShare
+from detect.data.labels.check import DEFAULT_BOUNDS, ImageBounds
 from detect.data.labels.split import LabelledSplit, load_split
 from detect.data.remote.fetch_ahead import FetchAhead
 from detect.data.sampling import (
@@ -92,14 +92,14 @@ def build_val_loader(data_config: DataConfig, split: str = "val", imgsz: int = 6
                      workers: int | None = None, stride: int = 32, rect: bool = True, pin_memory: bool = True,
                      prefetch_factor: int = 2, single_class: bool = False, rank: int = 0,
                      world_size: int = 1, cache_dir: str | Path | None = None,
-                     checked: LabelledSplit | None = None, max_pixels: int = DEFAULT_MAX_PIXELS,
+                     checked: LabelledSplit | None = None, bounds: ImageBounds = DEFAULT_BOUNDS,
                      fixed_shape: tuple[int, int] | None = None) -> Loader:
     """Letterboxed rectangular batches of the whole split in aspect order; with `world_size` ranks, this rank's
     whole batches of them (sampling.ValShard). The side is `imgsz` rounded up to `stride`, or a static export's
     `fixed_shape` (square batches then). `checked`: the split as load_split gave it (else checked here, its label
-    cache in `cache_dir` when given, images over `max_pixels` skipped)."""
+    cache in `cache_dir` when given, images beyond `bounds` skipped)."""
     imgsz, rect = val_input_size(imgsz, stride, fixed_shape), rect and fixed_shape is None
-    labelled = checked or load_split(data_config, split, single_class, cache_dir, max_pixels)
+    labelled = checked or load_split(data_config, split, single_class, cache_dir, bounds)
     dataset = ValDataset(labelled.records, imgsz, batch_size, stride, rect=rect)
     workers = default_workers() if workers is None else workers
     shard = ValShard(len(dataset), batch_size, rank, world_size)

@@ -31,6 +31,7 @@ from detect.data.data_config import check_sources
 from detect.data.dataset_plots import plot_label_stats
 from detect.data.device_batch import multi_scale_sizes
 from detect.data.images.ram_cache import NodeShare
+from detect.data.labels.check import ImageBounds
 from detect.data.loader import default_workers
 from detect.data.remote.mount import keep_label_cache
 from detect.errors import UserError
@@ -191,7 +192,8 @@ def _checked_split(settings: TrainSettings, data: DataConfig, split: str, contex
     """This rank's check of `split`: each node's first rank checks it (writing the cache), then the others load it.
     A bucket's split on several nodes is checked once a job: by the main rank, whose label cache goes to the other
     nodes, so that a node fetches only the images its ranks read, not every image for the check."""
-    check = functools.partial(load_split, data, split, settings.single_cls, settings.cache_dir, settings.max_pixels)
+    bounds = ImageBounds(settings.max_pixels, settings.max_boxes)
+    check = functools.partial(load_split, data, split, settings.single_cls, settings.cache_dir, bounds)
     found = None
     if data.remote is not None and context.local_world_size < context.world_size:
         if context.is_main:

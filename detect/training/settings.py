@@ -17,6 +17,7 @@ from detect.config import MAX_IMGSZ, NON_NEGATIVE, POSITIVE, Bound, Settings, op
 from detect.data.images.cache import CACHE_CHOICES
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS, MAX_PIXELS_HELP
 from detect.data.labels.cache import CACHE_DIR_HELP
+from detect.data.labels.check import DEFAULT_MAX_BOXES, MAX_BOXES, MAX_BOXES_HELP
 from detect.errors import UserError
 from detect.run_dir import check_run_folder
 from detect.training.distributed import DistContext
@@ -69,6 +70,7 @@ class TrainSettings(Settings):
                                      "(--cache disk)", choices=CACHE_CHOICES, const="ram")
     cache_dir: str | None = option(None, CACHE_DIR_HELP + "; also --cache disk's .npy files", again_on_resume=True)
     max_pixels: int = option(DEFAULT_MAX_PIXELS, MAX_PIXELS_HELP, bound=MAX_PIXELS)
+    max_boxes: int = option(DEFAULT_MAX_BOXES, MAX_BOXES_HELP, bound=MAX_BOXES)
     single_cls: bool = option(False, "train every class as one class, 'item'")
     rect: bool = option(False, "rectangular batches in aspect-ratio order (no mosaic; many shapes)")
     amp: bool | None = option(None, "mixed precision (default: on for accelerators and CPUs with bf16 units, AMX-BF16 "

@@ -21,6 +21,7 @@ import yaml
 from detect.data.categories import yolo_category_ids
 from detect.data.data_config import DataConfig
 from detect.data.labels.cache import folder_writable
+from detect.data.labels.check import DEFAULT_BOUNDS, ImageBounds
 from detect.data.labels.split import LabelledSplit, load_split
 from detect.data.records import label_path_for
 from detect.errors import UserError
@@ -127,10 +128,12 @@ def _writable_out(out: Path) -> Path:
     return out
 
 
-def convert(config: DataConfig, to: str, out: Path, copy: bool = False, cache_dir: str | None = None) -> Path:
-    """Write every split of `config` as `to` ("yolo" or "coco") under `out`; the data yaml written there."""
+def convert(config: DataConfig, to: str, out: Path, copy: bool = False, cache_dir: str | None = None,
+            bounds: ImageBounds = DEFAULT_BOUNDS) -> Path:
+    """Write every split of `config` (checked within `bounds`) as `to` ("yolo" or "coco") under `out`; the data yaml
+    written there."""
     given, out = out, _writable_out(out)
-    splits = {name: load_split(config, name, cache_dir=cache_dir) for name in config.splits}
+    splits = {name: load_split(config, name, cache_dir=cache_dir, bounds=bounds) for name in config.splits}
     _refuse_overlap(out, given, _sources(config, splits))
     targets = {name: _yolo_targets(split, config.splits[name], out, name) for name, split in splits.items()
                if to == "yolo"}

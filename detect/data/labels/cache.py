@@ -18,7 +18,7 @@ import numpy as np
 
 from detect.atomic_file import replacing
 from detect.data.data_config import user_cache
-from detect.data.images.pixels import DEFAULT_MAX_PIXELS
+from detect.data.labels.check import DEFAULT_BOUNDS, ImageBounds
 from detect.data.labels.checked import CheckedImages
 
 LOGGER = logging.getLogger(__name__)
@@ -50,17 +50,18 @@ def _stat_chunk(files: Sequence[str]) -> np.ndarray:
     return np.array(found, np.int64).reshape(-1, 2)
 
 
-def fingerprint(files: Sequence[str], num_classes: int, max_pixels: int = DEFAULT_MAX_PIXELS,
+def fingerprint(files: Sequence[str], num_classes: int, bounds: ImageBounds = DEFAULT_BOUNDS,
                 names: Sequence[str] = (), stats: np.ndarray | None = None) -> str:
-    """sha256 of the version, the class count, the pixel limit, the class `names` if given, the paths in order and each
-    file's (size, mtime_ns) (or missing): stat'ed here, or `stats` as a bucket's listing gives them."""
+    """sha256 of the version, the class count, the image bounds, the class `names` if given, the paths in order and
+    each file's (size, mtime_ns) (or missing): stat'ed here, or `stats` as a bucket's listing gives them."""
     if stats is None:
         chunks = [files[start:start + STAT_CHUNK] for start in range(0, len(files), STAT_CHUNK)]
         with ThreadPoolExecutor(min(STAT_THREADS, max(1, len(chunks)))) as pool:
             stats = list(pool.map(_stat_chunk, chunks))
     else:
         stats = [stats]
-    digest = hashlib.sha256(f"{CACHE_VERSION}|{num_classes}|{max_pixels}|{len(files)}\n".encode())
+    digest = hashlib.sha256(f"{CACHE_VERSION}|{num_classes}|{bounds.max_pixels}|{bounds.max_boxes}|{len(files)}\n"
+                            .encode())
     if names:
         digest.update(("\n".join(names) + "\n\n").encode("utf-8", "surrogateescape"))
     digest.update("\n".join(files).encode("utf-8", "surrogateescape"))

@@ -9,6 +9,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from detect.config import Bound
 from detect.data.images.files import file_problem
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS, ImageTooLarge, check_pixels, open_header
 from detect.errors import short_repr
@@ -30,11 +31,29 @@ DUPLICATE = "duplicate rows"
 MISSING_LABELS = "missing label file"
 UNREADABLE_LABELS = "unreadable label file"
 TRUNCATED_USED = "truncated JPEG, decodable, used"
+TOO_MANY_BOXES = "too many boxes"
 
 MIN_SIDE = 10  # pixels; yolov5 rejects images with a side under 10
 # Normalised coordinates this far outside [0, 1] are rounding by a labelling tool and are clipped; beyond is an error.
 TOLERANCE = 0.01
 EXIF_ORIENTATION = 274
+# Boxes an image's labels may hold: COCO's busiest image has 93, SKU-110K's and DOTA's hundreds to a few thousand; a
+# label file of 2 million boxes on one image (176 MB of COCO json) is refused here instead of stalling the loss.
+DEFAULT_MAX_BOXES = 10_000
+MAX_BOXES = Bound("an integer >= 1", lambda value: value >= 1)
+MAX_BOXES_HELP = "an image whose labels hold more boxes is skipped by name (raise it for denser data)"
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageBounds:
+    """What one image of a split may bring: the pixels its header claims (--max-pixels), the boxes its labels hold
+    (--max-boxes). More is a named skip."""
+
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    max_boxes: int = DEFAULT_MAX_BOXES
+
+
+DEFAULT_BOUNDS = ImageBounds()
 
 
 @dataclasses.dataclass
@@ -185,21 +204,33 @@ def _unopenable(image: str, label_file: str | None, result: CheckResult) -> bool
     return False
 
 
+def _too_many_boxes(count: int, max_boxes: int, where: str, result: CheckResult) -> bool:
+    """True (problem recorded) for labels of more than `max_boxes` boxes."""
+    if count <= max_boxes:
+        return False
+    result.skipped = TOO_MANY_BOXES
+    result.details = [(f"{where}: {TOO_MANY_BOXES} ({count:,}, more than the {max_boxes:,} an image may hold: "
+                      "--max-boxes)")]
+    return True
+
+
 def check_image(
     image: str, label_file: str | None, num_classes: int, given: tuple[np.ndarray, np.ndarray] | None = None,
-    max_pixels: int = DEFAULT_MAX_PIXELS,
+    bounds: ImageBounds = DEFAULT_BOUNDS,
 ) -> CheckResult:
-    """Check an image (at most `max_pixels`, --max-pixels) and its labels: a YOLO txt file, or `given` (rows,
-    crowd) from a COCO json."""
+    """Check an image and its labels (within `bounds`): a YOLO txt file, or `given` (rows, crowd) from a label file
+    of another format."""
     path, result = Path(image), CheckResult(path=image)
     if _unopenable(image, label_file, result):
         return result
-    size = _image_size(path, result, max_pixels)
+    size = _image_size(path, result, bounds.max_pixels)
     if size is None:
         return result
     result.width, result.height = size
     if given is not None:
         rows, crowd = given
+        if _too_many_boxes(len(rows), bounds.max_boxes, image, result):
+            return result
     elif label_file is None or not os.path.lexists(label_file):
         result.background, result.notes = True, result.notes + [MISSING_LABELS]
         return result
@@ -209,6 +240,9 @@ def check_image(
         except OSError as error:
             result.skipped, result.details = UNREADABLE_LABELS, [f"{label_file}: {error.strerror or error}"]
             return result
+        if text.count("\n") > bounds.max_boxes and _too_many_boxes(
+                sum(1 for line in text.splitlines() if line.strip()), bounds.max_boxes, label_file, result):
+            return result  # counted before parsing: 2 million rows take seconds to parse
         parsed, problem, detail = parse_label_text(text, num_classes)
         if parsed is None:
             result.skipped, result.details = problem, [f"{label_file}: {detail}"]

@@ -106,10 +106,10 @@ def _count_unlisted(unlisted: Sequence[tuple[str, str]], counts: collections.Cou
 
 
 def check_images(images: list[str], labels: list[str | None], given: list, num_classes: int,
-                 max_pixels: int) -> CheckedImages:
+                 bounds: check.ImageBounds) -> CheckedImages:
     """Check every image: in a process pool for a large split (the check is mostly Python, which threads would run
     one at a time), else in threads (they overlap file reads, which is what a small split on a network disk waits on)."""
-    arguments = (images, labels, repeat(num_classes), given, repeat(max_pixels))
+    arguments = (images, labels, repeat(num_classes), given, repeat(bounds))
     if len(images) >= PROCESS_POOL_FROM and (os.cpu_count() or 1) > 1:
         # fork, as yolov5 and our DataLoader workers: no re-import of __main__ (a script needs no main guard), no
         # start-up cost; the check runs no torch op and no parallel cv2 call, so no inherited thread pool is used

@@ -13,8 +13,8 @@ import numpy as np
 from detect.data.annotations.formats import AnnotationSource, read_split_labels
 from detect.data.data_config import DataConfig
 from detect.data.images.files import Listing, walk
-from detect.data.images.pixels import DEFAULT_MAX_PIXELS
 from detect.data.labels import cache as label_cache
+from detect.data.labels.check import DEFAULT_BOUNDS, ImageBounds
 from detect.data.labels.checked import check_images, summarise
 from detect.data.records import IMAGE_SUFFIXES, RecordTable, assign_image_ids, label_path_for
 from detect.data.remote.mount import attach
@@ -138,11 +138,11 @@ def as_single_class(split: LabelledSplit) -> LabelledSplit:
 
 
 def load_split(config: DataConfig, split: str = "train", single_class: bool = False,
-               cache_dir: str | Path | None = None, max_pixels: int = DEFAULT_MAX_PIXELS) -> LabelledSplit:
+               cache_dir: str | Path | None = None, bounds: ImageBounds = DEFAULT_BOUNDS) -> LabelledSplit:
     """Check (or load from cache) every image of `split`; one clear UserError if none is usable. With
     `single_class` the labels are checked against the yaml's classes, then all become class 0 (as_single_class).
     The label cache sits beside the labels, or in `cache_dir` (--cache-dir) or the user cache (cache_path). An image
-    whose header claims more than `max_pixels` (--max-pixels) is skipped as too large."""
+    beyond `bounds` (--max-pixels, --max-boxes) is skipped by name."""
     if config.builtin is not None:
         # imported here: only built-in datasets need the generator
         from detect.data.builtin import ensure_builtin
@@ -171,13 +171,13 @@ def load_split(config: DataConfig, split: str = "train", single_class: bool = Fa
         cache_file = label_cache.relocated(Path(mount.key(sources.usual_cache)), mount.meta)
         key_files, stats = [mount.key(path) for path in sources.key_files], mount.file_stats(sources.key_files)
     # the names too where a label file names the classes: the same count in another order maps boxes otherwise
-    key = label_cache.fingerprint(key_files, config.num_classes, max_pixels,
+    key = label_cache.fingerprint(key_files, config.num_classes, bounds,
                                   config.names if sources.coco_json or split in config.annotations else (), stats)
     checked = label_cache.read_cache(cache_file, key)
     cache_state = "loaded"
     if checked is None:
         checker = check_images if mount is None else mount.check_images
-        checked = checker(images, sources.labels, sources.given, config.num_classes, max_pixels)
+        checked = checker(images, sources.labels, sources.given, config.num_classes, bounds)
         cache_state = "written" if label_cache.write_cache(cache_file, key, checked) else "not written"
     counts, details = summarise(split, images, checked, cache_state, unlisted, sources.noted, sources.details)
     details_file = _write_details(cache_file, details) if details else None

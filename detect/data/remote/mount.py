@@ -146,7 +146,7 @@ class Mount:
         return stats
 
     def check_images(self, images: list[str], labels: list[str | None], given: list, num_classes: int,
-                     max_pixels: int) -> CheckedImages:
+                     bounds: check.ImageBounds) -> CheckedImages:
         """check.check_image of every image and its label file, each fetched first (a label file the bucket does not
         hold is a missing one), CHECK_THREADS at a time."""
         listed = self.listed([label for label in labels if label is not None])
@@ -160,7 +160,7 @@ class Mount:
                         self.fetch(self.key(path))
                     except FileNotFoundError:
                         pass  # deleted since the listing: the check names the missing file
-            return check.check_image(images[index], label, num_classes, given[index], max_pixels)
+            return check.check_image(images[index], label, num_classes, given[index], bounds)
 
         with ThreadPoolExecutor(CHECK_THREADS) as pool:
             return CheckedImages.from_results(list(pool.map(check_one, range(len(images)))))

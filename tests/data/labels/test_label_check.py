@@ -164,6 +164,20 @@ def test_an_image_over_the_pixel_limit_is_named_and_skipped_from_its_header(tmp_
     assert (f"{bomb}: {check.TOO_LARGE} (30000x30000 is 900,000,000 pixels, more than the limit of 89,478,485 "
             "(--max-pixels))") in split.details_file.read_text()
     # The limit is in the cache key: a higher one checks again, and the image passes, read past PIL's own limit.
-    assert len(load_split(config, "train", max_pixels=2**30).records) == 3
+    assert len(load_split(config, "train", bounds=check.ImageBounds(max_pixels=2**30)).records) == 3
     with pytest.raises(UserError, match="no usable image"):
-        load_split(config, "train", max_pixels=100 * 120 - 1)
+        load_split(config, "train", bounds=check.ImageBounds(max_pixels=100 * 120 - 1))
+
+
+def test_an_image_of_more_boxes_than_the_bound_is_named_and_skipped(tmp_path: Path) -> None:
+    for index in range(2):
+        write_sample(tmp_path, "train", f"good{index}", 100, 120, [(10, 10, 40, 50)])
+    write_sample(tmp_path, "train", "dense", 100, 120, [])
+    dense = tmp_path / "labels" / "train" / "dense.txt"
+    dense.write_text("".join(f"0 0.5 0.5 {0.1 + index / 1e4:.4f} 0.1\n" for index in range(11)))
+    config = load_data_config(write_yaml(tmp_path))
+    split = load_split(config, "train", bounds=check.ImageBounds(max_boxes=10))
+    assert split.counts["skipped: " + check.TOO_MANY_BOXES] == 1 and split.counts["usable"] == 2
+    assert (f"{dense}: {check.TOO_MANY_BOXES} (11, more than the 10 an image may hold: --max-boxes)"
+            in split.details_file.read_text())
+    assert len(load_split(config, "train", bounds=check.ImageBounds(max_boxes=11)).records) == 3  # in the cache key
