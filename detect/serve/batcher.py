@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +16,6 @@ from concurrent.futures import ThreadPoolExecutor
 from detect.serve.engine import Found, Prepared, Thresholds
 from detect.serve.metrics import Metrics
 
-LOGGER = logging.getLogger(__name__)
 RunBatch = Callable[[Sequence[Prepared], Sequence[Thresholds]], list[Found]]
 
 
@@ -91,8 +89,7 @@ class Batcher:
         try:
             found = await asyncio.get_running_loop().run_in_executor(
                 self._thread, self.run, [waiting.image for waiting in batch], [waiting.thresholds for waiting in batch])
-        except Exception as error:  # one failed batch answers its requests with 500; the next runs
-            LOGGER.exception("a batch of %d failed", len(batch))
+        except Exception as error:  # noqa: BLE001 (a failed batch: each request's 500 logs it; the next runs)
             for waiting in batch:
                 if not waiting.answer.done():
                     waiting.answer.set_exception(error)
