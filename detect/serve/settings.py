@@ -57,8 +57,8 @@ class ServeSettings(Settings):
                                 bound=POSITIVE)
     shutdown_timeout_s: float = option(8.0, "on SIGTERM, seconds the requests whose body is in get to be answered "
                                        "(503 after); bodies still arriving are cut at once", bound=SECONDS)
-    api_key: str = option("", f"every route but /health asks for 'Authorization: Bearer <key>' (default: "
-                              f"${API_KEY_VARIABLE})")
+    api_key: str = option("", f"every route but /health and the page asks for 'Authorization: Bearer <key>' "
+                              f"(default: ${API_KEY_VARIABLE})")
     insecure: bool = option(False, "listen on an address other than loopback without an API key")
     log_requests: bool = option(False, "log one line per request (uvicorn's access log)")
 
