@@ -5,8 +5,10 @@ predict read (docs/serve.md). Needs the serve extra: pip install "detect-trainer
     serve(weights="yolov5n.onnx", max_batch=8)       # until SIGTERM or Ctrl-C
     app = build_app(ServeSettings(weights="yolov5n.onnx"))   # the FastAPI app, for your own ASGI server
 
-settings.py holds the flags, uploads.py checks and decodes an upload, engine.py runs the model (predict's Detector)
-on a batch, batcher.py gathers the batches, metrics.py writes /metrics, app.py the routes, server.py runs uvicorn.
+settings.py holds the flags, clients.py reads a body under a floor rate and notices a client's leaving, uploads.py
+checks and decodes an upload, engine.py runs the model (predict's Detector) on a batch, batcher.py gathers batches of
+one shape, metrics.py writes /metrics, guard.py checks the key, counts the answers and answers errors in our words,
+app.py holds the routes, server.py runs uvicorn.
 The FastAPI parts load when first asked for, so `import detect.serve` works without the extra.
 """
 

@@ -1,11 +1,11 @@
 """The HTTP API (docs/serve.md): POST /v1/detect, GET /health, /v1/model, /metrics and / (the drop-an-image page),
-on FastAPI. The model loads after the server starts listening, so /health answers 503 until it is loaded and warm."""
+on FastAPI. The model loads after the server starts listening, so /health answers 503 until it is loaded and warm.
+A request takes one of --queue-size slots only once its body is in (clients.py reads it under a floor rate)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -18,14 +18,14 @@ from starlette.datastructures import Headers
 from starlette.formparsers import MultiPartException, MultiPartParser
 
 from detect.serve.batcher import Batcher
+from detect.serve.clients import BodyLimits, read_body, until_gone
 from detect.serve.engine import Found, ServedModel, Thresholds
+from detect.serve.guard import Guard
 from detect.serve.metrics import CONTENT_TYPE, Metrics
 from detect.serve.settings import ServeSettings
 from detect.serve.uploads import Refused
 
 LOGGER = logging.getLogger(__name__)
-ROUTES = ("/", "/health", "/metrics", "/v1/detect", "/v1/model")  # metrics label the rest "other"
-OPEN_ROUTES = ("/health",)  # answered without the API key (load balancers and probes have none)
 RETRY_AFTER_S = 1
 
 
@@ -40,6 +40,8 @@ class Service:
         self.failure: Exception | None = None
         self.on_failure: Callable[[], None] = lambda: None  # the server stops itself here
         self.decoders = ThreadPoolExecutor(settings.workers, thread_name_prefix="detect-decode")
+        self.body_limits = BodyLimits(settings.max_bytes, settings.body_timeout_s, settings.body_min_rate)
+        self.stopping = asyncio.Event()  # set on SIGTERM (server.py): bodies still arriving are cut
 
     async def load(self) -> None:
         """Load and warm the model in a thread (the server answers /health meanwhile), then start batching."""
@@ -63,18 +65,16 @@ class Service:
         self.decoders.shutdown(wait=False, cancel_futures=True)
 
     async def detect_response(self, request: Request) -> Response:
-        """POST /v1/detect."""
+        """POST /v1/detect (anything unexpected goes up to the Guard, which answers 500)."""
         try:
             return JSONResponse(await self.detect(request))
         except Refused as refused:
             return refusal(refused)
-        except Exception as error:  # noqa: BLE001 (a failed batch: its requests get 500, the service goes on)
-            return JSONResponse({"error": f"inference failed: {type(error).__name__}: {error}"}, 500)
 
     async def health_response(self) -> Response:
         """GET /health: 200 once the model is loaded and warm, 503 before (or when it failed to load)."""
         if self.model is None:
-            state = f"failed: {self.failure}" if self.failure else "loading"
+            state = "failed to load the model (the server's log says why)" if self.failure else "loading"
             return JSONResponse({"status": state}, 503, headers={"Retry-After": str(RETRY_AFTER_S)})
         return JSONResponse({"status": "ok"})
 
@@ -91,40 +91,44 @@ class Service:
         return self.model
 
     async def detect(self, request: Request) -> dict:
-        """The answer to POST /v1/detect; Refused for a request it will not answer."""
+        """The answer to POST /v1/detect; Refused for a request it will not answer, ClientGone when its client
+        leaves first."""
         model = self.ready_model()
         thresholds = Thresholds.from_query(request.query_params, model.defaults, len(model.names))
+        start = time.perf_counter()
+        data = await self.read_image(request)
         if self.metrics.pending >= self.settings.queue_size:
             raise Refused(503, f"busy: {self.settings.queue_size} requests are being answered (--queue-size)",
                           retry_after=RETRY_AFTER_S)
         self.metrics.pending += 1
         try:
-            start = time.perf_counter()
-            data = await self.read_image(request)
-            prepared = await asyncio.get_running_loop().run_in_executor(self.decoders, model.prepare, data)
-            decoded = time.perf_counter()
-            found, waited = await self.batcher.submit(prepared, thresholds)
-            timing = {"decode": decoded - start, "queue": waited, "inference": found.inference_ms / 1000,
-                      "total": time.perf_counter() - start}
-            return answer(found, prepared.info.original, model, timing)
+            return await until_gone(request.receive, self.detect_image(model, data, thresholds, start))
         finally:
             self.metrics.pending -= 1
 
+    async def detect_image(self, model: ServedModel, data: bytes, thresholds: Thresholds, start: float) -> dict:
+        """Decode and letterbox `data` in a decoding thread, then wait for its batch."""
+        prepared = await asyncio.get_running_loop().run_in_executor(self.decoders, model.prepare, data)
+        decoded = time.perf_counter()
+        found, waited = await self.batcher.submit(prepared, thresholds)
+        timing = {"decode": decoded - start, "queue": waited, "inference": found.inference_ms / 1000,
+                  "total": time.perf_counter() - start}
+        return answer(found, prepared.info.original, model, timing)
+
     async def read_image(self, request: Request) -> bytes:
-        """The body (at most --max-bytes), or the 'image' field of a multipart form."""
-        limit = self.settings.max_bytes
-        too_large = Refused(413, f"the body is over {limit:,} bytes (--max-bytes)")
+        """The body (at most --max-bytes, at least --body-min-rate), or the 'image' field of a multipart form."""
+        limits = self.body_limits
         length = request.headers.get("content-length", "")
-        if length.isdigit() and int(length) > limit:
-            raise too_large
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > limit:
-                raise too_large
+        if length.isdigit() and int(length) > limits.max_bytes:
+            raise limits.too_large()
+        self.metrics.reading += 1
+        try:
+            body = await read_body(request.receive, limits, self.stopping)
+        finally:
+            self.metrics.reading -= 1
         if request.headers.get("content-type", "").startswith("multipart/form-data"):
-            return await form_image(request.headers, bytes(body))
-        return bytes(body)
+            return await form_image(request.headers, body)
+        return body
 
 
 async def form_image(headers: Headers, body: bytes) -> bytes:
@@ -134,8 +138,9 @@ async def form_image(headers: Headers, body: bytes) -> bytes:
 
     try:
         form = await MultiPartParser(headers, stream(), max_files=1, max_fields=16).parse()
-    except MultiPartException as error:
-        raise Refused(400, f"bad multipart form: {error.message}") from None
+    except MultiPartException:
+        raise Refused(400, "bad multipart form: send one file in an 'image' field (or the image's bytes as the "
+                           "body)") from None
     try:
         field = form.get("image")
         if field is None:
@@ -154,7 +159,9 @@ def answer(found: Found, original: tuple[int, int], model: ServedModel, seconds:
 
 
 def refusal(refused: Refused) -> JSONResponse:
-    headers = {"Retry-After": str(refused.retry_after)} if refused.retry_after is not None else None
+    headers = {"Retry-After": str(refused.retry_after)} if refused.retry_after is not None else {}
+    if refused.close:
+        headers["Connection"] = "close"
     return JSONResponse({"error": refused.reason}, refused.status, headers=headers)
 
 
@@ -172,32 +179,10 @@ def build_app(settings: ServeSettings) -> FastAPI:
 
     app = FastAPI(title="detect", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.service = service
-    app.middleware("http")(key_and_counts(service))
+    app.add_middleware(Guard, key=settings.key, metrics=service.metrics, stopping=service.stopping)
     app.post("/v1/detect")(service.detect_response)
     app.get("/health")(service.health_response)
     app.get("/v1/model")(service.model_response)
     app.get("/metrics")(lambda: PlainTextResponse(service.metrics.text(), media_type=CONTENT_TYPE))
     app.get("/")(lambda: HTMLResponse(page))
     return app
-
-
-def key_and_counts(service: Service) -> Callable:
-    """The middleware that asks every route but /health for the API key (when there is one) and counts answers."""
-    key = service.settings.key.encode()
-
-    async def middleware(request: Request, call_next: Callable) -> Response:
-        path = request.url.path
-        if key and path not in OPEN_ROUTES and not _has_key(request.headers.get("authorization", ""), key):
-            response = JSONResponse({"error": "this service needs 'Authorization: Bearer <key>'"}, 401,
-                                    headers={"WWW-Authenticate": "Bearer"})
-        else:
-            response = await call_next(request)
-        service.metrics.record_request(path if path in ROUTES else "other", response.status_code)
-        return response
-
-    return middleware
-
-
-def _has_key(authorization: str, key: bytes) -> bool:
-    scheme, _, given = authorization.partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), key)

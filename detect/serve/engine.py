@@ -114,15 +114,10 @@ class ServedModel:
         return Prepared(cv2.cvtColor(fitted, cv2.COLOR_BGR2RGB), LetterboxInfo(image.shape[:2], ratio, pad))
 
     def run(self, images: Sequence[Prepared], thresholds: Sequence[Thresholds]) -> list[Found]:
-        """One model call for the batch, then each image's NMS at its own thresholds. Images of other shapes share
-        the largest, each at the top left with grey below and to the right (the stride grid stays where predict's
-        is); a static export pads the batch itself (ExportedModel)."""
+        """One model call for a batch of images of one shape (the batcher's), then each image's NMS at its own
+        thresholds; a static export pads the batch itself (ExportedModel)."""
         start = time.perf_counter()
-        height = max(image.pixels.shape[0] for image in images)
-        width = max(image.pixels.shape[1] for image in images)
-        batch = np.full((len(images), height, width, 3), PAD_VALUE, np.uint8)
-        for slot, image in zip(batch, images):
-            slot[:image.pixels.shape[0], :image.pixels.shape[1]] = image.pixels
+        batch = np.stack([image.pixels for image in images])
         backend = self.detector.backend
         if isinstance(self.detector.model, ExportedModel):
             # An export reads contiguous float32 (B, 3, H, W): made in two passes, not the three of predict's

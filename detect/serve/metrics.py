@@ -1,6 +1,7 @@
-"""GET /metrics in Prometheus' text format (version 0.0.4): requests by route and status, the batch sizes, the time
-requests waited in the queue and the time each batch took in the model. Written here, not by prometheus_client: four
-series do not need a dependency."""
+"""GET /metrics in Prometheus' text format (version 0.0.4): requests by route and status (499: the client left before
+its answer), the requests taken and the bodies still arriving, the batch sizes, the time requests waited in the queue
+and the time each batch took in the model. Written here, not by prometheus_client: six series do not need a
+dependency."""
 
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ class Metrics:
         self.set_max_batch(max_batch)
         self.queue_wait = Histogram("detect_queue_wait_seconds", "Time a request waited for its batch.", SECONDS)
         self.inference = Histogram("detect_inference_seconds", "Time a batch took in the model and NMS.", SECONDS)
-        self.pending = 0  # requests taken and not yet answered
+        self.pending = 0  # requests taken (their body in) and not yet answered
+        self.reading = 0  # requests whose body is still arriving
 
     def set_max_batch(self, max_batch: int) -> None:
         """Batch-size buckets 1 to `max_batch` (a static export's batch replaces --max-batch once it is loaded)."""
@@ -62,12 +64,14 @@ class Metrics:
 
     def text(self) -> str:
         with self._lock:
-            lines = ["# HELP detect_requests_total Requests answered, by route and HTTP status.",
+            lines = ["# HELP detect_requests_total Requests answered, by route and HTTP status (499: the client left).",
                      "# TYPE detect_requests_total counter"]
             lines += [f'detect_requests_total{{route="{route}",status="{status}"}} {count}'
                       for (route, status), count in sorted(self.requests.items())]
             lines += ["# HELP detect_requests_pending Requests taken and not yet answered.",
-                      "# TYPE detect_requests_pending gauge", f"detect_requests_pending {self.pending}"]
+                      "# TYPE detect_requests_pending gauge", f"detect_requests_pending {self.pending}",
+                      "# HELP detect_requests_reading Requests whose body is still arriving.",
+                      "# TYPE detect_requests_reading gauge", f"detect_requests_reading {self.reading}"]
             for histogram in (self.batch_size, self.queue_wait, self.inference):
                 lines += histogram.lines()
         return "\n".join(lines) + "\n"

@@ -16,8 +16,13 @@ from detect.inference.detector import PredictSettings
 API_KEY_VARIABLE = "DETECT_API_KEY"
 PORT = Bound("an integer in [0, 65535] (0: a free port)", lambda value: 0 <= value <= 65535)
 MILLISECONDS = Bound("a number of milliseconds in [0, 10000]", lambda value: 0 <= value <= 10_000)
+SECONDS = Bound("a number of seconds in (0, 3600]", lambda value: 0 < value <= 3600)
 # An upload is held in memory while it is decoded: 20 MB holds any photo a camera writes.
 DEFAULT_MAX_BYTES = 20_000_000
+# The floor on a body's rate is Apache httpd's (mod_reqtimeout's default `RequestReadTimeout body=20,MinRate=500`):
+# 20 s for the body to begin, and one more second for every 500 bytes received.
+BODY_TIMEOUT_S = 20.0
+BODY_MIN_RATE = 500
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,10 +49,16 @@ class ServeSettings(Settings):
                                                  "any pixel is decoded (PIL's limit by default; at most 2**30, cv2's)",
                              bound=MAX_PIXELS)
     workers: int = option(2, "threads that decode and letterbox images", bound=POSITIVE)
-    queue_size: int = option(64, "requests taken at once (decoding, waiting or in a batch); 503 with "
-                                 "Retry-After above it", bound=POSITIVE)
-    api_key: str = option("", f"every route but /health asks for 'Authorization: Bearer <key>' (default: "
-                              f"${API_KEY_VARIABLE})")
+    queue_size: int = option(64, "requests taken at once (decoding, waiting or in a batch; a request is taken once "
+                                 "its body is in); 503 with Retry-After above it", bound=POSITIVE)
+    body_timeout_s: float = option(BODY_TIMEOUT_S, "seconds a request body has to arrive, plus one for every "
+                                   "--body-min-rate bytes of it received (408 for a slower body)", bound=SECONDS)
+    body_min_rate: int = option(BODY_MIN_RATE, "bytes a second a body must average past its first --body-timeout-s",
+                                bound=POSITIVE)
+    shutdown_timeout_s: float = option(8.0, "on SIGTERM, seconds the requests whose body is in get to be answered "
+                                       "(503 after); bodies still arriving are cut at once", bound=SECONDS)
+    api_key: str = option("", f"every route but /health and the page asks for 'Authorization: Bearer <key>' "
+                              f"(default: ${API_KEY_VARIABLE})")
     insecure: bool = option(False, "listen on an address other than loopback without an API key")
     log_requests: bool = option(False, "log one line per request (uvicorn's access log)")
 

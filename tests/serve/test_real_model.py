@@ -1,12 +1,11 @@
-"""The real yolov5n.pt served at 640: coco128 images sent at once come back in one batch with predict's detections
-(exactly, for images of one input shape; the confident boxes within a few pixels for a batch of mixed shapes, whose
-smaller images get grey below or to the right)."""
+"""The real yolov5n.pt served at 640: coco128 images sent at once come back with predict's detections for each alone,
+those of one input shape in one batch, those of other shapes in batches of their own shape (padded into one batch,
+000000000009.jpg's boxes moved by up to 14.7 px)."""
 
 from __future__ import annotations
 
 import concurrent.futures
 
-import numpy as np
 import pytest
 
 from detect.inference.detector import Detector, PredictSettings
@@ -18,7 +17,8 @@ pytest.importorskip("fastapi", reason="the serve extra is not installed: pip ins
 pytestmark = [pytest.mark.slow, needs_shared]
 
 ONE_SHAPE = ("000000000025.jpg", "000000000030.jpg", "000000000034.jpg", "000000000071.jpg")  # all 448x640 inputs
-MIXED = ("000000000009.jpg", "000000000036.jpg", "000000000049.jpg", "000000000025.jpg")  # 480x640, 640x512, ...
+MIXED = ("000000000009.jpg", "000000000036.jpg", "000000000049.jpg", "000000000025.jpg")  # 480x640, 640x512 twice,
+# 448x640
 
 
 def burst(server: Server, images: list[bytes]) -> list[dict]:
@@ -40,14 +40,10 @@ def test_yolov5n_answers_as_predict_in_one_batch(tmp_path):
         for image, answer in zip(same, answers):
             assert_same_rows(rows_of(answer), predicted(detector, image))
         mixed = [(folder / name).read_bytes() for name in MIXED]
-        for image, answer in zip(mixed, burst(server, mixed)):
-            assert answer["batch_size"] == 4
-            served, expected = rows_of(answer), predicted(detector, image)
-            confident = expected[expected[:, 4] > 0.5]
-            assert len(confident) > 0
-            for row in confident:  # each confident box of predict's is there, within 3 px, of its class
-                match = served[(served[:, 5] == row[5]) & (np.abs(served[:, :4] - row[:4]).max(axis=1) < 3)]
-                assert len(match) == 1, (row, served)
+        answers = burst(server, mixed)
+        assert [answer["batch_size"] for answer in answers] == [1, 2, 2, 1]
+        for image, answer in zip(mixed, answers):
+            assert_same_rows(rows_of(answer), predicted(detector, image))
         assert server.terminate() == 0
     finally:
         server.stop()

@@ -1,6 +1,8 @@
 """`python -m detect.serve` end to end: one real server (the tiny 3-class model at 128, an API key, batches of up to 4
-gathered for 300 ms, at most 3 requests at once) checked route by route, against predict's Detector, under a burst
-that overflows its queue, and stopped by SIGTERM with requests in flight."""
+gathered for 300 ms, at most 3 requests at once) checked route by route, against predict's Detector (alone and in a
+burst of mixed shapes), under a burst that overflows its queue, with hostile uploads and clients that leave, from the
+page in Chromium with its key typed in, and stopped by SIGTERM with requests in flight; and a server whose model fails
+unexpectedly, whose answers say so without its error's text."""
 
 from __future__ import annotations
 
@@ -11,8 +13,10 @@ import http.client
 import json
 import re
 import shutil
+import struct
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,7 +24,8 @@ import pytest
 from detect.inference.detector import Detector, PredictSettings
 from detect.inference.sample_images import SAMPLES_DIR
 from tests.data.helpers import write_flat_png
-from tests.serve.helpers import Server, call, free_port
+from tests.serve.failing_model import SECRET
+from tests.serve.helpers import Server, call, free_port, open_upload
 
 pytest.importorskip("fastapi", reason="the serve extra is not installed: pip install -e '.[serve]'")
 pytest.importorskip("uvicorn", reason="the serve extra is not installed: pip install -e '.[serve]'")
@@ -67,12 +72,12 @@ def multipart(field: str, data: bytes) -> tuple[bytes, dict[str, str]]:
 
 def test_routes_keys_and_answers_equal_to_predict(server, weights):
     assert set(server.healths) <= {503, 200} and server.healths[-1] == 200
-    for path in ("/", "/v1/model", "/metrics"):
+    for path in ("/v1/model", "/metrics"):
         assert server.get(path, headers={}).status == 401, path
         assert server.get(path, headers={"Authorization": "Bearer wrong"}).status == 401, path
     assert call(f"{server.url}/v1/detect", IMAGES["chelsea.jpg"], method="POST").status == 401
     assert call(f"{server.url}/health").status == 200  # probes have no key
-    assert "<canvas" in server.get("/").body.decode()
+    assert "<canvas" in call(f"{server.url}/").body.decode()  # the page too: it asks for the key itself
     model = server.get("/v1/model").json()
     assert (model["names"], model["imgsz"], model["format"], model["batch"]) == (
         ["cat", "dog", "bird"], [128, 128], "pytorch", {"max": 4, "static": None})
@@ -96,22 +101,35 @@ def test_routes_keys_and_answers_equal_to_predict(server, weights):
     assert all(found["name"] == ["cat", "dog", "bird"][found["class"]] for found in cat["detections"])
 
 
+def bmp_header(width: int, height: int) -> bytes:
+    """A 54-byte BMP: its two headers (24-bit pixels), no pixel, its file size said to be 54."""
+    return b"BM" + struct.pack("<IHHI", 54, 0, 0, 54) + struct.pack("<IiiHHIIiiII", 40, width, height, 1, 24, 0, 0, 0,
+                                                                      0, 0, 0)
+
+
 def test_bad_input_gets_4xx_with_its_reason_and_the_server_stays_healthy(server, tmp_path):
     image = IMAGES["chelsea.jpg"]
     bomb = write_flat_png(tmp_path / "bomb.png", 30000, 30000).read_bytes()  # 0.9 MB, 2.7 GB decoded
+    too_wide = "1100000x1 has a side over 1,048,576 pixels, the most OpenCV decodes"
     cases = {
         "garbage": (b"this is not an image" * 10, "", 400, "not an image"),
         "empty": (b"", "", 400, "empty body"),
         "truncated": (image[:len(image) // 2], "", 400, "truncated image"),
         "bomb": (bomb, "", 413, "30000x30000 is 900,000,000 pixels"),
+        # Under --max-pixels, over OpenCV's side limit: cv2 raised its own error, answered 500 with its text.
+        "bmp header": (bmp_header(1_100_000, 1), "", 413, too_wide),
+        "ppm header": (b"P6\n1100000 1\n255\n\0", "", 413, too_wide),
+        "bmp without pixels": (bmp_header(1000, 1), "", 400, "cannot decode the image"),
         "conf": (image, "?conf=2", 400, "bad query"),
         "classes": (image, "?classes=3", 400, "classes comma-separated indices below 3"),
         "form without image": (multipart("file", image)[0], "", 400, "no 'image' field"),
+        "broken form": (b"--detect-test-boundary\r\nno headers", "", 400, "bad multipart form: send one file"),
     }
     for case, (data, query, status, reason) in cases.items():
-        headers = multipart("file", image)[1] if case == "form without image" else {}
+        headers = multipart("file", image)[1] if "form" in case else {}
         reply = server.post(data, query, headers)
         assert (reply.status, reason in reply.json()["error"]) == (status, True), (case, reply.body)
+        assert "OpenCV(" not in reply.json()["error"] and "error:" not in reply.json()["error"], case  # cv2's text
     # Over --max-bytes: refused from its Content-Length, before the body is sent (a client still sending it would see
     # the connection closed under it).
     connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
@@ -124,6 +142,37 @@ def test_bad_input_gets_4xx_with_its_reason_and_the_server_stays_healthy(server,
                                                                               "(--max-bytes)"})
     connection.close()
     assert server.get("/health").status == 200
+    assert server.post(image).status == 200
+    assert "Traceback" not in server.output()
+
+
+def test_an_images_answer_does_not_depend_on_its_batch(server, weights):
+    # At 128: astronaut.jpg is 128x128 in, chelsea.jpg and coffee.jpg 96x128. Padded into one 128x128 batch, the two
+    # smaller ones got other boxes than predict's; now they share a batch of their own shape, and astronaut runs alone.
+    names = ("astronaut.jpg", "chelsea.jpg", "coffee.jpg")
+    with concurrent.futures.ThreadPoolExecutor(len(names)) as pool:
+        replies = list(pool.map(lambda name: server.post(IMAGES[name], f"?conf={LOW_CONF}"), names))
+    assert [reply.status for reply in replies] == [200] * len(names), [reply.body for reply in replies]
+    detector = Detector(weights, "cpu", PredictSettings(imgsz=(128, 128), conf_threshold=LOW_CONF))
+    for name, reply in zip(names, replies):
+        assert_same_rows(rows_of(reply.json()), predicted(detector, IMAGES[name]))
+    assert replies[0].json()["batch_size"] == 1 and {reply.json()["batch_size"] for reply in replies[1:]} <= {1, 2}
+
+
+def test_a_client_that_leaves_counts_as_499_not_500(server):
+    def detect_total(status: int) -> int:
+        found = re.search(rf'^detect_requests_total\{{route="/v1/detect",status="{status}"\}} (\d+)$',
+                          server.get("/metrics").body.decode(), re.MULTILINE)
+        return int(found.group(1)) if found else 0
+
+    before = detect_total(499), detect_total(500)
+    image = IMAGES["coffee.jpg"]
+    open_upload(server, len(image), image[:1000]).close()  # leaves while it sends the body
+    open_upload(server, len(image), image).close()  # leaves while its answer is made (300 ms of batching)
+    deadline = time.monotonic() + 30
+    while detect_total(499) < before[0] + 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (detect_total(499), detect_total(500)) == (before[0] + 2, before[1])
     assert server.post(image).status == 200
 
 
@@ -173,25 +222,29 @@ def chromium_and_playwright():
     return sync_playwright, binary
 
 
-def test_the_page_draws_the_boxes_of_a_dropped_image(server):
+DROP = """(data) => {
+    const bytes = Uint8Array.from(atob(data), (c) => c.charCodeAt(0));
+    const dropped = new DataTransfer();
+    dropped.items.add(new File([bytes], "chelsea.jpg", {type: "image/jpeg"}));
+    document.getElementById("drop").dispatchEvent(new DragEvent("drop", {dataTransfer: dropped}));
+}"""
+
+
+def test_the_page_asks_for_the_key_and_draws_the_boxes_of_a_dropped_image(server):
     sync_playwright, binary = chromium_and_playwright()
     image = base64.b64encode(IMAGES["chelsea.jpg"]).decode()
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=binary, args=["--no-sandbox"])
         try:
             page = browser.new_page()
-            page.goto(server.url + "/", wait_until="load")  # 401: the page needs the key too
-            assert "this service needs" in page.content()
-            page.set_extra_http_headers(server.auth())
-            page.goto(server.url + "/", wait_until="load")
-            page.fill("#key", KEY)
+            assert page.goto(server.url + "/", wait_until="load").status == 200  # as a browser opens it: no key
             page.fill("#conf", str(LOW_CONF))
-            page.evaluate("""(data) => {
-                const bytes = Uint8Array.from(atob(data), (c) => c.charCodeAt(0));
-                const dropped = new DataTransfer();
-                dropped.items.add(new File([bytes], "chelsea.jpg", {type: "image/jpeg"}));
-                document.getElementById("drop").dispatchEvent(new DragEvent("drop", {dataTransfer: dropped}));
-            }""", image)
+            page.evaluate(DROP, image)  # before the key is typed in
+            page.wait_for_function("document.getElementById('status').textContent.startsWith('401')",
+                                   timeout=30_000)
+            asked = page.text_content("#status")
+            page.fill("#key", KEY)
+            page.evaluate(DROP, image)
             page.wait_for_selector("#detections li", timeout=30_000)
             drawn = page.evaluate("""() => {
                 const canvas = document.getElementById("canvas");
@@ -201,6 +254,7 @@ def test_the_page_draws_the_boxes_of_a_dropped_image(server):
             }""")
         finally:
             browser.close()
+    assert asked == "401: this service asks for its API key: type it in the field above, then drop the image again"
     assert (drawn["width"], drawn["height"], drawn["alpha"]) == (451, 300, 255)  # the image, drawn at its size
     assert drawn["items"] > 0 and drawn["status"].startswith(f"{drawn['items']} detections in ")
 
@@ -262,23 +316,41 @@ def test_a_model_that_fails_to_load_ends_the_service_with_its_line(tmp_path, mon
 
 
 def test_a_body_without_content_length_is_cut_at_max_bytes(weights):
-    from starlette.requests import Request
-
-    from detect.serve.app import Service
-    from detect.serve.settings import ServeSettings
+    from detect.serve.clients import BodyLimits, read_body
     from detect.serve.uploads import Refused
 
-    def request_of(chunks: list[bytes]) -> Request:
+    def receive_of(chunks: list[bytes]):
         messages = [{"type": "http.request", "body": chunk, "more_body": index < len(chunks) - 1}
                     for index, chunk in enumerate(chunks)]
 
         async def receive() -> dict:
             return messages.pop(0)
 
-        return Request({"type": "http", "method": "POST", "path": "/v1/detect", "headers": []}, receive)
+        return receive
 
-    service = Service(ServeSettings(weights=str(weights), max_bytes=2500))
-    assert asyncio.run(service.read_image(request_of([b"x" * 1000] * 2))) == b"x" * 2000
+    limits = BodyLimits(max_bytes=2500, timeout_s=20, min_rate=500)
+    assert asyncio.run(read_body(receive_of([b"x" * 1000] * 2), limits, asyncio.Event())) == b"x" * 2000
     with pytest.raises(Refused, match=r"^the body is over 2,500 bytes \(--max-bytes\)$") as refused:
-        asyncio.run(service.read_image(request_of([b"x" * 1000] * 3 + [b"never read"])))
-    assert refused.value.status == 413
+        asyncio.run(read_body(receive_of([b"x" * 1000] * 3 + [b"never read"]), limits, asyncio.Event()))
+    assert (refused.value.status, refused.value.close) == (413, True)
+
+
+def test_an_unexpected_error_is_a_500_with_a_request_id_and_none_of_its_text(weights, tmp_path):
+    launcher = (str(Path(__file__).with_name("failing_model.py")),)
+    failing = Server(weights, tmp_path / "server.log", "--imgsz", "128", launcher=launcher)
+    try:
+        failing.start()
+        reply = failing.post(IMAGES["coffee.jpg"])
+        assert reply.status == 500
+        request_id = reply.json()["request_id"]
+        assert reply.json() == {"error": "internal error: the server's log has its details under request id "
+                                         f"{request_id}", "request_id": request_id}
+        assert reply.headers["x-request-id"] == request_id
+        assert SECRET not in reply.body.decode() and "RuntimeError" not in reply.body.decode()
+        assert failing.get("/health").status == 200  # the service goes on
+        assert failing.terminate() == 0
+    finally:
+        failing.stop()
+    log = failing.output()
+    assert f"request {request_id} (POST /v1/detect) failed:\nTraceback" in log  # for whoever runs the server
+    assert f"RuntimeError: the model broke: {SECRET}" in log

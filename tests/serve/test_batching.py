@@ -1,0 +1,46 @@
+"""The batcher and the served model in one process: images of other input shapes never share a batch, so each gets
+predict's answer for it alone, from the .pt and from a dynamic ONNX alike."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from detect.inference.detector import Detector, PredictSettings
+from tests.serve.test_serve import IMAGES, LOW_CONF, assert_same_rows, predicted
+
+pytest.importorskip("fastapi", reason="the serve extra is not installed: pip install -e '.[serve]'")
+
+
+@pytest.mark.parametrize("kind", ["pt", "onnx"])
+def test_mixed_shapes_run_in_batches_of_their_own_and_answer_as_predict(kind, weights, tmp_path):
+    from detect.serve.batcher import Batcher
+    from detect.serve.engine import ServedModel, Thresholds
+    from detect.serve.metrics import Metrics
+    from detect.serve.settings import ServeSettings
+    from tests.exporters.helpers import run_export
+
+    path = weights if kind == "pt" else run_export(weights, tmp_path, "--include", "onnx", "--dynamic")["onnx"]
+    model = ServedModel(ServeSettings(weights=str(path), imgsz=(128,)))
+    # At 128, astronaut.jpg is 128x128 in; chelsea.jpg and coffee.jpg are 96x128.
+    names = ("chelsea.jpg", "astronaut.jpg", "coffee.jpg", "chelsea.jpg")
+    prepared = [model.prepare(IMAGES[name]) for name in names]
+
+    async def burst() -> list:
+        batcher = Batcher(model.run, 4, 300, Metrics(4))
+        batcher.start()
+        try:
+            return await asyncio.gather(*(batcher.submit(image, Thresholds(LOW_CONF, 0.45, 1000))
+                                          for image in prepared))
+        finally:
+            await batcher.stop()
+
+    answers = [found for found, _waited in asyncio.run(burst())]
+    assert [found.batch_size for found in answers] == [3, 1, 3, 3]
+    detector = Detector(path, "cpu", PredictSettings(imgsz=(128, 128), conf_threshold=LOW_CONF))
+    for name, found in zip(names, answers):
+        rows = found.rows.numpy().astype(np.float64)
+        assert len(rows) > 0, name
+        assert_same_rows(rows[np.lexsort(rows.T[::-1])], predicted(detector, IMAGES[name]))
