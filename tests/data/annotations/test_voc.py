@@ -50,6 +50,14 @@ def test_one_based_pixels_difficult_as_crowd_and_an_unknown_name(voc: Path, capl
     assert sorted(item["iscrowd"] for item in ground_truth) == [0, 0, 1]
 
 
+def test_datumaros_zero_based_float_corners_are_read_by_vocs_one_based_rule(tmp_path: Path) -> None:
+    """Datumaro's voc_detection export writes 0-based float corners (xmin 10.5 is 10.5 px from the left edge); VOC's
+    rule, kept, reads them 1 px further left and up: the box 1 px wider and taller (docs/data.md, Coordinates)."""
+    write_images(tmp_path / "images", {"car.jpg": (100, 50)})
+    write_voc(tmp_path / "xml" / "car.xml", "car.jpg", (100, 50), [("a", (10.5, 5.25, 30.5, 25.25), 0)])
+    assert rows_of(load(tmp_path, "xml")) == {"car.jpg": [[0, 0.2, 0.295, 0.21, 0.42, 0]]}  # x 9.5..30.5, y 4.25..25.25
+
+
 def test_names_from_the_files_when_the_yaml_has_none(voc: Path) -> None:
     split = load(voc, "xml", names=None)
     assert split.names == ["a", "b", "zebra"] and rows_of(split)["two.jpg"][0][0] == 1
