@@ -12,12 +12,12 @@ from detect import cli
 from detect.config import IMAGE_SIZE, NON_NEGATIVE, POSITIVE, UNIT, Settings, option, options_from_dict
 from detect.data.data_config import SPLITS
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS, MAX_PIXELS_HELP
-from detect.data.labels.cache import CACHE_DIR_HELP
 from detect.data.labels.check import DEFAULT_MAX_BOXES, MAX_BOXES, MAX_BOXES_HELP, ImageBounds
-from detect.data.loader import Loader
+from detect.data.loader import Loader, ValLoaderSettings
+from detect.data.storage.places import CACHE_DIR_HELP
 from detect.evaluation.evaluator import BACKENDS, CocoEvaluator
 from detect.evaluation.report import coco_stats, metrics_table, problems_list
-from detect.evaluation.scoring import prepare_scoring
+from detect.evaluation.scoring import ScoredSplit, prepare_scoring
 from detect.evaluation.size_study import STUDY_SIZES, run_study
 from detect.evaluation.val_loop import (
     SPEED_SETTINGS,
@@ -116,10 +116,9 @@ def _prepare(settings: ValSettings, weights: str | tuple[str, ...],
     backend = backends.select(settings.device, amp=False)
     backend.set_device()
     split = settings.task if settings.task in SPLITS else "val"
-    predict, loader = prepare_scoring(weights, settings.data, split, imgsz, settings.batch_size, settings.workers,
-                                      backend, half=settings.half, augment=settings.augment,
-                                      cache_dir=settings.cache_dir,
-                                      bounds=ImageBounds(settings.max_pixels, settings.max_boxes))
+    scored = ScoredSplit(settings.data, split, settings.cache_dir, ImageBounds(settings.max_pixels, settings.max_boxes))
+    loading = ValLoaderSettings(imgsz, settings.batch_size, settings.workers)
+    predict, loader = prepare_scoring(weights, scored, backend, loading, half=settings.half, augment=settings.augment)
     return backend, predict, loader
 
 

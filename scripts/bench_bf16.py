@@ -28,8 +28,9 @@ import torch
 
 from detect import backend as backends
 from detect.backend.cpu import cpu_description
+from detect.data import ValLoaderSettings
 from detect.evaluation.evaluator import CocoEvaluator
-from detect.evaluation.scoring import prepare_scoring
+from detect.evaluation.scoring import ScoredSplit, prepare_scoring
 from detect.evaluation.val_loop import evaluate
 from detect.models import build_model
 
@@ -137,8 +138,8 @@ def profile_step(args: argparse.Namespace) -> None:
 
 def bench_val(args: argparse.Namespace) -> None:
     backend = backends.select("cpu", amp=False)
-    predict, loader = prepare_scoring(args.weights, args.data, "val", args.imgsz, args.batch_size, args.workers,
-                                      backend)
+    loading = ValLoaderSettings(args.imgsz, args.batch_size, args.workers)
+    predict, loader = prepare_scoring(args.weights, ScoredSplit(args.data), backend, loading)
     scores = {}
     for name, context in (("fp32", contextlib.nullcontext()), ("bf16", torch.autocast("cpu", dtype=torch.bfloat16))):
         started = time.perf_counter()

@@ -17,6 +17,7 @@ from detect.backend.cpu import cpu_description
 from detect.config import load_hyp
 from detect.data import (
     AugmentSettings,
+    TrainLoaderSettings,
     build_train_loader,
     load_data_config,
     load_split,
@@ -33,8 +34,8 @@ from detect.ops.boxes import xyxy_to_xywhn
 def loader_rate(data: str, hyp_name: str, imgsz: int, batch_size: int, workers: int, batches: int) -> float:
     """Images per second over `batches` batches after one warm-up batch (worker start-up excluded)."""
     augmentation = AugmentSettings.from_hyp(load_hyp(hyp_name))
-    loader = build_train_loader(load_data_config(data), augmentation, imgsz, batch_size, workers, seed=0,
-                                pin_memory=False)
+    loader = build_train_loader(load_split(load_data_config(data), "train"),
+                                TrainLoaderSettings(augmentation, imgsz, batch_size, workers, seed=0, pin_memory=False))
     iterator = _endless(loader)
     next(iterator)
     start = time.perf_counter()
@@ -81,13 +82,12 @@ def stage_times(data: str, hyp_name: str, imgsz: int, batch_size: int, batches: 
     images = [timed("resize", resize_to_imgsz, original, imgsz, True) for original in originals]
     dataset = TrainDataset(records, settings, imgsz, seed=0, cached=images)
     rng = np.random.default_rng(0)
-    warp = (settings.degrees, settings.translate, settings.scale, settings.shear, settings.perspective)
     samples = []
     for index in range(len(records)):
         pieces = [dataset.load(position) for position in [index, *rng.integers(0, len(records), 3).tolist()]]
-        image, labels = timed("mosaic", mosaic4, pieces, imgsz, rng, *warp)  # placement and warp
+        image, labels = timed("mosaic", mosaic4, pieces, imgsz, rng, settings.warp)  # placement and warp
         canvas = np.full((2 * imgsz, 2 * imgsz, 3), PAD_VALUE, np.uint8)
-        timed("affine", augment.random_warp, canvas, labels, rng, *warp, (-imgsz // 2, -imgsz // 2))
+        timed("affine", augment.random_warp, canvas, labels, rng, settings.warp, (-imgsz // 2, -imgsz // 2))
         image = timed("hsv", augment.hsv_jitter, image, rng, settings.hsv_h, settings.hsv_s, settings.hsv_v)
         if rng.random() < settings.fliplr:
             image, labels = timed("flip", augment.flip, image, labels, True)

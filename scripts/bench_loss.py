@@ -21,7 +21,7 @@ import torch
 from detect import backend as backends
 from detect.backend.cpu import cpu_description
 from detect.config import load_hyp
-from detect.data import AugmentSettings, build_train_loader, load_data_config
+from detect.data import AugmentSettings, TrainLoaderSettings, build_train_loader, load_data_config, load_split
 from detect.data.device_batch import to_device_batch
 from detect.models import build_model
 from detect.training.loss import DetectionLoss, LossSettings
@@ -53,8 +53,9 @@ def main() -> None:
     backend = backends.select("cpu", amp=False)
     backend.seed(0)
     hyp, data = load_hyp(args.hyp), load_data_config(args.data)
-    loader = build_train_loader(data, AugmentSettings.from_hyp(hyp), args.imgsz, args.batch_size, 0, seed=0,
-                                pin_memory=False)
+    loader = build_train_loader(load_split(data, "train"),
+                                TrainLoaderSettings(AugmentSettings.from_hyp(hyp), args.imgsz, args.batch_size, 0,
+                                                    seed=0, pin_memory=False))
     model = build_model(args.cfg, num_classes=len(data.names)).to(memory_format=torch.channels_last)
     batches = [to_device_batch(batch, backend) for _, batch in zip(range(args.batches), loader)]
     with torch.no_grad():

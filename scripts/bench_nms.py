@@ -28,7 +28,7 @@ import torch
 
 from detect import backend as backends
 from detect.backend.cpu import cpu_description
-from detect.data import build_val_loader, load_data_config
+from detect.data import ValLoaderSettings, build_val_loader, load_data_config, load_split
 from detect.data.device_batch import to_device_batch
 from detect.inference.model import load_inference_model
 from detect.ops.nms import non_max_suppression
@@ -41,8 +41,8 @@ def make_predictions(weights: str, data: str, images: int) -> torch.Tensor:
     """Decoded (images, 25200, 85) predictions of `weights` for the first images of the split, square 640 inputs."""
     backend = backends.select("cpu", amp=False)
     model = load_inference_model(weights, backend)
-    loader = build_val_loader(load_data_config(data), "val", 640, images, 0, stride=model.stride, rect=False,
-                              pin_memory=False)
+    loader = build_val_loader(load_split(load_data_config(data), "val"),
+                              ValLoaderSettings(640, images, 0, model.stride, rect=False, pin_memory=False))
     return model(to_device_batch(next(iter(loader)), backend).images)
 
 

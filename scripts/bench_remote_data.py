@@ -22,9 +22,8 @@ import yaml
 from moto.server import ThreadedMotoServer
 
 from detect.config import load_hyp
-from detect.data import AugmentSettings, build_train_loader, load_data_config, load_split
+from detect.data import AugmentSettings, TrainLoaderSettings, build_train_loader, load_data_config, load_split
 from detect.data import loader as loader_module
-from detect.data.remote import mount
 
 KEYS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
 
@@ -55,7 +54,6 @@ def upload(folder: Path, endpoint: str) -> None:
 
 def epochs(data: Path, args: argparse.Namespace, cache_dir: Path) -> tuple[float, float, float]:
     """(label check seconds, first epoch images/s, second epoch images/s) of a fresh loader over `data`."""
-    mount.MOUNTS.clear()  # as a new process
     config = load_data_config(data)
     start = time.perf_counter()
     checked = load_split(config, "train", cache_dir=cache_dir)
@@ -65,8 +63,9 @@ def epochs(data: Path, args: argparse.Namespace, cache_dir: Path) -> tuple[float
     shutil.rmtree(cache_dir / "remote" / "objects", ignore_errors=True)
     (cache_dir / "remote" / "usage").unlink(missing_ok=True)
     augmentation = AugmentSettings.from_hyp(load_hyp(args.hyp))
-    loader = build_train_loader(config, augmentation, args.imgsz, args.batch_size, args.workers, seed=0,
-                                pin_memory=False, cache_dir=cache_dir, checked=checked)
+    loader = build_train_loader(checked,
+                                TrainLoaderSettings(augmentation, args.imgsz, args.batch_size, args.workers, seed=0,
+                                                    pin_memory=False, cache_dir=cache_dir))
     rates = []
     for epoch in (0, 1):
         loader.set_epoch(epoch)

@@ -57,8 +57,8 @@ def load(args: argparse.Namespace) -> dict:
     """The second start: list, key, load and validate the cache, build the records; time and memory it takes."""
     from detect.data import load_data_config, load_split
     from detect.data.labels import cache as label_cache
-    from detect.data.labels.split import list_images
     from detect.data.records import label_path_for
+    from detect.data.storage.local import LOCAL
     config = load_data_config(args.data)
     before = rss_mb()
     start = time.perf_counter()
@@ -66,7 +66,7 @@ def load(args: argparse.Namespace) -> dict:
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     after = rss_mb()
-    images = list_images(config.splits["train"][0]).files
+    images = LOCAL.list_images(config.splits["train"][0]).files
     files = images + [label_path_for(image) for image in images]
     start = time.perf_counter()
     label_cache.fingerprint(files, config.num_classes)
@@ -94,9 +94,10 @@ def ram(args: argparse.Namespace) -> dict:
 def loader(args: argparse.Namespace) -> dict:
     """RSS of the main process and each worker after the first batch and after `batches`, and the img/s between."""
     from detect.config import load_hyp
-    from detect.data import AugmentSettings, build_train_loader, load_data_config
-    train = build_train_loader(load_data_config(args.data), AugmentSettings.from_hyp(load_hyp("scratch-low.yaml")),
-                               args.imgsz, args.batch_size, args.workers, seed=0, pin_memory=False)
+    from detect.data import AugmentSettings, TrainLoaderSettings, build_train_loader, load_data_config, load_split
+    settings = TrainLoaderSettings(AugmentSettings.from_hyp(load_hyp("scratch-low.yaml")), args.imgsz, args.batch_size,
+                                   args.workers, pin_memory=False)
+    train = build_train_loader(load_split(load_data_config(args.data), "train"), settings)
     if args.records == "list":  # the old layout, one Python object per image, to compare against
         train.dataset.records = list(train.dataset.records)
 

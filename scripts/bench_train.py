@@ -30,7 +30,7 @@ import torch
 from detect import backend as backends
 from detect.backend.cpu import cpu_description
 from detect.config import load_hyp
-from detect.data import AugmentSettings, build_train_loader, load_data_config
+from detect.data import AugmentSettings, TrainLoaderSettings, build_train_loader, load_data_config, load_split
 from detect.data.device_batch import to_device_batch
 from detect.models import build_model
 from detect.training.epoch import IterationPlan, TrainingParts, build_parts, optimizer_step, train_one_epoch
@@ -91,7 +91,8 @@ def wait_for_idle_workers(loader, interval: float = 0.2) -> None:
         last = now
 
 
-def model_only(parts: TrainingParts, backend: backends.Backend, batch, steps: int, accumulate: int) -> tuple[float, float]:
+def model_only(parts: TrainingParts, backend: backends.Backend, batch, steps: int, accumulate: int) -> tuple[float,
+                                                                                                             float]:
     """Images per second of forward + loss + backward (+ optimizer every `accumulate`) on one device batch, and the
     process's page faults per step (glibc re-faulting freed activations shows here: Backend.prepare_steps)."""
     device_batch = to_device_batch(batch, backend)
@@ -142,8 +143,10 @@ def main() -> None:
     backend.set_device()
     backend.seed(0)
     hyp, data = load_hyp(args.hyp), load_data_config(args.data)
-    loader = build_train_loader(data, AugmentSettings.from_hyp(hyp), args.imgsz, args.batch_size, args.workers,
-                                seed=0, cache=args.cache, pin_memory=backend.device.type != "cpu")
+    loader = build_train_loader(load_split(data, "train"),
+                                TrainLoaderSettings(AugmentSettings.from_hyp(hyp), args.imgsz, args.batch_size,
+                                                    args.workers, seed=0, cache=args.cache,
+                                                    pin_memory=backend.device.type != "cpu"))
     model = build_model(args.cfg, num_classes=len(data.names)).to(backend.device)
     if backend.channels_last:
         model = model.to(memory_format=torch.channels_last)

@@ -11,15 +11,16 @@ from detect import cli
 from detect.config import IMAGE_SIZE, POSITIVE, Settings, load_hyp, option
 from detect.data import (
     AugmentSettings,
+    TrainLoaderSettings,
     build_train_loader,
     load_data_config,
     load_split,
 )
-from detect.data.annotations.convert import TARGETS, convert
 from detect.data.dataset_plots import plot_batch, plot_label_stats
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS, MAX_PIXELS_HELP
-from detect.data.labels.cache import CACHE_DIR_HELP
 from detect.data.labels.check import DEFAULT_MAX_BOXES, MAX_BOXES, MAX_BOXES_HELP, ImageBounds
+from detect.data.labels.convert import TARGETS, convert
+from detect.data.storage.places import CACHE_DIR_HELP
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,8 +67,8 @@ def check(settings: DataSettings) -> None:
         train = splits["train"]
         print(plot_label_stats(train.records, train.names, folder / "labels.png"))
         augmentation = AugmentSettings.from_hyp(load_hyp(settings.hyp))
-        loader = build_train_loader(config, augmentation, settings.imgsz, settings.batch_size, workers=0, seed=0,
-                                    pin_memory=False, checked=train)
+        loader = build_train_loader(train, TrainLoaderSettings(augmentation, settings.imgsz, settings.batch_size, 0,
+                                                               seed=0, pin_memory=False))
         print(plot_batch(next(iter(loader)), train.names, folder / "train_batch.png"))
 
 

@@ -10,7 +10,10 @@ from typing import Any
 
 from detect.config import CONFIGS_DIR, from_mapping, read_yaml, resolve_config
 from detect.data.annotations.formats import AnnotationSource, annotation_source, names_of
+from detect.data.remote.bucket import BucketStorage
 from detect.data.remote.store import SCHEMES, mirror_folder
+from detect.data.storage.local import LOCAL, Storage
+from detect.data.storage.places import cache_home, user_cache
 from detect.errors import ConfigError, short_repr
 
 SPLITS = ("train", "val", "test")
@@ -48,7 +51,7 @@ class DataConfig:
     json_files: dict[str, Path]
     builtin: str | None = None
     annotations: dict[str, AnnotationSource] = dataclasses.field(default_factory=dict)  # splits read from label files
-    # Ours: `path` as a bucket URL (s3://, obs://); root is then its mirror folder (data/remote/mount.py).
+    # Ours: `path` as a bucket URL (s3://, obs://); root is then its mirror folder (open_storage, data/remote/).
     remote: str | None = None
 
     @property
@@ -78,12 +81,6 @@ def builtin_root(name: str) -> Path:
     return user_cache() / name
 
 
-def user_cache() -> Path:
-    """$XDG_CACHE_HOME/detect, else ~/.cache/detect (the XDG base directory spec ignores a relative XDG_CACHE_HOME)."""
-    cache = os.environ.get("XDG_CACHE_HOME", "")
-    return (Path(cache) if Path(cache).is_absolute() else Path.home() / ".cache") / "detect"
-
-
 def _resolve_root(raw: str | None, source: Path) -> Path:
     """`path` from the yaml's folder, else from the working directory (where yolov5 looks). Where neither exists, the
     one an error should name: the working directory's for a bundled yaml (its data is never inside the package)."""
@@ -105,7 +102,7 @@ def load_data_config(name_or_path: str | Path) -> DataConfig:
     raw = from_mapping(DataYaml, read_yaml(source), source)
     scheme, separator, _ = (raw.path or "").partition("://")
     remote = raw.path if separator and scheme in SCHEMES else None
-    # a bucket's files are kept in the cache folder; load_split moves them to --cache-dir's (remote/mount.py, attach)
+    # a bucket's files are kept in the cache folder; open_storage moves them to --cache-dir's
     root = mirror_folder(remote, user_cache()) if remote else _resolve_root(raw.path, source)
     if raw.builtin is not None and raw.path is None:
         root = builtin_root(raw.builtin)  # generated there on first use
@@ -156,3 +153,24 @@ def check_sources(data: DataConfig, splits: tuple[str, ...]) -> None:
             if not path.exists():
                 raise ConfigError(f"{data.source}: '{split}' names {path}, which does not exist "
                                   f"(check 'path' and '{split}' there)")
+
+
+def open_storage(config: DataConfig, cache_dir: str | Path | None = None) -> tuple[DataConfig, Storage]:
+    """The storage of `config`'s files, and the config with its paths where that storage shows them: local folders
+    as they are; a bucket (path: s3://...) in its mirror folder under the cache folder (--cache-dir,
+    $DETECT_CACHE_DIR, the user cache: places.cache_home), whose files are fetched as they are read."""
+    if config.remote is None:
+        return config, LOCAL
+    home = cache_home(cache_dir)
+    storage, root = BucketStorage(config.remote, home), mirror_folder(config.remote, home)
+    if root == config.root:
+        return config, storage
+
+    def moved(path: Path) -> Path:  # a path outside the bucket's root (a local label file) stays
+        return root / path.relative_to(config.root) if path.is_relative_to(config.root) else path
+
+    return dataclasses.replace(
+        config, root=root, splits={split: tuple(map(moved, paths)) for split, paths in config.splits.items()},
+        json_files={split: moved(path) for split, path in config.json_files.items()},
+        annotations={split: dataclasses.replace(source, path=moved(source.path), images=moved(source.images))
+                     for split, source in config.annotations.items()}), storage

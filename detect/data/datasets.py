@@ -25,6 +25,7 @@ from detect.data.images.load import (
 )
 from detect.data.images.ram_cache import RamImages
 from detect.data.records import ImageRecord, RecordTable
+from detect.data.storage.local import LOCAL, Storage
 from detect.errors import UserError
 from detect.ops.boxes import xywhn_to_xyxy, xyxy_to_xywhn
 
@@ -58,9 +59,10 @@ class TrainDataset(torch.utils.data.Dataset):
     """
 
     def __init__(self, records: Sequence[ImageRecord], settings: AugmentSettings, imgsz: int, seed: int,
-                 cached: ImageStore | None = None) -> None:
+                 cached: ImageStore | None = None, storage: Storage = LOCAL) -> None:
         self.records = RecordTable.from_records(records)  # flat: worker memory stays flat over an epoch
         self.settings, self.imgsz, self.seed, self.cached = settings, imgsz, seed, cached
+        self.storage = storage
         self.rng = np.random.default_rng(seed)
         self.albumentations = build_albumentations(settings.albumentations_p)
 
@@ -80,7 +82,8 @@ class TrainDataset(torch.utils.data.Dataset):
     def load(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         """(image resized to imgsz, (n, 5) non-crowd labels [cls, cx, cy, w, h] normalised)."""
         record = self.records[index]
-        image = self.cached[index] if self.cached is not None else load_resized(record.path, self.imgsz, augment=True)
+        image = self.cached[index] if self.cached is not None else load_resized(record.path, self.imgsz, True,
+                                                                                self.storage)
         classes, boxes = record.train_boxes
         return image, np.concatenate([classes[:, None].astype(np.float32), boxes], axis=1)
 
@@ -99,17 +102,12 @@ class TrainDataset(torch.utils.data.Dataset):
         """(height, width) of sample `index` as the network sees it."""
         return self.imgsz, self.imgsz
 
-    @property
-    def _warp(self) -> tuple[float, float, float, float, float]:
-        settings = self.settings
-        return settings.degrees, settings.translate, settings.scale, settings.shear, settings.perspective
-
     def _mosaic(self, index: int, problems: list[str]) -> tuple[np.ndarray, np.ndarray, int]:
         """Mosaic of `index` and three random images, warped: (image, (n, 5) labels pixels xyxy, own index used)."""
         indices = [index, *self.rng.integers(0, len(self.records), size=3).tolist()]
         self.rng.shuffle(indices)  # the own image takes a random quadrant, as in yolov5
         loaded = [self._load_any(position, problems) for position in indices]
-        image, labels = mosaic4([piece[1:] for piece in loaded], self.imgsz, self.rng, *self._warp)
+        image, labels = mosaic4([piece[1:] for piece in loaded], self.imgsz, self.rng, self.settings.warp)
         return image, labels, loaded[indices.index(index)][0]
 
     def _single(self, index: int, problems: list[str]) -> tuple[np.ndarray, np.ndarray, int]:
@@ -119,7 +117,7 @@ class TrainDataset(torch.utils.data.Dataset):
         image, ratio, pad = letterbox(image, self.input_shape(index), scale_up=True)
         pixels = xywhn_to_xyxy(labels[:, 1:], ratio * width, ratio * height, pad[0], pad[1])
         labels = np.concatenate([labels[:, :1], pixels], axis=1)
-        return (*augment.random_warp(image, labels, self.rng, *self._warp), used)
+        return (*augment.random_warp(image, labels, self.rng, self.settings.warp), used)
 
     def __getitem__(self, key: int | tuple[int, int]) -> Sample:
         """Sample `key`: an index, or (epoch, index) from EpochBatchSampler, whose randomness is then a function of
@@ -157,12 +155,13 @@ class RectTrainDataset(TrainDataset):
     mosaic or mixup; warp, albumentations, HSV and flips as in TrainDataset."""
 
     def __init__(self, records: Sequence[ImageRecord], settings: AugmentSettings, imgsz: int, seed: int,
-                 batch_size: int, stride: int = 32, cached: ImageStore | None = None) -> None:
+                 batch_size: int, stride: int = 32, cached: ImageStore | None = None,
+                 storage: Storage = LOCAL) -> None:
         table = RecordTable.from_records(records)
         order, self.shapes = rect_batch_shapes(table.heights.astype(np.float64), table.widths.astype(np.float64),
                                                batch_size, imgsz, stride, pad=0.0)
         super().__init__(table.take(order), dataclasses.replace(settings, mosaic=0.0, mixup=0.0), imgsz, seed,
-                         _reordered(cached, order))
+                         _reordered(cached, order), storage)
         self.batch_size = batch_size
 
     def input_shape(self, index: int) -> tuple[int, int]:
@@ -179,13 +178,13 @@ class ValDataset(torch.utils.data.Dataset):
     """
 
     def __init__(self, records: Sequence[ImageRecord], imgsz: int, batch_size: int, stride: int = 32,
-                 rect: bool = True, pad: float = 0.5) -> None:
+                 rect: bool = True, pad: float = 0.5, storage: Storage = LOCAL) -> None:
         table = RecordTable.from_records(records)
         order, shapes = rect_batch_shapes(table.heights.astype(np.float64), table.widths.astype(np.float64),
                                           batch_size, imgsz, stride, pad)
         self.records = table.take(order) if rect else table
         self.shapes = shapes if rect else np.full((len(shapes), 2), imgsz)
-        self.imgsz, self.batch_size = imgsz, batch_size
+        self.imgsz, self.batch_size, self.storage = imgsz, batch_size, storage
 
     def __len__(self) -> int:
         return len(self.records)
@@ -194,7 +193,7 @@ class ValDataset(torch.utils.data.Dataset):
         record = self.records[index]
         classes, boxes = record.train_boxes
         try:
-            original, problems = read_image(record.path), ()
+            original, problems = read_image(record.path, self.storage), ()
         except Exception as error:  # noqa: BLE001 (a decoder may raise anything; one file must not end a run)
             # the placeholder goes through the same resize and letterbox, so its shape and LetterboxInfo are the
             # ones the real image would have had

@@ -1,8 +1,9 @@
-"""build_train_loader / build_val_loader: Loaders (sampling.py) with seeded (distributed) batch orders and fixed batch
-shapes."""
+"""build_train_loader / build_val_loader: the Loaders (sampling.py) of a checked split (labels/split.py, load_split),
+with seeded (distributed) batch orders and fixed batch shapes, as their settings say."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from pathlib import Path
@@ -10,13 +11,10 @@ from pathlib import Path
 from torch.utils.data import DataLoader, DistributedSampler
 
 from detect.data.augment.settings import AugmentSettings
-from detect.data.data_config import DataConfig
 from detect.data.datasets import RectTrainDataset, TrainDataset, ValDataset
 from detect.data.images.cache import build_image_cache
 from detect.data.images.ram_cache import NodeShare
-from detect.data.labels.check import DEFAULT_BOUNDS, ImageBounds
-from detect.data.labels.split import LabelledSplit, load_split
-from detect.data.remote.fetch_ahead import FetchAhead
+from detect.data.labels.split import LabelledSplit
 from detect.data.sampling import (
     EpochBatchSampler,
     Loader,
@@ -54,57 +52,88 @@ def val_input_size(imgsz: int, stride: int, fixed_shape: tuple[int, int] | None 
     return height
 
 
-def build_train_loader(data_config: DataConfig, augmentation: AugmentSettings, imgsz: int, batch_size: int,
-                       workers: int, seed: int, rank: int = 0, world_size: int = 1, cache: str | None = None,
-                       pin_memory: bool = True, prefetch_factor: int = 2, split: str = "train",
-                       single_class: bool = False, rect: bool = False, stride: int = 32,
-                       cache_dir: str | Path | None = None, checked: LabelledSplit | None = None,
-                       share: NodeShare | None = None) -> Loader:
-    """Augmented imgsz x imgsz batches of batch_size per rank, drop_last (one shape), reshuffled by set_epoch;
-    with `rect`, aspect-ratio batches of one shape each (RectTrainDataset, RectBatchSampler). `checked`: the split
-    as load_split gave it (else checked here); `cache_dir` and `share`: where caches go (build_image_cache)."""
-    labelled = checked or load_split(data_config, split, single_class, cache_dir)
-    cached = build_image_cache(labelled.records, imgsz, cache, cache_dir, share)
-    options = loader_options(workers, pin_memory, prefetch_factor)
-    if rect:
-        dataset = RectTrainDataset(labelled.records, augmentation, imgsz, seed, batch_size, stride, cached)
-        batches = RectBatches(len(dataset), batch_size, seed, rank, world_size)
+@dataclasses.dataclass(frozen=True)
+class TrainLoaderSettings:
+    """How a rank's training loader makes its batches: augmented imgsz x imgsz images, `batch_size` a rank, `workers`
+    processes; seeded orders (reshuffled by set_epoch); `cache` (ram, disk or None) in `cache_dir`; with `rect`,
+    aspect-ratio batches of one shape each, sides multiples of `stride`."""
+
+    augmentation: AugmentSettings
+    imgsz: int
+    batch_size: int
+    workers: int
+    seed: int = 0
+    rank: int = 0
+    world_size: int = 1
+    cache: str | None = None
+    pin_memory: bool = True
+    prefetch_factor: int = 2
+    rect: bool = False
+    stride: int = 32
+    cache_dir: str | Path | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ValLoaderSettings:
+    """How a rank's validation loader makes its batches: letterboxed rectangular batches of `batch_size` in aspect
+    order (square ones without `rect`), sides `imgsz` rounded up to `stride` or a static export's `fixed_shape`;
+    with `world_size` ranks, this rank's whole batches (sampling.ValShard); `workers` processes (None: by cores)."""
+
+    imgsz: int = 640
+    batch_size: int = 32
+    workers: int | None = None
+    stride: int = 32
+    rect: bool = True
+    pin_memory: bool = True
+    prefetch_factor: int = 2
+    rank: int = 0
+    world_size: int = 1
+    fixed_shape: tuple[int, int] | None = None
+
+
+def build_train_loader(split: LabelledSplit, settings: TrainLoaderSettings, share: NodeShare | None = None) -> Loader:
+    """The training loader of a checked split (load_split): drop_last (one shape a batch); `share`: the node's ranks
+    that fill one --cache ram buffer (build_image_cache)."""
+    cached = build_image_cache(split.records, settings.imgsz, settings.cache, settings.cache_dir, share,
+                               split.storage)
+    options = loader_options(settings.workers, settings.pin_memory, settings.prefetch_factor)
+    if settings.rect:
+        dataset = RectTrainDataset(split.records, settings.augmentation, settings.imgsz, settings.seed,
+                                   settings.batch_size, settings.stride, cached, split.storage)
+        batches = RectBatches(len(dataset), settings.batch_size, settings.seed, settings.rank, settings.world_size)
         if len(batches) == 0:
-            raise UserError(f"{data_config.source}: {len(dataset)} training images make fewer batches than ranks")
+            raise UserError(f"{split.source}: {len(dataset)} training images make fewer batches than ranks")
     else:
-        dataset = TrainDataset(labelled.records, augmentation, imgsz, seed, cached)
-        if world_size > 1:
-            base = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed,
-                                      drop_last=True)
-        else:
-            base = ShuffleSampler(len(dataset), seed)
-        if len(base) < batch_size:
-            raise UserError(f"{data_config.source}: {len(base)} training images per rank, fewer than batch size "
-                            f"{batch_size}")
-        batches = ShuffledBatches(base, batch_size)
+        dataset = TrainDataset(split.records, settings.augmentation, settings.imgsz, settings.seed, cached,
+                               split.storage)
+        batches = ShuffledBatches(_shuffled(len(dataset), settings, split), settings.batch_size)
     sampler = EpochBatchSampler(batches)
-    if data_config.remote is not None:
-        dataset = FetchAhead(dataset, batches.of_epoch)
-    return Loader(DataLoader(dataset, batch_sampler=sampler, **options), labelled, dataset, sampler)
+    dataset = split.storage.loader_dataset(dataset, batches.of_epoch)
+    return Loader(DataLoader(dataset, batch_sampler=sampler, **options), split, dataset, sampler)
 
 
-def build_val_loader(data_config: DataConfig, split: str = "val", imgsz: int = 640, batch_size: int = 32,
-                     workers: int | None = None, stride: int = 32, rect: bool = True, pin_memory: bool = True,
-                     prefetch_factor: int = 2, single_class: bool = False, rank: int = 0,
-                     world_size: int = 1, cache_dir: str | Path | None = None,
-                     checked: LabelledSplit | None = None, bounds: ImageBounds = DEFAULT_BOUNDS,
-                     fixed_shape: tuple[int, int] | None = None) -> Loader:
-    """Letterboxed rectangular batches of the whole split in aspect order; with `world_size` ranks, this rank's
-    whole batches of them (sampling.ValShard). The side is `imgsz` rounded up to `stride`, or a static export's
-    `fixed_shape` (square batches then). `checked`: the split as load_split gave it (else checked here, its label
-    cache in `cache_dir` when given, images beyond `bounds` skipped)."""
-    imgsz, rect = val_input_size(imgsz, stride, fixed_shape), rect and fixed_shape is None
-    labelled = checked or load_split(data_config, split, single_class, cache_dir, bounds)
-    dataset = ValDataset(labelled.records, imgsz, batch_size, stride, rect=rect)
-    workers = default_workers() if workers is None else workers
-    shard = ValShard(len(dataset), batch_size, rank, world_size)
-    batching = {"batch_size": batch_size, "shuffle": False} if world_size == 1 else {"batch_sampler": shard}
-    if data_config.remote is not None:
-        dataset = FetchAhead(dataset, lambda _epoch: shard.batches)
-    loader = DataLoader(dataset, **batching, **loader_options(workers, pin_memory, prefetch_factor))
-    return Loader(loader, labelled, dataset)
+def _shuffled(count: int, settings: TrainLoaderSettings, split: LabelledSplit) -> ShuffleSampler | DistributedSampler:
+    """The seeded order of `count` samples (this rank's share of it, drop_last); fewer than a batch is a UserError."""
+    if settings.world_size > 1:
+        order = DistributedSampler(range(count), num_replicas=settings.world_size, rank=settings.rank, shuffle=True,
+                                   seed=settings.seed, drop_last=True)
+    else:
+        order = ShuffleSampler(count, settings.seed)
+    if len(order) < settings.batch_size:
+        raise UserError(f"{split.source}: {len(order)} training images per rank, fewer than batch size "
+                        f"{settings.batch_size}")
+    return order
+
+
+def build_val_loader(split: LabelledSplit, settings: ValLoaderSettings) -> Loader:
+    """The validation loader of a checked split (load_split), this rank's batches of it."""
+    imgsz = val_input_size(settings.imgsz, settings.stride, settings.fixed_shape)
+    rect = settings.rect and settings.fixed_shape is None
+    workers = default_workers() if settings.workers is None else settings.workers
+    dataset = ValDataset(split.records, imgsz, settings.batch_size, settings.stride, rect=rect, storage=split.storage)
+    dataset = split.storage.loader_dataset(dataset, lambda _epoch: shard.batches)
+    shard = ValShard(len(dataset), settings.batch_size, settings.rank, settings.world_size)
+    single = settings.world_size == 1
+    batching = {"batch_size": settings.batch_size, "shuffle": False} if single else {"batch_sampler": shard}
+    loader = DataLoader(dataset, **batching, **loader_options(workers, settings.pin_memory, settings.prefetch_factor))
+    return Loader(loader, split, dataset)

@@ -12,9 +12,10 @@ import dataclasses
 from pathlib import Path
 
 from detect.backend import Backend
+from detect.data import ValLoaderSettings
 from detect.errors import UserError
 from detect.evaluation.evaluator import CocoEvaluator
-from detect.evaluation.scoring import prepare_scoring
+from detect.evaluation.scoring import ScoredSplit, prepare_scoring
 from detect.evaluation.val_loop import evaluate
 
 
@@ -43,7 +44,8 @@ def check_files(files: dict[str, Path], data: str, imgsz: int, batch_size: int, 
     rows = []
     for kind, path in files.items():
         try:
-            predict, loader = prepare_scoring(path, data, "val", imgsz, batch_size, workers, backend, rect=False)
+            loading = ValLoaderSettings(imgsz, batch_size, workers, rect=False)
+            predict, loader = prepare_scoring(path, ScoredSplit(data), backend, loading)
             result = evaluate(predict, loader, backend, CocoEvaluator.for_split(loader.split), progress=False)
         except UserError as error:
             rows.append(CheckRow(kind, path, file_megabytes(path), problem=str(error)))

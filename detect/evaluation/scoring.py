@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
 from detect.backend import Backend
-from detect.data import load_data_config
+from detect.data import ValLoaderSettings, load_data_config, load_split
+from detect.data.data_config import open_storage
 from detect.data.labels.check import DEFAULT_BOUNDS, ImageBounds
 from detect.data.loader import Loader, build_val_loader
 from detect.errors import UserError
@@ -16,21 +18,31 @@ from detect.inference.predictor import Predictor
 from detect.inference.tta import augment_model
 
 
-def prepare_scoring(weights: str | Path | Sequence[str | Path], data: str, split: str, imgsz: int, batch_size: int,
-                    workers: int | None, backend: Backend, *, half: bool = False, augment: bool = False,
-                    rect: bool | None = None, cache_dir: str | None = None,
-                    bounds: ImageBounds = DEFAULT_BOUNDS) -> tuple[Predictor, Loader]:
+@dataclasses.dataclass(frozen=True)
+class ScoredSplit:
+    """The split a model is scored on: `name` of data yaml `data`, its label cache in `cache_dir` (--cache-dir), an
+    image beyond `bounds` skipped by the label check."""
+
+    data: str
+    name: str = "val"
+    cache_dir: str | None = None
+    bounds: ImageBounds = DEFAULT_BOUNDS
+
+
+def prepare_scoring(weights: str | Path | Sequence[str | Path], split: ScoredSplit, backend: Backend,
+                    loading: ValLoaderSettings, *, half: bool = False, augment: bool = False) -> tuple[Predictor, Loader]:
     """The model's predict (fused, fp32 unless `half`: docs/yolov5.md, "Validation during training"; an export in its
     runtime; several paths: one ensemble; with `augment`, test-time augmentation) and the loader of `split`, in one
-    pass: the data yaml, the model (its classes checked against the yaml's at once), then the loader. Rectangular batches where the model takes them,
-    unless `rect` is False (square letterboxes, as a static export needs). `cache_dir`: the label cache's folder;
-    `bounds`: an image beyond them is skipped by the label check."""
-    data_config = load_data_config(data)
+    pass: the data yaml, the model (its classes checked against the yaml's at once), then the loader. `loading` gives
+    the size, batch, workers and whether batches are rectangular (not for a static export, which needs square
+    letterboxes); the stride, a static export's shape and pinned memory come from the model and the backend."""
+    data_config, storage = open_storage(load_data_config(split.data), split.cache_dir)
     model = load_inference_model(weights, backend, half)
     if len(data_config.names) != len(model.names):
-        raise UserError(f"the model predicts {len(model.names)} classes but {data} has {len(data_config.names)}")
+        raise UserError(f"the model predicts {len(model.names)} classes but {split.data} has "
+                        f"{len(data_config.names)}")
     predictor = augment_model(model) if augment else Predictor(model, model.nms)
-    loader = build_val_loader(data_config, split, imgsz, batch_size, workers, stride=model.stride,
-                              rect=rect is not False, pin_memory=backend.device.type != "cpu", cache_dir=cache_dir,
-                              bounds=bounds, fixed_shape=model.fixed_shape)
-    return predictor, loader
+    loading = dataclasses.replace(loading, stride=model.stride, fixed_shape=model.fixed_shape,
+                                  pin_memory=backend.device.type != "cpu")
+    checked = load_split(data_config, split.name, cache_dir=split.cache_dir, bounds=split.bounds, storage=storage)
+    return predictor, build_val_loader(checked, loading)

@@ -14,11 +14,10 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from detect.data.images.files import UNREADABLE_FOLDER, Listing, file_problem, require_file, walk
-from detect.data.images.load import read_failure
+from detect.data.images.load import decode_truncated_jpeg, read_failure
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS, check_pixels
-from detect.data.labels.check import decode_truncated_jpeg
 from detect.data.records import IMAGE_SUFFIXES
+from detect.data.storage.files import UNREADABLE_FOLDER, Listing, file_problem, require_file, walk
 from detect.errors import UserError
 
 LOGGER = logging.getLogger(__name__)

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from detect.data.images.files import require_file
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS
 from detect.data.records import IMAGE_SUFFIXES
+from detect.data.storage.files import require_file
 from detect.errors import UserError
 from detect.inference.media import VIDEO_SUFFIXES, Frame, file_frames, list_sources
 from detect.inference.streams import LiveStream, stream_frames

@@ -22,18 +22,19 @@ from detect.data import (
     ImageRecord,
     LabelledSplit,
     Loader,
+    TrainLoaderSettings,
+    ValLoaderSettings,
     build_train_loader,
     build_val_loader,
     load_data_config,
     load_split,
 )
-from detect.data.data_config import check_sources
+from detect.data.data_config import check_sources, open_storage
 from detect.data.dataset_plots import plot_label_stats
 from detect.data.device_batch import multi_scale_sizes
 from detect.data.images.ram_cache import NodeShare
 from detect.data.labels.check import ImageBounds
 from detect.data.loader import default_workers
-from detect.data.remote.mount import keep_label_cache
 from detect.errors import UserError
 from detect.evaluation.evaluator import CocoEvaluator
 from detect.inference.sample_images import sample_images
@@ -192,17 +193,18 @@ def _checked_split(settings: TrainSettings, data: DataConfig, split: str, contex
     """This rank's check of `split`: each node's first rank checks it (writing the cache), then the others load it.
     A bucket's split on several nodes is checked once a job: by the main rank, whose label cache goes to the other
     nodes, so that a node fetches only the images its ranks read, not every image for the check."""
+    data, storage = open_storage(data, settings.cache_dir)
     bounds = ImageBounds(settings.max_pixels, settings.max_boxes)
-    check = functools.partial(load_split, data, split, settings.single_cls, settings.cache_dir, bounds)
+    check = functools.partial(load_split, data, split, settings.single_cls, settings.cache_dir, bounds, storage)
     found = None
-    if data.remote is not None and context.local_world_size < context.world_size:
+    if storage.check_once_per_job and context.local_world_size < context.world_size:
         if context.is_main:
             found = check()
         patient_barrier(context, f"{split} labels/job")
         cache = found.cache_file if found is not None else None
         sent = broadcast_object(context, None if cache is None else (cache.name, cache.read_bytes()))
         if sent is not None and context.local_rank == 0 and not context.is_main:
-            keep_label_cache(data, settings.cache_dir, *sent)
+            storage.keep_label_cache(*sent)
     for first in (True, False):  # each node's local rank 0, then the others
         if found is None and (context.local_rank == 0) == first:
             found = check()
@@ -222,11 +224,11 @@ def _train_loader(settings: TrainSettings, data: DataConfig, hyp: Hyp, backend: 
     checked = _checked_split(settings, data, "train", context)
     share = NodeShare(context.local_rank, context.local_world_size, lambda name: patient_barrier(context, name),
                       f"{context.store.prefix.strip('/').replace('/', '-')}-train") if context.distributed else None
-    return build_train_loader(
-        data, AugmentSettings.from_hyp(hyp), settings.imgsz, settings.batch_size // context.world_size, workers,
-        settings.seed, rank=context.rank, world_size=context.world_size, cache=settings.cache,
-        pin_memory=backend.device.type != "cpu", single_class=settings.single_cls, rect=settings.rect,
-        cache_dir=settings.cache_dir, checked=checked, share=share)
+    loading = TrainLoaderSettings(AugmentSettings.from_hyp(hyp), settings.imgsz,
+                                  settings.batch_size // context.world_size, workers, seed=settings.seed, rank=context.rank, world_size=context.world_size,
+                                  cache=settings.cache, pin_memory=backend.device.type != "cpu", rect=settings.rect,
+                                  cache_dir=settings.cache_dir)
+    return build_train_loader(checked, loading, share=share)
 
 
 def _model_and_ema(settings: TrainSettings, hyp: Hyp, loader: Loader, backend: backends.Backend,
@@ -267,10 +269,10 @@ def _validation(settings: TrainSettings, data: DataConfig, model: DetectionModel
                 backend: backends.Backend, context: DistContext, workers: int) -> Validation:
     """This rank's val loader shard (twice the rank's batch, as yolov5; the labels checked once a node:
     _checked_split) and weights; the main rank's evaluator."""
-    loader = build_val_loader(
-        data, "val", settings.imgsz, 2 * (settings.batch_size // context.world_size), workers,
-        stride=model.max_stride, pin_memory=backend.device.type != "cpu", single_class=settings.single_cls,
-        rank=context.rank, world_size=context.world_size, checked=_checked_split(settings, data, "val", context))
+    loading = ValLoaderSettings(settings.imgsz, 2 * (settings.batch_size // context.world_size), workers,
+                                model.max_stride, pin_memory=backend.device.type != "cpu", rank=context.rank,
+                                world_size=context.world_size)
+    loader = build_val_loader(_checked_split(settings, data, "val", context), loading)
     if ema is None:
         return Validation(loader, copy.deepcopy(model).eval().requires_grad_(False), None)
     return Validation(loader, ema.module, CocoEvaluator.for_split(loader.split))

@@ -16,8 +16,8 @@ from detect.backend.placement import AFFINITY_HELP, check_affinity
 from detect.config import MAX_IMGSZ, NON_NEGATIVE, POSITIVE, Bound, Settings, option, options_from_dict
 from detect.data.images.cache import CACHE_CHOICES
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS, MAX_PIXELS_HELP
-from detect.data.labels.cache import CACHE_DIR_HELP
 from detect.data.labels.check import DEFAULT_MAX_BOXES, MAX_BOXES, MAX_BOXES_HELP
+from detect.data.storage.places import CACHE_DIR_HELP
 from detect.errors import UserError
 from detect.run_dir import check_run_folder
 from detect.training.distributed import DistContext

@@ -13,10 +13,13 @@ from detect.config import Hyp
 from detect.data import (
     AugmentSettings,
     Sample,
+    TrainLoaderSettings,
+    ValLoaderSettings,
     build_train_loader,
     build_val_loader,
     collate,
     load_data_config,
+    load_split,
 )
 from detect.data.images.letterbox import PAD_VALUE
 from detect.errors import UserError
@@ -40,8 +43,8 @@ def _truncate(image: Path) -> None:
 
 def test_train_loader_substitutes_an_image_truncated_after_the_check(tmp_path: Path) -> None:
     source, broken = _jpeg_dataset(tmp_path)
-    loader = build_train_loader(load_data_config(source), AUGMENT, imgsz=64, batch_size=2, workers=1, seed=0,
-                                pin_memory=False)
+    loader = build_train_loader(load_split(load_data_config(source), "train"),
+                                TrainLoaderSettings(AUGMENT, 64, 2, 1, seed=0, pin_memory=False))
     _truncate(broken)  # after the label check
     batches = list(loader)  # in a real worker process
     assert len(batches) == 3 and all(batch.images.shape == (2, 3, 64, 64) for batch in batches)
@@ -54,8 +57,8 @@ def test_train_loader_substitutes_an_image_truncated_after_the_check(tmp_path: P
 def test_val_loader_gives_a_placeholder_for_an_image_truncated_after_the_check(tmp_path: Path) -> None:
     source, broken = _jpeg_dataset(tmp_path)
     config = load_data_config(source)
-    intact = list(build_val_loader(config, imgsz=64, batch_size=4, workers=0, pin_memory=False))
-    loader = build_val_loader(config, imgsz=64, batch_size=4, workers=1, pin_memory=False)
+    intact = list(build_val_loader(load_split(config, "val"), ValLoaderSettings(64, 4, 0, pin_memory=False)))
+    loader = build_val_loader(load_split(config, "val"), ValLoaderSettings(64, 4, 1, pin_memory=False))
     broken_id = next(record.image_id for record in loader.records if record.path == broken)
     _truncate(broken)
     batches = list(loader)

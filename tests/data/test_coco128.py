@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from detect.data import load_data_config, load_split
+from detect.data import ValLoaderSettings, load_data_config, load_split
 from tests.shared_data import COCO128, coco128_layout, needs_shared
 
 pytestmark = needs_shared
@@ -47,7 +47,7 @@ def test_json_source_matches_txt_labels(config) -> None:
 def test_val_loader_on_the_json_source_trains_no_crowd_box(config) -> None:
     from detect.data import build_val_loader
 
-    loader = build_val_loader(config, "val", imgsz=320, batch_size=64, workers=0, pin_memory=False)
+    loader = build_val_loader(load_split(config, "val"), ValLoaderSettings(320, 64, 0, pin_memory=False))
     assert loader.coco_json is not None and loader.category_ids == coco_ids()
     total = sum(len(batch.targets) for batch in loader)
     assert total == 929  # 939 json annotations less the 10 crowd ones

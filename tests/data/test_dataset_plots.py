@@ -9,7 +9,7 @@ import cv2
 import numpy as np
 
 from detect.config import Hyp
-from detect.data import AugmentSettings, build_train_loader, load_data_config, load_split
+from detect.data import AugmentSettings, TrainLoaderSettings, build_train_loader, load_data_config, load_split
 from detect.data.dataset_plots import plot_batch, plot_label_stats
 from detect.data.records import ImageRecord
 from tests.data.helpers import simple_dataset
@@ -18,7 +18,8 @@ from tests.data.helpers import simple_dataset
 def test_plots_write_pngs(tmp_path: Path) -> None:
     config = load_data_config(simple_dataset(tmp_path / "set", count=4))
     augmentation = AugmentSettings.from_hyp(Hyp(albumentations_p=0.0))
-    loader = build_train_loader(config, augmentation, 64, 4, 0, seed=0, pin_memory=False)
+    loader = build_train_loader(load_split(config, "train"),
+                                TrainLoaderSettings(augmentation, 64, 4, 0, seed=0, pin_memory=False))
     batch = next(iter(loader))
     grid = cv2.imread(str(plot_batch(batch, list(config.names), tmp_path / "batch.png")))
     assert grid.shape == (128, 128, 3)

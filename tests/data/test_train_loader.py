@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from detect.config import Hyp
-from detect.data import AugmentSettings, build_train_loader, load_data_config, load_split
+from detect.data import AugmentSettings, TrainLoaderSettings, build_train_loader, load_data_config, load_split
 from detect.data.batch import TARGET_BUCKET
 from detect.errors import UserError
 from tests.data.helpers import simple_dataset
@@ -23,7 +23,8 @@ def _indices(loader) -> list[int]:
 
 def test_batches_have_one_shape_and_consistent_targets(tmp_path: Path) -> None:
     config = load_data_config(simple_dataset(tmp_path, count=10))
-    loader = build_train_loader(config, AUGMENT, imgsz=96, batch_size=4, workers=0, seed=0, pin_memory=False)
+    loader = build_train_loader(load_split(config, "train"),
+                                TrainLoaderSettings(AUGMENT, 96, 4, 0, seed=0, pin_memory=False))
     batches = list(loader)
     assert len(batches) == len(loader) == 2  # drop_last: 10 images -> 2 full batches of 4
     for batch in batches:
@@ -38,8 +39,10 @@ def test_batches_have_one_shape_and_consistent_targets(tmp_path: Path) -> None:
 
 def test_shuffle_is_seeded_by_seed_and_epoch(tmp_path: Path) -> None:
     config = load_data_config(simple_dataset(tmp_path, count=12))
-    first = build_train_loader(config, AUGMENT, 64, 2, 0, seed=5, pin_memory=False)
-    second = build_train_loader(config, AUGMENT, 64, 2, 0, seed=5, pin_memory=False)
+    first = build_train_loader(load_split(config, "train"),
+                               TrainLoaderSettings(AUGMENT, 64, 2, 0, seed=5, pin_memory=False))
+    second = build_train_loader(load_split(config, "train"),
+                                TrainLoaderSettings(AUGMENT, 64, 2, 0, seed=5, pin_memory=False))
     assert _indices(first) == _indices(second)
     order_zero = _indices(first)
     first.set_epoch(1)
@@ -51,7 +54,9 @@ def test_distributed_shards_are_disjoint_and_cover(tmp_path: Path) -> None:
     for epoch in (0, 3):
         shards = []
         for rank in range(3):
-            loader = build_train_loader(config, AUGMENT, 64, 2, 0, seed=1, rank=rank, world_size=3, pin_memory=False)
+            loader = build_train_loader(load_split(config, "train"),
+                                        TrainLoaderSettings(AUGMENT, 64, 2, 0, seed=1, rank=rank, world_size=3,
+                                                            pin_memory=False))
             loader.set_epoch(epoch)
             shards.append(_indices(loader))
         flat = [index for shard in shards for index in shard]
@@ -62,7 +67,8 @@ def test_worker_count_does_not_change_the_batches(tmp_path: Path) -> None:
     config = load_data_config(simple_dataset(tmp_path, count=4))
     batches = []
     for workers in (0, 1):
-        loader = build_train_loader(config, AUGMENT, 64, 2, workers, seed=2, pin_memory=False)
+        loader = build_train_loader(load_split(config, "train"),
+                                    TrainLoaderSettings(AUGMENT, 64, 2, workers, seed=2, pin_memory=False))
         loader.set_epoch(1)
         batches.append(next(iter(loader)))
     assert torch.equal(batches[0].images, batches[1].images)
@@ -72,13 +78,16 @@ def test_worker_count_does_not_change_the_batches(tmp_path: Path) -> None:
 def test_too_few_images_for_a_batch_is_a_user_error(tmp_path: Path) -> None:
     config = load_data_config(simple_dataset(tmp_path, count=3))
     with pytest.raises(UserError, match="fewer than batch size"):
-        build_train_loader(config, AUGMENT, 64, 4, 0, seed=0)
+        build_train_loader(load_split(config, "train"), TrainLoaderSettings(AUGMENT, 64, 4, 0, seed=0))
 
 
 def test_ram_cache_gives_the_same_batches(tmp_path: Path) -> None:
     config = load_data_config(simple_dataset(tmp_path, count=4))
-    plain = next(iter(build_train_loader(config, AUGMENT, 64, 2, 0, seed=3, pin_memory=False)))
-    cached = next(iter(build_train_loader(config, AUGMENT, 64, 2, 0, seed=3, cache="ram", pin_memory=False)))
+    plain = next(iter(build_train_loader(load_split(config, "train"),
+                                         TrainLoaderSettings(AUGMENT, 64, 2, 0, seed=3, pin_memory=False))))
+    cached = next(iter(build_train_loader(load_split(config, "train"),
+                                          TrainLoaderSettings(AUGMENT, 64, 2, 0, seed=3, cache="ram",
+                                                              pin_memory=False))))
     assert torch.equal(plain.images, cached.images)
 
 
@@ -86,7 +95,7 @@ def test_ram_cache_refuses_when_memory_is_short(tmp_path: Path, monkeypatch: pyt
     config = load_data_config(simple_dataset(tmp_path, count=4))
     monkeypatch.setattr("detect.data.images.ram_cache.available_memory", lambda: 1000)
     with pytest.raises(UserError, match="--cache ram needs"):
-        build_train_loader(config, AUGMENT, 64, 2, 0, seed=0, cache="ram")
+        build_train_loader(load_split(config, "train"), TrainLoaderSettings(AUGMENT, 64, 2, 0, seed=0, cache="ram"))
 
 
 def test_single_class_checks_against_the_yaml_then_makes_every_box_class_0(tmp_path: Path) -> None:
@@ -101,7 +110,8 @@ def test_single_class_checks_against_the_yaml_then_makes_every_box_class_0(tmp_p
 
 def test_rect_batches_have_one_aspect_shape_each_and_split_over_ranks(tmp_path: Path) -> None:
     config = load_data_config(simple_dataset(tmp_path, count=9))  # 120-160 high, 160-250 wide
-    shards = [build_train_loader(config, AUGMENT, 128, 2, workers=0, seed=0, rank=rank, world_size=2, rect=True)
+    shards = [build_train_loader(load_split(config, "train"),
+                                 TrainLoaderSettings(AUGMENT, 128, 2, 0, seed=0, rank=rank, world_size=2, rect=True))
               for rank in (0, 1)]
     seen, heights = [], []
     for loader in shards:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from detect.data import boxes_to_original, build_val_loader, load_data_config
+from detect.data import ValLoaderSettings, boxes_to_original, build_val_loader, load_data_config, load_split
 from detect.data.images.letterbox import LetterboxInfo, rect_batch_shapes
 from tests.data.helpers import white_extent, write_sample, write_yaml
 
@@ -20,7 +20,8 @@ SIZES = [(100, 150), (375, 500), (500, 333), (427, 640), (64, 64), (300, 200), (
 def _dataset(root: Path) -> Path:
     for index, (height, width) in enumerate(SIZES):
         box = (width // 10, height // 8, width // 2, height // 2)
-        write_sample(root, "train", f"{index:03d}", height, width, [box, (width // 2, height // 2, width - 3, height - 2)])
+        write_sample(root, "train", f"{index:03d}", height, width,
+                     [box, (width // 2, height // 2, width - 3, height - 2)])
     return write_yaml(root)
 
 
@@ -35,7 +36,7 @@ def test_rect_batch_shapes_follow_the_formula() -> None:
 
 def test_val_batches_are_rect_and_map_back_to_the_original(tmp_path: Path) -> None:
     config = load_data_config(_dataset(tmp_path))
-    loader = build_val_loader(config, imgsz=160, batch_size=3, workers=0, pin_memory=False)
+    loader = build_val_loader(load_split(config, "val"), ValLoaderSettings(160, 3, 0, pin_memory=False))
     seen_aspects, checked = [], 0
     for batch in loader:
         height, width = batch.images.shape[2:]
@@ -78,13 +79,14 @@ def test_boxes_to_original_subtracts_pad_divides_gain_and_clips() -> None:
 
 def test_val_loader_gives_every_image_once_whole_or_in_shards(tmp_path: Path) -> None:
     config = load_data_config(_dataset(tmp_path))
-    loader = build_val_loader(config, imgsz=128, batch_size=3, workers=0, pin_memory=False)
+    loader = build_val_loader(load_split(config, "val"), ValLoaderSettings(128, 3, 0, pin_memory=False))
     whole = [(tuple(batch.paths), tuple(batch.images.shape)) for batch in loader]
     paths = [path for batch_paths, _ in whole for path in batch_paths]
     assert len(paths) == len(set(paths)) == len(SIZES)
     # Two ranks: rank r takes whole batches r, r + 2, ... with the paths and shapes of the one-process batches, so the
     # main rank can gather and score every image once (evaluation/val_loop.py merge_shards).
-    shards = [[(tuple(batch.paths), tuple(batch.images.shape))
-               for batch in build_val_loader(config, imgsz=128, batch_size=3, workers=0, pin_memory=False, rank=rank,
-                                             world_size=2)] for rank in (0, 1)]
+    split = load_split(config, "val")
+    shards = [[(tuple(batch.paths), tuple(batch.images.shape)) for batch in
+               build_val_loader(split, ValLoaderSettings(128, 3, 0, pin_memory=False, rank=rank, world_size=2))]
+              for rank in (0, 1)]
     assert shards == [whole[0::2], whole[1::2]]

@@ -14,7 +14,7 @@ import cv2
 import numpy as np
 import pytest
 
-from detect.data.images.files import BROKEN_LINK, LINK_LOOP, MISSING, NOT_REGULAR
+from detect.data.storage.files import BROKEN_LINK, LINK_LOOP, MISSING, NOT_REGULAR
 from detect.errors import UserError
 from detect.inference.media import list_sources
 from tests.user_run import run_cli
@@ -99,7 +99,8 @@ def predict_args(weights: Path, source: Path | str, project: Path) -> list[str]:
 def test_a_fifo_as_the_only_source_is_exit_2_in_one_line(weights, tmp_path, name, message):
     """Case 8: hung for ever (cv2.imread, FFmpeg or read_text opened the FIFO and waited for a writer)."""
     os.mkfifo(tmp_path / name)
-    finished = run_cli("detect.predict", *predict_args(weights, tmp_path / name, tmp_path / "runs"), timeout=60, merge_output=True)
+    finished = run_cli("detect.predict", *predict_args(weights, tmp_path / name, tmp_path / "runs"), timeout=60,
+                       merge_output=True)
     assert finished.returncode == 2
     assert finished.stdout == f"error: --source {tmp_path / name}: {message}\n"
     assert not (tmp_path / "runs").exists()
@@ -109,7 +110,8 @@ def test_a_list_of_missing_paths_is_exit_2_in_one_line(weights, tmp_path):
     """Case 11: exit 0 and 30,003 lines (a decoder warning, a skipped line and its repeat for each path)."""
     listed = tmp_path / "list.txt"
     listed.write_text("".join(f"/nowhere/{index}.jpg\n" for index in range(10_000)))
-    finished = run_cli("detect.predict", *predict_args(weights, listed, tmp_path / "runs"), timeout=120, merge_output=True)
+    finished = run_cli("detect.predict", *predict_args(weights, listed, tmp_path / "runs"), timeout=120,
+                       merge_output=True)
     assert finished.returncode == 2
     assert finished.stdout == (f"error: --source {listed}: none of its 10000 files can be read (10000 {MISSING}; the "
                                "first: /nowhere/0.jpg)\n")

@@ -13,9 +13,10 @@ from tests.scripts.modules import script
 
 REPO = Path(__file__).resolve().parents[2]
 
-# The traced path's returns to a module already left (58 measured, 70 before the path was made one pass): a
-# change that sends validation back and forth again fails here.
-MAX_RETURNS = 59
+# The traced path's returns to a module already left (63 measured; 70 before the path was made one pass, 58 after,
+# then 4 more once the data's storage became one object that the split's listing, its label cache's key, the loader
+# and each image read consult: data/storage/local.py): a change that sends validation back and forth again fails here.
+MAX_RETURNS = 63
 
 
 def test_consecutive_calls_in_one_module_are_one_stay_and_a_later_one_a_return():

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from detect import backend
-from detect.data import build_val_loader, load_data_config
+from detect.data import ValLoaderSettings, build_val_loader, load_data_config, load_split
 from detect.evaluation.evaluator import CocoEvaluator
 from detect.evaluation.final import final_evaluation
 from detect.models.weights import load_model
@@ -23,8 +23,8 @@ from detect.training.trainer import JobExchange
 def main(weights: str, data: str, imgsz: int, batch: int, out: str) -> None:
     context = init_process_group(DistContext.from_env(), "gloo", 120)
     cpu = backend.select("cpu")
-    loader = build_val_loader(load_data_config(data), "val", imgsz, batch, 0, pin_memory=False, rank=context.rank,
-                              world_size=context.world_size)
+    settings = ValLoaderSettings(imgsz, batch, 0, pin_memory=False, rank=context.rank, world_size=context.world_size)
+    loader = build_val_loader(load_split(load_data_config(data), "val"), settings)
     evaluator = CocoEvaluator.for_split(loader.split) if context.is_main else None
     metrics = final_evaluation(load_model(weights), Path(weights), loader, evaluator, cpu, Path(out), progress=False,
                                exchange=JobExchange.of(context, cpu.device))

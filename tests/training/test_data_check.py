@@ -37,7 +37,7 @@ def test_each_nodes_first_rank_checks_the_labels_while_its_others_wait(monkeypat
     monkeypatch.setattr(build, "load_split", lambda *args: events.append("check") or SimpleNamespace(cache_state="x"))
     monkeypatch.setattr(build, "gather_objects", lambda context, value: [value] * context.world_size)
     context = DistContext(rank=rank, world_size=4, local_rank=local_rank, local_world_size=2)
-    build._checked_split(TrainSettings(), SimpleNamespace(remote=None), "train", context)
+    build._checked_split(TrainSettings(), SimpleNamespace(remote=None, builtin=None), "train", context)
     order = ["check", "train labels/first", "train labels/others"]
     assert events == (order if first else [order[1], order[0], order[2]])
 
@@ -59,8 +59,9 @@ def test_a_buckets_split_on_two_nodes_is_checked_by_the_main_rank_alone(monkeypa
     monkeypatch.setattr(build, "broadcast_object", lambda context, value: events.append("sent") or (
         cache.name, b"checked"))
     kept = []
-    monkeypatch.setattr(build, "keep_label_cache", lambda data, cache_dir, *sent: events.append("kept") or kept.append(
-        sent))
+    bucket = SimpleNamespace(check_once_per_job=True,
+                             keep_label_cache=lambda *sent: events.append("kept") or kept.append(sent))
+    monkeypatch.setattr(build, "open_storage", lambda data, cache_dir: (data, bucket))
     monkeypatch.setattr(build, "gather_objects", lambda context, value: [value] * context.world_size)
     context = DistContext(rank=rank, world_size=4, local_rank=local_rank, local_world_size=2)
     build._checked_split(TrainSettings(), SimpleNamespace(remote="s3://b/data"), "train", context)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from detect.data.images.files import BROKEN_LINK, LINK_LOOP, NOT_REGULAR
 from detect.data.labels.check import UNREADABLE_LABELS
+from detect.data.storage.files import BROKEN_LINK, LINK_LOOP, NOT_REGULAR
 from tests.training.helpers import tiny_dataset, train_args
 from tests.user_run import run_cli
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from detect.data.augment.transforms import random_warp
+from detect.data.augment.transforms import Warp, random_warp
 from detect.data.images.letterbox import PAD_VALUE
 from detect.ops.boxes import clip_boxes, xywhn_to_xyxy
 
@@ -25,8 +25,7 @@ def _place(canvas: np.ndarray, image: np.ndarray, slot: int, centre_x: int, cent
     return left, top
 
 
-def mosaic4(pieces: list[Loaded], imgsz: int, rng: np.random.Generator, degrees: float, translate: float,
-            scale: float, shear: float, perspective: float) -> tuple[np.ndarray, np.ndarray]:
+def mosaic4(pieces: list[Loaded], imgsz: int, rng: np.random.Generator, warp: Warp) -> tuple[np.ndarray, np.ndarray]:
     """Mosaic of 4 loaded images (in quadrant order) then random warp; returns (imgsz, imgsz, 3) uint8 and
     (n, 5) labels [cls, x1, y1, x2, y2] in pixels."""
     canvas = np.full((2 * imgsz, 2 * imgsz, 3), PAD_VALUE, np.uint8)
@@ -40,4 +39,4 @@ def mosaic4(pieces: list[Loaded], imgsz: int, rng: np.random.Generator, degrees:
     labels = np.concatenate(placed, axis=0).astype(np.float32)
     labels[:, 1:] = clip_boxes(labels[:, 1:], 2 * imgsz, 2 * imgsz)
     border = (-imgsz // 2, -imgsz // 2)  # the warp crops the 2*imgsz canvas back to imgsz
-    return random_warp(canvas, labels, rng, degrees, translate, scale, shear, perspective, border=border)
+    return random_warp(canvas, labels, rng, warp, border=border)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from detect.config import Hyp
+from detect.data.augment.transforms import Warp
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,6 +26,11 @@ class AugmentSettings:
     mosaic: float
     mixup: float
     albumentations_p: float
+
+    @property
+    def warp(self) -> Warp:
+        """The random warp's ranges."""
+        return Warp(self.degrees, self.translate, self.scale, self.shear, self.perspective)
 
     @classmethod
     def from_hyp(cls, hyp: Hyp) -> AugmentSettings:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import cv2
 import numpy as np
 
@@ -9,9 +11,21 @@ from detect.data.images.letterbox import PAD_VALUE
 from detect.ops.boxes import clip_boxes
 
 
-def warp_matrix(rng: np.random.Generator, height: int, width: int, border: tuple[int, int], degrees: float,
-                translate: float, scale: float, shear: float, perspective: float) -> tuple[np.ndarray, float, tuple[int, int]]:
+@dataclasses.dataclass(frozen=True)
+class Warp:
+    """The ranges of a random perspective/affine warp: the hyp's degrees, translate, scale, shear, perspective."""
+
+    degrees: float = 0.0
+    translate: float = 0.0
+    scale: float = 0.0
+    shear: float = 0.0
+    perspective: float = 0.0
+
+
+def warp_matrix(rng: np.random.Generator, height: int, width: int, border: tuple[int, int],
+                warp: Warp) -> tuple[np.ndarray, float, tuple[int, int]]:
     """(3x3 matrix, scale, (out_h, out_w)) for a random perspective/affine warp about the image centre."""
+    degrees, translate, scale, shear, perspective = dataclasses.astuple(warp)
     out_height, out_width = height + 2 * border[0], width + 2 * border[1]
     centre = np.eye(3)
     centre[0, 2], centre[1, 2] = -width / 2, -height / 2
@@ -58,14 +72,14 @@ def warp_boxes(labels: np.ndarray, matrix: np.ndarray, out_shape: tuple[int, int
     return np.concatenate([labels[keep, :1], boxes[keep]], axis=1).astype(np.float32)
 
 
-def random_warp(image: np.ndarray, labels: np.ndarray, rng: np.random.Generator, degrees: float, translate: float,
-                scale: float, shear: float, perspective: float, border: tuple[int, int] = (0, 0)) -> tuple[np.ndarray, np.ndarray]:
-    """Random perspective/affine warp (hyp degrees, translate, scale, shear, perspective); output grows by 2*border."""
+def random_warp(image: np.ndarray, labels: np.ndarray, rng: np.random.Generator, warp: Warp,
+                border: tuple[int, int] = (0, 0)) -> tuple[np.ndarray, np.ndarray]:
+    """Random perspective/affine warp within `warp`'s ranges; output grows by 2*border."""
     height, width = image.shape[:2]
-    matrix, factor, out_shape = warp_matrix(rng, height, width, border, degrees, translate, scale, shear, perspective)
+    matrix, factor, out_shape = warp_matrix(rng, height, width, border, warp)
     if border != (0, 0) or not np.allclose(matrix, np.eye(3)):
         grey = (PAD_VALUE,) * 3
-        if perspective:
+        if warp.perspective:
             image = cv2.warpPerspective(image, matrix, dsize=(out_shape[1], out_shape[0]), borderValue=grey)
         else:
             image = cv2.warpAffine(image, matrix[:2], dsize=(out_shape[1], out_shape[0]), borderValue=grey)

@@ -14,8 +14,9 @@ import numpy as np
 
 from detect.atomic_file import replacing
 from detect.data.images.load import load_resized, resized_shapes
-from detect.data.labels.cache import cache_root, folder_writable, relocated
 from detect.data.records import RecordTable
+from detect.data.storage.local import LOCAL, Storage
+from detect.data.storage.places import cache_root, folder_writable, relocated
 from detect.errors import UserError
 
 LOGGER = logging.getLogger(__name__)
@@ -23,7 +24,7 @@ LOGGER = logging.getLogger(__name__)
 
 def npy_path(image: str, imgsz: int, root: str | None = None) -> str:
     """<image file>.<imgsz>.npy beside the image (one per size, and a.jpg and a.png never share one); with a cache
-    `root`, in its folder for the image's folder (labels.cache.relocated: <folder name>-<hash>)."""
+    `root`, in its folder for the image's folder (storage/places.py, relocated: <folder name>-<hash>)."""
     if root is None:
         return f"{image}.{imgsz}.npy"
     folder, name = os.path.split(image)
@@ -43,6 +44,7 @@ class DiskImages:
     imgsz: int
     augment: bool
     root: str | None = None
+    storage: Storage = LOCAL
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -57,7 +59,7 @@ class DiskImages:
                     return stored
         except Exception as error:  # noqa: BLE001 (missing, cut short, not a .npy: numpy's parser fails in any way)
             LOGGER.debug("%s: rebuilt (%s)", cached, error)
-        decoded = load_resized(Path(image), self.imgsz, self.augment)
+        decoded = load_resized(Path(image), self.imgsz, self.augment, self.storage)
         try:
             if self.root is not None:
                 os.makedirs(os.path.dirname(cached), exist_ok=True)
@@ -84,9 +86,11 @@ def _written_bytes(paths: np.ndarray, imgsz: int, root: str | None) -> int:
     return total
 
 
-def disk_images(records: RecordTable, imgsz: int, augment: bool, cache_dir: str | Path | None = None) -> DiskImages:
+def disk_images(records: RecordTable, imgsz: int, augment: bool, cache_dir: str | Path | None = None,
+                storage: Storage = LOCAL) -> DiskImages:
     """The .npy store of `records` at `imgsz`: beside the images, or in a cache folder when `cache_dir`
-    (--cache-dir) or $DETECT_CACHE_DIR names one or the first image's folder is read-only (labels.cache.cache_root);
+    (--cache-dir) or $DETECT_CACHE_DIR names one or the first image's folder is read-only (storage/places.py,
+    cache_root);
     one UserError when its disk cannot hold them, a warning when it cannot be written."""
     beside = Path(os.fsdecode(records.paths[0])).parent
     root = cache_root(beside, cache_dir)
@@ -105,4 +109,4 @@ def disk_images(records: RecordTable, imgsz: int, augment: bool, cache_dir: str 
                             "--cache")
         if root is not None:
             LOGGER.info("--cache disk: .npy files in %s", folder)
-    return DiskImages(records.paths, np.stack([heights, widths], 1), imgsz, augment, stored)
+    return DiskImages(records.paths, np.stack([heights, widths], 1), imgsz, augment, stored, storage)

@@ -8,17 +8,20 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from detect.data.images.files import require_file
-from detect.data.labels.check import decode_truncated_jpeg
-from detect.data.remote import mount
+from detect.data.storage.local import LOCAL, Storage
 
 
-def read_image(path: Path) -> np.ndarray:
+def decode_truncated_jpeg(data: bytes) -> np.ndarray | None:
+    """Decode a JPEG whose end is missing: with the end-of-image marker appended, libjpeg keeps what it has."""
+    return cv2.imdecode(np.frombuffer(data + b"\xff\xd9", np.uint8), cv2.IMREAD_COLOR)
+
+
+
+def read_image(path: Path, storage: Storage = LOCAL) -> np.ndarray:
     """(h, w, 3) uint8 BGR with EXIF rotation applied (cv2.imread's default); OSError if it cannot be decoded or
-    is not a regular file (a FIFO put in its place would block the reader). A bucket's file is fetched first."""
-    if mount.MOUNTS:
-        mount.fetch_if_mounted(path)
-    require_file(path)
+    is not a regular file (a FIFO put in its place would block the reader). Fetched by `storage` first (a
+    bucket's)."""
+    storage.local_file(path)
     image = cv2.imread(str(path), cv2.IMREAD_COLOR)
     if image is None:  # a JPEG cut short that the label check accepted (with a note)
         image = decode_truncated_jpeg(path.read_bytes())
@@ -61,6 +64,6 @@ def resize_to_imgsz(image: np.ndarray, imgsz: int, augment: bool) -> np.ndarray:
     return cv2.resize(image, (new_width, new_height), interpolation=interpolation)
 
 
-def load_resized(path: Path, imgsz: int, augment: bool) -> np.ndarray:
-    """Decode and resize (the unit the RAM cache stores)."""
-    return resize_to_imgsz(read_image(path), imgsz, augment)
+def load_resized(path: Path, imgsz: int, augment: bool, storage: Storage = LOCAL) -> np.ndarray:
+    """Decode (read_image) and resize (the unit the RAM cache stores)."""
+    return resize_to_imgsz(read_image(path, storage), imgsz, augment)

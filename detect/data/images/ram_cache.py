@@ -15,6 +15,7 @@ import numpy as np
 
 from detect.data.images.load import load_resized, read_failure, resized_shapes
 from detect.data.records import RecordTable
+from detect.data.storage.local import LOCAL, Storage
 from detect.errors import UserError
 
 LOGGER = logging.getLogger(__name__)
@@ -67,10 +68,10 @@ class RamImages:
         return RamImages(self.buffer, self.offsets[indices], self.shapes[indices])
 
 
-def _load(path: str, imgsz: int, augment: bool) -> np.ndarray:
+def _load(path: str, imgsz: int, augment: bool, storage: Storage) -> np.ndarray:
     """One image for the cache; an unreadable one ends the start-up with one line naming it."""
     try:
-        return load_resized(Path(path), imgsz, augment)
+        return load_resized(Path(path), imgsz, augment, storage)
     except Exception as error:  # noqa: BLE001 (a decoder may raise anything; the user gets one line)
         raise UserError(f"--cache ram: {read_failure(path, error)}") from None
 
@@ -111,7 +112,8 @@ def _shared_buffer(size: int, share: NodeShare) -> np.ndarray | None:
     return buffer
 
 
-def cache_images(records: RecordTable, imgsz: int, augment: bool, share: NodeShare | None = None) -> RamImages:
+def cache_images(records: RecordTable, imgsz: int, augment: bool, share: NodeShare | None = None,
+                 storage: Storage = LOCAL) -> RamImages:
     """Decode and resize every image into memory; refuses in one line, saying what it needs, when they would not fit.
     With `share`, the node's ranks fill one shared buffer, each decoding every local_world_size-th image."""
     heights, widths = check_memory(records, imgsz)
@@ -130,7 +132,7 @@ def cache_images(records: RecordTable, imgsz: int, augment: bool, share: NodeSha
                        np.stack([heights, widths, np.full_like(heights, 3)], 1))
 
     def fill(index: int) -> None:
-        images[index][...] = _load(os.fsdecode(records.paths[index]), imgsz, augment)
+        images[index][...] = _load(os.fsdecode(records.paths[index]), imgsz, augment, storage)
 
     with ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:
         list(pool.map(fill, mine))

@@ -1,6 +1,6 @@
 """The label-check cache: flat numpy arrays in one .npz, keyed by a hash of the split's file list, every file's size
-and mtime, the class count and CACHE_VERSION, with a checksum of its contents; never trusted stale or corrupt. Also
-where a dataset's caches go (cache_path): beside it, or in a cache folder when it is read-only."""
+and mtime, the class count and CACHE_VERSION, with a checksum of its contents; never trusted stale or corrupt. Where
+it goes: storage/places.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import hashlib
 import json
 import logging
 import os
-import stat
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,9 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from detect.atomic_file import replacing
-from detect.data.data_config import user_cache
 from detect.data.labels.check import DEFAULT_BOUNDS, ImageBounds
 from detect.data.labels.checked import CheckedImages
+from detect.data.storage.places import CACHE_DIR_VARIABLE, folder_writable
 
 LOGGER = logging.getLogger(__name__)
 
@@ -33,9 +32,6 @@ CACHE_VERSION = "detect-labels-6"
 STAT_THREADS = 32
 STAT_CHUNK = 4096
 ARRAYS = ("widths", "heights", "offsets", "rows", "crowd", "background")
-CACHE_DIR_VARIABLE = "DETECT_CACHE_DIR"  # where caches go, as --cache-dir (which wins)
-CACHE_DIR_HELP = (f"folder for the label cache (default: ${CACHE_DIR_VARIABLE}, else beside the labels, or "
-                  "$XDG_CACHE_HOME/detect when their folder is read-only)")
 
 
 def _stat_chunk(files: Sequence[str]) -> np.ndarray:
@@ -70,15 +66,6 @@ def fingerprint(files: Sequence[str], num_classes: int, bounds: ImageBounds = DE
     return digest.hexdigest()
 
 
-def folder_writable(folder: Path) -> bool:
-    """True if we may write in `folder`; a folder without write bits counts as read-only even for root."""
-    try:
-        mode = os.stat(folder).st_mode
-    except OSError:
-        return False
-    return bool(mode & stat.S_IWUSR) and os.access(folder, os.W_OK)
-
-
 def checksum(key: str, problems: str, arrays: Mapping[str, np.ndarray]) -> str:
     """sha256 of the key, the problems' json and each array's name, dtype, shape and bytes."""
     digest = hashlib.sha256(f"{CACHE_VERSION}|{key}|{problems}".encode("utf-8", "surrogateescape"))
@@ -87,29 +74,6 @@ def checksum(key: str, problems: str, arrays: Mapping[str, np.ndarray]) -> str:
         digest.update(f"|{name}|{array.dtype.str}|{array.shape}|".encode())
         digest.update(array.data)
     return digest.hexdigest()
-
-
-def cache_root(data_folder: Path, cache_dir: str | Path | None = None) -> Path | None:
-    """The folder for caches of the data in `data_folder`: `cache_dir` (--cache-dir), else $DETECT_CACHE_DIR, else
-    None (beside the data) while `data_folder` is writable, else the user cache (data_config.user_cache)."""
-    cache_dir = cache_dir or os.environ.get(CACHE_DIR_VARIABLE) or None
-    if cache_dir is None:
-        return None if folder_writable(data_folder) else user_cache()
-    return Path(cache_dir).expanduser()
-
-
-def relocated(usual: Path, root: Path | None) -> Path:
-    """`usual` (a cache's place beside the data) itself without a root, else root/<name>-<hash of usual><suffixes>:
-    one per dataset split or image folder however many share the root, its name still readable."""
-    if root is None:
-        return usual
-    stem, dot, suffixes = usual.name.partition(".")
-    return root / f"{stem}-{hashlib.sha256(os.fsencode(usual)).hexdigest()[:12]}{dot}{suffixes}"
-
-
-def cache_path(usual: Path, cache_dir: str | Path | None = None) -> Path:
-    """Where a cache whose usual place is `usual`, beside the data, goes (cache_root, relocated)."""
-    return relocated(usual, cache_root(usual.parent, cache_dir))
 
 
 def read_cache(path: Path, expected: str) -> CheckedImages | None:

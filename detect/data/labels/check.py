@@ -6,12 +6,12 @@ import dataclasses
 import os
 from pathlib import Path
 
-import cv2
 import numpy as np
 
 from detect.config import Bound
-from detect.data.images.files import file_problem
+from detect.data.images.load import decode_truncated_jpeg
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS, ImageTooLarge, check_pixels, open_header
+from detect.data.storage.files import file_problem
 from detect.errors import short_repr
 from detect.ops.boxes import clip_boxes, xywh_to_xyxy, xyxy_to_xywh
 
@@ -70,11 +70,6 @@ class CheckResult:
     notes: list[str] = dataclasses.field(default_factory=list)
     details: list[str] = dataclasses.field(default_factory=list)
     background: bool = False
-
-
-def decode_truncated_jpeg(data: bytes) -> np.ndarray | None:
-    """Decode a JPEG whose end is missing: with the end-of-image marker appended, libjpeg keeps what it has."""
-    return cv2.imdecode(np.frombuffer(data + b"\xff\xd9", np.uint8), cv2.IMREAD_COLOR)
 
 
 def _jpeg_complete(path: Path, result: CheckResult) -> bool:

@@ -19,6 +19,7 @@ import numpy as np
 
 from detect.data.labels import check
 from detect.data.labels.check import MISSING_LABELS, CheckResult
+from detect.data.storage.local import LOCAL, Storage
 
 LOGGER = logging.getLogger(__name__)
 # From this many images the check runs in processes (below, threads overlap the file reads of a network disk).
@@ -106,9 +107,22 @@ def _count_unlisted(unlisted: Sequence[tuple[str, str]], counts: collections.Cou
 
 
 def check_images(images: list[str], labels: list[str | None], given: list, num_classes: int,
-                 bounds: check.ImageBounds) -> CheckedImages:
-    """Check every image: in a process pool for a large split (the check is mostly Python, which threads would run
-    one at a time), else in threads (they overlap file reads, which is what a small split on a network disk waits on)."""
+                 bounds: check.ImageBounds, storage: Storage = LOCAL) -> CheckedImages:
+    """Check every image (check.check_image). Local files: in a process pool for a large split (the check is mostly
+    Python, which threads would run one at a time), else in threads (they overlap file reads, which is what a small
+    split on a network disk waits on). A storage that fetches (a bucket): its check_threads at a time, each fetching
+    its image and label file first (a label file the storage does not hold is a missing one)."""
+    if storage.check_threads:
+        def fetched(image: str, label: str | None, rows: tuple | None) -> check.CheckResult:
+            label = label if label is not None and storage.holds(label) else None
+            for path in (image, label):
+                if path is not None:
+                    with contextlib.suppress(FileNotFoundError):  # deleted since the listing: the check names it
+                        storage.fetch(path)
+            return check.check_image(image, label, num_classes, rows, bounds)
+
+        with ThreadPoolExecutor(storage.check_threads) as pool:
+            return CheckedImages.from_results(list(pool.map(fetched, images, labels, given)))
     arguments = (images, labels, repeat(num_classes), given, repeat(bounds))
     if len(images) >= PROCESS_POOL_FROM and (os.cpu_count() or 1) > 1:
         # fork, as yolov5 and our DataLoader workers: no re-import of __main__ (a script needs no main guard), no

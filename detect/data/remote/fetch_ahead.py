@@ -12,8 +12,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from detect.data.remote.mount import fetch_if_mounted
-
 # Samples of a batch made at once: a batch's bucket reads in flight together (a loader worker waits on the network,
 # not on its cores, for these).
 SAMPLE_THREADS = 16
@@ -22,10 +20,12 @@ AHEAD_THREADS = 8  # fetches of the next batch's images, beside them
 
 class FetchAhead(torch.utils.data.Dataset):
     """`dataset` whose batches (DataLoader's __getitems__) are made in threads, the worker's next batch of
-    `batches(epoch)` (this rank's batches of dataset indices) fetched meanwhile; attributes are the dataset's."""
+    `batches(epoch)` (this rank's batches of dataset indices) fetched meanwhile by `fetch` (of a path); attributes
+    are the dataset's."""
 
-    def __init__(self, dataset: torch.utils.data.Dataset, batches: Callable[[int], list[list[int]]]) -> None:
-        self.dataset, self.batches = dataset, batches
+    def __init__(self, dataset: torch.utils.data.Dataset, batches: Callable[[int], list[list[int]]],
+                 fetch: Callable[[str], None]) -> None:
+        self.dataset, self.batches, self.fetch = dataset, batches, fetch
         self._pid, self._plans = None, {}
 
     def __len__(self) -> int:
@@ -75,5 +75,5 @@ class FetchAhead(torch.utils.data.Dataset):
         if position < len(batches):
             paths = self.dataset.records.paths
             for index in batches[position]:
-                self._ahead.submit(fetch_if_mounted, os.fsdecode(paths[index]))  # a failed fetch is met again later
+                self._ahead.submit(self.fetch, os.fsdecode(paths[index]))  # a failed fetch is met again later
 

@@ -37,7 +37,7 @@ def test_random_warp_moves_the_box_with_the_pixels(degrees: float, translate: fl
     rng, checked = np.random.default_rng(3), 0
     for _ in range(5):
         image, labels = augment.random_warp(box_image(200, 240, [box]), _one_box_labels(box), rng,
-                                            degrees, translate, scale, shear, 0.0)
+                                            augment.Warp(degrees, translate, scale, shear, 0.0))
         extent = white_extent(image)
         if extent is None or len(labels) == 0:
             continue
@@ -82,7 +82,7 @@ def test_mosaic_keeps_each_box_with_its_pixels() -> None:
 
     rng = np.random.default_rng(0)
     for _ in range(6):
-        image, labels = mosaic4([load(index) for index in range(4)], 128, rng, 0, 0.1, 0.3, 0, 0)
+        image, labels = mosaic4([load(index) for index in range(4)], 128, rng, augment.Warp(0, 0.1, 0.3, 0, 0))
         assert image.shape == (128, 128, 3)
         for row in labels:
             wanted = np.array(COLOURS[int(row[0])]) > 0

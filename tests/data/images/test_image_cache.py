@@ -17,12 +17,13 @@ import pytest
 import torch
 
 from detect.config import Hyp
-from detect.data import AugmentSettings, build_train_loader, load_data_config, load_split
+from detect.data import AugmentSettings, TrainLoaderSettings, build_train_loader, load_data_config, load_split
 from detect.data.images import ram_cache
 from detect.data.images.disk_cache import disk_images, npy_path
 from detect.data.images.load import load_resized
 from detect.data.images.ram_cache import NodeShare, RamImages, cache_images, check_memory
-from detect.data.labels.cache import CACHE_DIR_VARIABLE
+from detect.data.storage.local import Storage
+from detect.data.storage.places import CACHE_DIR_VARIABLE
 from detect.errors import UserError
 from tests.data.helpers import simple_dataset
 
@@ -30,7 +31,9 @@ AUGMENT = AugmentSettings.from_hyp(dataclasses.replace(Hyp(), albumentations_p=0
 
 
 def _first_batch(config, cache: str | None) -> torch.Tensor:
-    return next(iter(build_train_loader(config, AUGMENT, 64, 2, 0, seed=3, cache=cache, pin_memory=False))).images
+    return next(iter(build_train_loader(load_split(config, "train"),
+                                        TrainLoaderSettings(AUGMENT, 64, 2, 0, seed=3, cache=cache,
+                                                            pin_memory=False)))).images
 
 
 def test_disk_cache_gives_the_same_batches_and_is_reused(tmp_path: Path) -> None:
@@ -68,14 +71,15 @@ def test_a_stale_or_wrong_npy_is_rebuilt(tmp_path: Path) -> None:
 def test_an_unknown_cache_is_one_clear_error(tmp_path: Path) -> None:
     config = load_data_config(simple_dataset(tmp_path, count=4))
     with pytest.raises(UserError, match="--cache gpu: choose one of ram, disk"):
-        build_train_loader(config, AUGMENT, 64, 2, 0, seed=0, cache="gpu")
+        build_train_loader(load_split(config, "train"), TrainLoaderSettings(AUGMENT, 64, 2, 0, seed=0, cache="gpu"))
 
 
 def test_disk_cache_refuses_in_one_line_when_the_disk_is_short(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config = load_data_config(simple_dataset(tmp_path, count=4))
-    monkeypatch.setattr("detect.data.images.disk_cache.shutil.disk_usage", lambda folder: shutil._ntuple_diskusage(0, 0, 10))
+    monkeypatch.setattr("detect.data.images.disk_cache.shutil.disk_usage",
+                        lambda folder: shutil._ntuple_diskusage(0, 0, 10))
     with pytest.raises(UserError, match="--cache disk needs .* GiB for the 4 images at 64 in "):
-        build_train_loader(config, AUGMENT, 64, 2, 0, seed=0, cache="disk")
+        build_train_loader(load_split(config, "train"), TrainLoaderSettings(AUGMENT, 64, 2, 0, seed=0, cache="disk"))
 
 
 @pytest.mark.parametrize("where", ["read-only", "cache_dir"])
@@ -88,8 +92,9 @@ def test_npy_files_go_to_the_cache_folder(where: str, tmp_path: Path, monkeypatc
     folder = tmp_path / "xdg" / "detect" if where == "read-only" else tmp_path / "flag"
     images.chmod(0o555 if where == "read-only" else 0o755)  # no write bits: read-only, even for root
     try:
-        batch = next(iter(build_train_loader(config, AUGMENT, 64, 2, 0, seed=3, cache="disk", pin_memory=False,
-                                             cache_dir=None if where == "read-only" else folder)))
+        cache_dir = None if where == "read-only" else folder
+        settings = TrainLoaderSettings(AUGMENT, 64, 2, 0, seed=3, cache="disk", pin_memory=False, cache_dir=cache_dir)
+        batch = next(iter(build_train_loader(load_split(config, "train", cache_dir=cache_dir), settings)))
     finally:
         images.chmod(0o755)
     assert torch.equal(plain, batch.images)
@@ -124,10 +129,10 @@ def test_the_ranks_of_a_node_fill_one_ram_buffer(shared: bool, tmp_path: Path, m
     monkeypatch.setattr(ram_cache, "SHARED_MEMORY", shared_memory if shared else tmp_path / "missing")
     decoded, lock = collections.Counter(), threading.Lock()
 
-    def counted(path: Path, imgsz: int, augment: bool) -> np.ndarray:
+    def counted(path: Path, imgsz: int, augment: bool, storage: Storage) -> np.ndarray:
         with lock:
             decoded[path.name] += 1
-        return load_resized(path, imgsz, augment)
+        return load_resized(path, imgsz, augment, storage)
 
     monkeypatch.setattr(ram_cache, "load_resized", counted)
     with caplog.at_level(logging.INFO):

@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from detect.data import load_data_config, load_split
-from detect.data.images import files
-from detect.data.images.files import BROKEN_LINK, KERNEL_FOLDER, LINK_LOOP, MISSING, NOT_REGULAR, UNREADABLE_FOLDER
 from detect.data.labels.check import UNREADABLE_LABELS
+from detect.data.storage import files
+from detect.data.storage.files import BROKEN_LINK, KERNEL_FOLDER, LINK_LOOP, MISSING, NOT_REGULAR, UNREADABLE_FOLDER
 from detect.errors import UserError
 from tests.data.helpers import write_sample, write_yaml
 from tests.user_run import run_cli
@@ -50,7 +50,8 @@ def test_links_that_loop_or_break_are_named_once_and_the_rest_is_used(tmp_path):
     for cache in ("written", "loaded"):
         split = load_split(config, "train")
         assert split.cache_state == cache
-        assert sorted(os.path.relpath(path, tmp_path / "images" / "train") for path in split.records.paths.astype(str)) == [
+        assert sorted(os.path.relpath(path,
+                                      tmp_path / "images" / "train") for path in split.records.paths.astype(str)) == [
             "0.png", "1.png", "2.png", "3.png", "linked/4.png"]
         assert split.counts == {"found": 9, "usable": 5, "background": 0, "fixed": 0, "skipped": 4,
                                 f"skipped: {LINK_LOOP}": 3, f"skipped: {BROKEN_LINK}": 1}

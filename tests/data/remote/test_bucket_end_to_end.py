@@ -12,7 +12,6 @@ import pytest
 
 from detect import val
 from detect.config import CONFIGS_DIR
-from detect.data.remote import mount
 from tests.data.helpers import write_sample, write_yaml
 from tests.shared_data import COCO128, YOLOV5N, needs_shared
 from tests.training.helpers import tiny_dataset, train_args
@@ -33,7 +32,6 @@ def coco128_yaml(yaml: Path, path: str | Path) -> Path:
 @needs_shared
 def test_val_from_a_bucket_scores_the_local_copy_and_a_second_val_fetches_no_image(s3_environ, tmp_path,
                                                                                     monkeypatch):
-    monkeypatch.setattr(mount, "MOUNTS", {})
     s3_environ.upload(COCO128, "datasets", "coco128")
     settings = {"weights": str(YOLOV5N), "imgsz": 160, "batch_size": 32, "device": "cpu", "workers": 2,
                 "project": str(tmp_path / "runs"), "plots": False}
@@ -46,7 +44,6 @@ def test_val_from_a_bucket_scores_the_local_copy_and_a_second_val_fetches_no_ima
     assert (first.metrics.map50_95, first.metrics.map50) == (local.metrics.map50_95, local.metrics.map50)
     assert first.images == local.images == 128
     # A second run (a new process: nothing in memory) reads the listing, labels and images from the local caches.
-    monkeypatch.setattr(mount, "MOUNTS", {})
     requests = sum(s3_environ.requests.values())
     second = val.run(data=str(bucket), **settings)
     assert sum(s3_environ.requests.values()) == requests

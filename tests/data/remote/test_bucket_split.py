@@ -14,17 +14,17 @@ import pytest
 import torch
 
 from detect.config import Hyp
-from detect.data import AugmentSettings, build_train_loader, load_data_config, load_split
-from detect.data.remote import mount, store
+from detect.data import AugmentSettings, TrainLoaderSettings, build_train_loader, load_data_config, load_split
+from detect.data.remote import store
+from detect.data.remote.bucket import LISTING_TTL_VARIABLE
 from detect.data.remote.fetch_ahead import FetchAhead
 from detect.errors import UserError
 from tests.training.helpers import tiny_dataset
 
 
 @pytest.fixture
-def bucket_yaml(s3_environ, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def bucket_yaml(s3_environ, tmp_path: Path) -> Path:
     """A tiny dataset (8 images, one of them without labels) in s3://tiny-<test>/sets/tiny; its data yaml (local)."""
-    monkeypatch.setattr(mount, "MOUNTS", {})  # as a new process: nothing mounted yet
     data = tiny_dataset(tmp_path / "tiny")
     (data.parent / "labels" / "train" / "007.txt").unlink()
     bucket = f"tiny-{abs(hash(tmp_path.name)) % 10**8}"
@@ -49,15 +49,13 @@ def test_listing_and_label_check_run_once_with_their_cache_kept_locally(bucket_y
     assert all(path.startswith(str(cache_dir / "remote" / "objects")) for path in paths)
     assert paths[0].endswith("sets/tiny/images/train/000.png")
     # A new process: the listing (kept for DETECT_REMOTE_LISTING_TTL) and the label cache are found locally.
-    monkeypatch.setattr(mount, "MOUNTS", {})
     second = load_split(config, "train", cache_dir=cache_dir)
     assert second.cache_state == "loaded"
     assert (s3_environ.lists(bucket), s3_environ.gets(bucket)) == (1, 15)
     assert [str(record.path) for record in second.records] == paths
     # A label changed in the bucket: the next listing sees it, the label is read again and the split checked again.
     s3_environ.client().put_object(Bucket=bucket, Key="sets/tiny/labels/train/000.txt", Body=b"2 0.5 0.5 0.2 0.2\n")
-    monkeypatch.setattr(mount, "MOUNTS", {})
-    monkeypatch.setenv(mount.LISTING_TTL_VARIABLE, "0")
+    monkeypatch.setenv(LISTING_TTL_VARIABLE, "0")
     third = load_split(config, "train", cache_dir=cache_dir)
     assert third.cache_state == "written"
     assert s3_environ.lists(bucket) == 2
@@ -69,8 +67,9 @@ def test_training_batches_from_the_bucket_are_the_local_ones(bucket_yaml, tmp_pa
     """A batch's samples made in threads (FetchAhead), each image fetched on first read, are the samples that one
     thread makes from the local copy: mosaic, warp, albumentations and all, bit for bit."""
     augment = AugmentSettings.from_hyp(dataclasses.replace(Hyp(), albumentations_p=0.5))
-    loaders = [build_train_loader(load_data_config(yaml), augment, 64, 4, 0, seed=3, pin_memory=False,
-                                  cache_dir=tmp_path / "cache") for yaml in (tmp_path / "tiny" / "data.yaml", bucket_yaml)]
+    settings = TrainLoaderSettings(augment, 64, 4, 0, seed=3, pin_memory=False, cache_dir=tmp_path / "cache")
+    loaders = [build_train_loader(load_split(load_data_config(yaml), "train", cache_dir=tmp_path / "cache"), settings)
+               for yaml in (tmp_path / "tiny" / "data.yaml", bucket_yaml)]
     assert isinstance(loaders[1].dataset, FetchAhead) and not isinstance(loaders[0].dataset, FetchAhead)
     for epoch in (0, 1):
         for loader in loaders:
@@ -89,8 +88,9 @@ def test_a_worker_fetches_its_next_batch_of_this_ranks_shard_ahead(bucket_yaml, 
     objects = next((cache_dir / "remote" / "objects").iterdir())
     shutil.rmtree(objects)  # the check fetched every image: start from an empty cache
     augment = AugmentSettings.from_hyp(dataclasses.replace(Hyp(), mosaic=0.0, albumentations_p=0.0))
-    loader = build_train_loader(config, augment, 64, 2, 0, seed=1, rank=0, world_size=2, pin_memory=False,
-                                cache_dir=cache_dir, checked=checked)
+    loader = build_train_loader(checked,
+                                TrainLoaderSettings(augment, 64, 2, 0, seed=1, rank=0, world_size=2, pin_memory=False,
+                                                    cache_dir=cache_dir))
     loader.set_epoch(0)
     first = next(iter(loader))
     batches = loader.sampler.batches.of_epoch(0)

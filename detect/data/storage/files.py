@@ -9,6 +9,7 @@ import os
 import stat
 from collections.abc import Callable
 
+from detect.data.records import IMAGE_SUFFIXES
 from detect.errors import UserError
 
 # Entries a walk reads before it stops with one line: a split of 10 million images is 8x COCO's train2017 and
@@ -60,6 +61,14 @@ def file_problem(path: str | os.PathLike) -> str | None:
     if not os.access(path, os.R_OK):
         return NO_ACCESS
     return None
+
+
+SUFFIXES = frozenset(suffix.removeprefix(".") for suffix in IMAGE_SUFFIXES)
+
+
+def is_image(name: str) -> bool:
+    """Whether a file name has an image suffix."""
+    return name.rpartition(".")[2].lower() in SUFFIXES
 
 
 def require_file(path: str | os.PathLike) -> None:

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from detect.data.images import files
-from detect.data.images.files import (
+from detect.data.images.load import read_image
+from detect.data.labels.check import check_image
+from detect.data.storage import files
+from detect.data.storage.files import (
     BROKEN_LINK,
     KERNEL_FOLDER,
     LINK_LOOP,
@@ -27,8 +29,6 @@ from detect.data.images.files import (
     require_file,
     walk,
 )
-from detect.data.images.load import read_image
-from detect.data.labels.check import check_image
 from detect.errors import UserError
 from detect.inference import detector
 from detect.inference.media import load_image
