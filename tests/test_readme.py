@@ -119,6 +119,27 @@ def test_links_reach_a_file_and_heading(page):
             assert anchor in anchors(path), f"{page.name} links to {target}: no such heading"
 
 
+# A module or script a page names: `detect/data/loader.py`, `scripts/x.sh`, or by its path inside detect/
+# (`data/labels/checked.py`, `labels/checked.py`); yolov5.md names yolov5's own (`models/common.py`), torch-npu.md
+# torch_npu's (`torch_npu/npu/random.py`), which are not checked.
+NAMED_MODULE = re.compile(r"(?<![\w./-])((?:[\w-]+/)+[\w-]+\.(?:py|sh))\b")
+OURS = ("detect/", "scripts/", "tests/", *sorted({f"{path.name}/" for path in (REPO / "detect").rglob("*")
+                                                  if path.is_dir() and path.name != "__pycache__"}))
+
+
+@pytest.mark.parametrize("page", [README, *sorted(DOCS.glob("*.md"))], ids=lambda page: page.name)
+def test_every_module_a_page_names_exists(page):
+    """A module a page names by path is there: a file moved or merged leaves no stale name behind."""
+    files = [path.relative_to(REPO).as_posix() for folder in ("detect", "scripts", "tests")
+             for path in (REPO / folder).rglob("*") if path.suffix in (".py", ".sh")]
+    named = set(NAMED_MODULE.findall(page.read_text()))
+    if page.name == "yolov5.md":  # yolov5's files, by their paths in its repository
+        named = {name for name in named if name.startswith(("detect/", "scripts/", "tests/"))}
+    stale = sorted(name for name in named if name.startswith(OURS) and not any(
+        file == name or file.endswith(f"/{name}") for file in files))
+    assert not stale, f"{page.name} names modules that do not exist: {stale}"
+
+
 def test_readme_links_the_docs():
     linked = {target.partition("#")[0] for target in LINK.findall(README.read_text())}
     assert {f"docs/{page.name}" for page in DOCS.glob("*.md")} <= linked

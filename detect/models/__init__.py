@@ -1,5 +1,5 @@
-"""YOLOv5 models: layers, the Detect head, the yaml builder, summaries, safe checkpoint files (checkpoint.py) and
-weights loading, ours and ultralytics/yolov5's (weights.py, safe_io.py, yolov5_pickle.py)."""
+"""YOLOv5 models: layers, the Detect head, the yaml builder, summaries, safe checkpoint files (safe_io.py) and
+weights loading, ours and ultralytics/yolov5's (weights.py, yolov5_pickle.py)."""
 
 from detect.models.spec import ModelSpec, load_model_spec, parse_model_spec
 from detect.models.summary import ModelSummary, summarize
