@@ -17,7 +17,7 @@ from tests.test_layering import FLOORS
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 DOCS = REPO / "docs"
-MAX_README_LINES = 260  # issue 28 item 6: "at most about 250 lines"
+MAX_README_LINES = 250  # the front door: the commands of each job, the details in docs/
 # The README's bash blocks hold 31 detect command lines today; a parser that found none must not pass.
 MIN_CHECKED = 28
 BASH_BLOCK = re.compile(r"^ *```bash\n(.*?)^ *```", re.MULTILINE | re.DOTALL)
