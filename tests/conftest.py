@@ -20,7 +20,8 @@ NOT_NUMERIC = ("inference/test_model.py::test_cpu_inference_and_training_reuse_f
 # Tests that time how fast processes react (a stop within seconds, a silent node noticed, a hang reported, cores
 # placed): CI runs them after the others, alone on the machine (`-m serial`), the others on two workers.
 SERIAL = ("training/test_stop_anywhere.py", "training/test_multinode.py", "training/test_preemption.py",
-          "training/test_scenario.py", "training/test_collective_failure.py", "backend/test_placement.py")
+          "training/test_scenario.py", "training/test_collective_failure.py", "backend/test_placement.py",
+          "tracking/test_tracked_stop.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
