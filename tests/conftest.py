@@ -21,7 +21,7 @@ NOT_NUMERIC = ("inference/test_model.py::test_cpu_inference_and_training_reuse_f
 # placed): CI runs them after the others, alone on the machine (`-m serial`), the others on two workers.
 SERIAL = ("training/test_stop_anywhere.py", "training/test_multinode.py", "training/test_preemption.py",
           "training/test_scenario.py", "training/test_collective_failure.py", "backend/test_placement.py",
-          "serve/test_slow_clients.py")
+          "serve/test_slow_clients.py", "tracking/test_tracked_stop.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

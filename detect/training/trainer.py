@@ -115,7 +115,7 @@ class Trainer:
     def train_epochs(self, run: Run, hooks: HookList) -> None:
         """Epoch by epoch: train, validate, end the epoch (counters, schedule, hooks), until the last epoch or an early
         stop. A signal stops at the next step boundary, or at the next batch of the validation, with last.pt written
-        (Interrupted)."""
+        (Interrupted); one that came in the epoch's last validation batch or its end stops once the epoch is saved."""
         for epoch in range(run.counters.epoch, run.settings.epochs):
             hooks.before_epoch(epoch)
             with run.phases.time("training"):
@@ -130,8 +130,13 @@ class Trainer:
             run.scheduler.step()
             hooks.after_epoch(epoch, self.end_epoch(run, epoch, stats, metrics))
             run.backend.reset_peak_memory()
-            if broadcast_object(run.context, run.control.end_training):
+            end_training, stop = any_rank(run.context, torch.tensor(
+                [run.control.end_training, run.control.stop_asked()], device=run.backend.device),
+                "the all-reduce that ends an epoch").tolist()
+            if end_training:
                 return
+            if stop and epoch + 1 < run.settings.epochs:  # (after the last epoch the final evaluation stops)
+                raise self.stopped_after_epoch(run, epoch)
 
     def validate(self, run: Run, epoch: int) -> Metrics | None:
         """COCO metrics of the EMA weights (every epoch, or only the last with --noval): each rank predicts its shard
@@ -168,6 +173,14 @@ class Trainer:
             counters.best_fitness, counters.best_epoch = fitness, epoch
         device_peak = None if run.backend.device.type == "cpu" else run.backend.memory_stats().peak_bytes
         return epoch_row(epoch, stats, metrics, backends.host_memory_stats().peak_bytes, device_peak)
+
+    def stopped_after_epoch(self, run: Run, epoch: int) -> Interrupted:
+        """The end of a run whose stop came after the epoch's last validation batch, as soon as the epoch is saved: the
+        next epoch's loader start, first step and save took 1.1 s more of the 5 s a stop has (docs/scale.md,
+        "SIGTERM and Ctrl-C")."""
+        if run.context.is_main and run.settings.nosave:  # last.pt is otherwise written at the last epoch alone
+            run.save_last()
+        return self.stopped(run, f"after epoch {epoch + 1}")
 
     @staticmethod
     def stopped(run: Run, where: str) -> Interrupted:

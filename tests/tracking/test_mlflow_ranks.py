@@ -21,15 +21,13 @@ from tests.training.helpers import tiny_dataset, train_args, worker_pid
 pytest.importorskip("mlflow", reason="MLflow is optional (pip install 'detect-trainer[mlflow]')")
 from mlflow.tracking import MlflowClient
 
-from detect.tracking import RUN_ID
+from detect.tracking import KEY_TAG, RUN_ID, RUN_KEY
 from detect.training.run import COLUMNS
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 # Each worker of the job notes, in IMPORT_LOG/rank<RANK>, whether it imported MLflow or made a ./mlruns folder; with
-# SAVE_AFTER_MLFLOW_RUN, each epoch's last.pt waits (up to 60 s) until the logger's thread has made the MLflow run,
-# as a first epoch longer than the store's set-up would; the job's first attempt waits at its second epoch's save, to
-# be killed.
+# HOLD_FIRST_ATTEMPT, the job's first attempt waits at its second epoch's save, to be killed.
 WATCH_SITE = """
 import os, sys, time
 if os.environ.get("RANK") is not None:
@@ -49,22 +47,20 @@ if os.environ.get("RANK") is not None:
 
     sys.addaudithook(watch)
 
-if os.environ.get("RANK") is not None and os.environ.get("SAVE_AFTER_MLFLOW_RUN"):
+if os.environ.get("RANK") is not None and os.environ.get("HOLD_FIRST_ATTEMPT"):
     from detect.training import hooks
 
     save = hooks.Checkpointer.after_epoch
 
-    def after_the_run_exists(self, run, epoch, row):
+    def held(self, run, epoch, row):
         deadline = time.monotonic() + 60
         if epoch > 0 and os.environ.get("TORCHELASTIC_RESTART_COUNT") == "0":
             # the first attempt waits here for the test's kill, however loaded the machine, until torchrun stops it
             while not run.control.stop_asked() and time.monotonic() < deadline:
                 time.sleep(0.05)
-        while "mlflow_run_id" not in run.tracking and time.monotonic() < deadline:
-            time.sleep(0.05)
         save(self, run, epoch, row)
 
-    hooks.Checkpointer.after_epoch = after_the_run_exists
+    hooks.Checkpointer.after_epoch = held
 """
 ALL_ROW = re.compile(r"^\s+all\s+\d+\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s+([\d.]+)\s*$", re.MULTILINE)
 
@@ -142,23 +138,25 @@ def test_two_ranks_track_one_run_from_the_writing_rank(data, tmp_path):
 
 
 def test_bare_mlflow_at_two_ranks_continues_its_run_after_an_elastic_restart(data, tmp_path):
-    """The default ./mlruns store in the job's working directory; rank 1 is killed once last.pt holds the MLflow run's
-    id (SAVE_AFTER_MLFLOW_RUN), torchrun restarts the job, which resumes from last.pt and continues that run."""
+    """The default ./mlruns store in the job's working directory; rank 1 is killed as soon as the first last.pt is
+    written, whether or not the MLflow run exists by then (its store is new: its set-up takes seconds); torchrun
+    restarts the job, which resumes from last.pt and continues the run its key names, or makes it."""
     epochs, project = 6, tmp_path / "runs"
     launcher = _torchrun(train_args(data, project, "--mlflow", "--noval", "--noplots", epochs=epochs), tmp_path,
-                         tmp_path, max_restarts=1, SAVE_AFTER_MLFLOW_RUN="1")
+                         tmp_path, max_restarts=1, HOLD_FIRST_ATTEMPT="1")
     last, deadline = project / "exp" / "weights" / "last.pt", time.monotonic() + 120
-    while not (last.is_file() and TrainingCheckpoint.load(last).tracking):
+    while not last.is_file():
         assert launcher.poll() is None and time.monotonic() < deadline, launcher.communicate()[0][-5000:]
-        time.sleep(0.2)
-    run_id = TrainingCheckpoint.load(last).tracking[RUN_ID]
+        time.sleep(0.05)
+    key = TrainingCheckpoint.load(last).tracking[RUN_KEY]  # ours from the first save
     os.kill(worker_pid(launcher, "RANK=1"), signal.SIGKILL)
     output, noted = _finished(launcher, tmp_path)
-    assert "resuming from" in output and f"MLflow: continuing run exp ({run_id})" in output, output[-5000:]
+    assert "resuming from" in output, output[-5000:]
     assert noted == {0: {"import-mlflow", "mkdir-mlruns"}, 1: set()}, noted
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
     (run,) = client.search_runs([client.get_experiment_by_name(str(project)).experiment_id])
-    assert run.info.run_id == run_id and run.info.status == "FINISHED"
-    steps = [metric.step for metric in client.get_metric_history(run_id, "train/box_loss")]
-    # Each epoch at most once (the killed attempt may not have sent its last epoch), through the last one.
-    assert sorted(steps) == sorted(set(steps)) and steps[0] == 0 and max(steps) == epochs - 1, steps
+    assert run.data.tags[KEY_TAG] == key and run.info.status == "FINISHED"
+    tracked = TrainingCheckpoint.load(last).tracking  # the id too, if the store answered before the last save
+    assert tracked[RUN_KEY] == key and tracked.get(RUN_ID, run.info.run_id) == run.info.run_id
+    steps = [metric.step for metric in client.get_metric_history(run.info.run_id, "train/box_loss")]
+    assert sorted(steps) == list(range(epochs)), steps  # each epoch once, those of the killed attempt included

@@ -104,10 +104,12 @@ def test_a_signal_stops_every_rank_at_a_boundary_with_last_pt_and_one_line(data,
     assert time.monotonic() - sent_at < 10
     assert "Traceback" not in err, err
     line = err.strip().splitlines()[-1]
-    assert line.startswith("stopped at epoch ") and line.endswith(f"resume with: python -m detect.train --resume "
-                                                                  f"{tmp_path / 'exp'}"), err
+    assert line.endswith(f"resume with: python -m detect.train --resume {tmp_path / 'exp'}"), err
     counters = TrainingCheckpoint.load(tmp_path / "exp" / "weights" / "last.pt").counters
-    assert f"batch {counters.batch}/{BATCHES};" in line and f"epoch {counters.epoch + 1}," in line
+    if counters.batch == 0:  # the signal came in the epoch's end (its save): the run stops there
+        assert line.startswith(f"stopped after epoch {counters.epoch}; "), err
+    else:
+        assert line.startswith(f"stopped at epoch {counters.epoch + 1}, batch {counters.batch}/{BATCHES}; "), err
 
 
 def test_a_second_ctrl_c_ends_at_once_and_leaves_last_pt_whole(data, tmp_path):
@@ -123,7 +125,9 @@ def test_a_second_ctrl_c_ends_at_once_and_leaves_last_pt_whole(data, tmp_path):
     time.sleep(0.2)  # two signals at once would reach Python's handler as one
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=30)
-    assert process.returncode == 130, err
+    # 130, or ended by the signal itself when it came in the interpreter's last moments (Python has put the default
+    # action back by then): a shell shows 130 for both
+    assert process.returncode in (130, -signal.SIGINT), err
     assert "Traceback" not in err, err
     assert TrainingCheckpoint.load(last).counters.epoch >= 1
 

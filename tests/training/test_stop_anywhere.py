@@ -91,6 +91,20 @@ def test_a_stop_in_the_final_evaluation_says_how_to_score_the_saved_weights(data
     assert TrainingCheckpoint.load(tmp_path / "exp" / "weights" / "last.pt").counters.epoch == 1
 
 
+def test_a_stop_at_an_epoch_s_end_stops_there_with_that_epoch_s_last_pt_also_with_nosave(data, tmp_path, monkeypatch,
+                                                                                           capsys):
+    def stop_at_the_first_epoch_s_end(self, run, epoch, row) -> None:
+        if epoch == 0:
+            run.control.stop_signal = signal.SIGTERM
+
+    monkeypatch.setattr(hooks.SignalStop, "after_epoch", stop_at_the_first_epoch_s_end, raising=False)
+    assert train.main(train_args(data, tmp_path, "--nosave", epochs=3)) == 143
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"stopped after epoch 1; resume with: python -m detect.train --resume {tmp_path / 'exp'}")
+    counters = TrainingCheckpoint.load(tmp_path / "exp" / "weights" / "last.pt").counters
+    assert (counters.epoch, counters.batch) == (1, 0)  # written though --nosave writes only the last epoch's
+
+
 @pytest.fixture
 def job():
     """A tag for the processes a test starts (DETECT_TEST_JOB in their environment); any left at its end are killed,
@@ -133,7 +147,7 @@ def _stop(process: subprocess.Popen, job: str, whole_job: bool,
 # Each slowed call: a validation batch, a label-check image (the check's chunk of 16 images is 1.6 s), a save.
 @pytest.mark.parametrize("stage, seconds, extra, expected", [
     ("validation", "2", (), "stopped in epoch 1's validation; resume with: "),
-    ("save", "0.5", ("--noval",), "stopped at epoch 2, batch "),
+    ("save", "0.5", ("--noval",), "stopped after epoch 1; resume with: "),  # the epoch's last.pt: none after it
     ("check", "0.1", (), "SIGTERM during the run's set-up: stopped before the first step (nothing saved)"),
 ])
 def test_sigterm_ends_one_process_within_5_s_wherever_it_lands(data, tmp_path, job, stage, seconds, extra,
@@ -177,5 +191,26 @@ def test_a_signal_to_a_torchrun_job_in_validation_ends_every_rank_once_and_no_re
     assert resume_lines == [expected], output[-3000:]
     counters = TrainingCheckpoint.load(tmp_path / "runs" / "exp" / "weights" / "last.pt").counters
     assert (counters.epoch, counters.batch) == (0, BATCHES)  # trained through epoch 1, not validated
+    time.sleep(1.0)
+    assert tagged_processes(job) == []
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_torchrun_job_in_its_epoch_end_save_stops_every_rank_after_that_epoch(data, tmp_path, job):
+    """Between the epoch's last validation batch and its next epoch: the ranks agree at the epoch's end and stop
+    there, last.pt being the epoch's own (no next epoch started, no second save)."""
+    args = train_args(data, tmp_path / "runs", "--workers", "1", "--noval", epochs=3)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               "--max_restarts", "1", str(HARNESS), *args]
+    process, marker = _start(command, tmp_path, job, "save", SLOWED_SECONDS="1")
+    _wait(marker, process)
+    time.sleep(0.3)
+    output, seconds = _stop(process, job, whole_job=True)
+    assert seconds < STOP_WITHIN_S + 2, (seconds, output[-3000:])  # torchrun itself ends a moment after its ranks
+    assert process.returncode != 0 and "resuming from" not in output, output[-3000:]
+    expected = f"stopped after epoch 1; resume with: python -m detect.train --resume {tmp_path / 'runs/exp'}"
+    assert [line for line in output.splitlines() if "resume with:" in line] == [expected], output[-3000:]
+    counters = TrainingCheckpoint.load(tmp_path / "runs" / "exp" / "weights" / "last.pt").counters
+    assert (counters.epoch, counters.batch) == (1, 0)
     time.sleep(1.0)
     assert tagged_processes(job) == []
