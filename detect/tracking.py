@@ -40,7 +40,7 @@ QUEUE_SIZE = 1000  # events waiting for the tracking server (an epoch is a handf
 # How long the end of a finished (or failed) run waits for its last events: its artifacts and status are its record,
 # and no resumed run will send them; bounded, so that a server that hangs cannot hold the end.
 FINISH_TIMEOUT_S = 10.0
-# How long a stopped run waits for the thread: a stop has 5 s in all (docs/scale.md, "SIGTERM and Ctrl-C"), and what
+# How long a stopped run waits for the thread: a stop has 5 s in all (docs/scale.md, "Many nodes and preemption"), and what
 # is left unsent is the resumed run's to send (the epochs' metrics, read back from results.csv).
 STOP_TIMEOUT_S = 1.0
 PROBE_TIMEOUT_S = 5.0  # how long a tracking server has to answer at all (MLflow's client retries for minutes)

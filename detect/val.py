@@ -23,6 +23,7 @@ from detect.evaluation.val_loop import (
     SPEED_SETTINGS,
     EvalResult,
     EvalSettings,
+    PassOptions,
     Predict,
     Speed,
     evaluate,
@@ -127,7 +128,7 @@ def score(settings: ValSettings, weights: str, imgsz: int) -> EvalResult:
     thresholds = settings.nms
     backend, predict, loader = _prepare(settings, weights, imgsz)
     evaluator = CocoEvaluator.for_split(loader.split, settings.evaluator)
-    result = evaluate(predict, loader, backend, evaluator, thresholds, progress=settings.progress)
+    result = evaluate(predict, loader, backend, evaluator, thresholds, PassOptions(settings.progress))
     LOGGER.info("%s at %d: mAP50 %.4f, mAP50-95 %.4f; %s", weights, imgsz, result.metrics.map50,
                 result.metrics.map50_95, result.speed)
     return result
@@ -153,8 +154,7 @@ def validate(settings: ValSettings) -> EvalResult:
     save_dir = make_run_dir(settings.project, settings.name, settings.exist_ok)
     evaluator = CocoEvaluator.for_split(loader.split, settings.evaluator)
     outputs = ValOutputs(save_dir, loader.split, settings.save_txt, settings.save_conf, settings.plots)
-    result = evaluate(predict, loader, backend, evaluator, thresholds, progress=settings.progress,
-                      on_image=outputs.add)
+    result = evaluate(predict, loader, backend, evaluator, thresholds, PassOptions(settings.progress, outputs.add))
     outputs.finish(result.metrics)
     LOGGER.info("%d images\n%s", result.images, metrics_table(result.metrics, per_class=settings.verbose))
     if settings.verbose:

@@ -31,7 +31,7 @@ from detect.backend.cpu import cpu_description
 from detect.data import ValLoaderSettings
 from detect.evaluation.evaluator import CocoEvaluator
 from detect.evaluation.scoring import ScoredSplit, prepare_scoring
-from detect.evaluation.val_loop import evaluate
+from detect.evaluation.val_loop import PassOptions, evaluate
 from detect.models import build_model
 
 
@@ -144,7 +144,8 @@ def bench_val(args: argparse.Namespace) -> None:
     for name, context in (("fp32", contextlib.nullcontext()), ("bf16", torch.autocast("cpu", dtype=torch.bfloat16))):
         started = time.perf_counter()
         with context:
-            result = evaluate(predict, loader, backend, CocoEvaluator.for_split(loader.split), progress=False)
+            result = evaluate(predict, loader, backend, CocoEvaluator.for_split(loader.split),
+                              options=PassOptions(progress=False))
         scores[name] = result.metrics
         print(f"{name}: mAP@0.5:0.95 {result.metrics.map50_95:.4f}, mAP@0.5 {result.metrics.map50:.4f}, "
               f"{time.perf_counter() - started:.1f} s, inference {result.speed.inference:.1f} ms per image")

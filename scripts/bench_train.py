@@ -33,8 +33,8 @@ from detect.config import load_hyp
 from detect.data import AugmentSettings, TrainLoaderSettings, build_train_loader, load_data_config, load_split
 from detect.data.device_batch import to_device_batch
 from detect.models import build_model
-from detect.training.epoch import IterationPlan, TrainingParts, build_parts, optimizer_step, train_one_epoch
-from detect.training.optim import ModelEMA, OptimSettings, accumulate_steps
+from detect.training.epoch import StepRecipe, TrainingParts, build_parts, optimizer_step, train_one_epoch
+from detect.training.optim import IterationPlan, ModelEMA, OptimSettings, accumulate_steps
 from detect.training.resume import Counters
 
 
@@ -151,7 +151,7 @@ def main() -> None:
     if backend.channels_last:
         model = model.to(memory_format=torch.channels_last)
     settings = OptimSettings.from_hyp(hyp)
-    parts = build_parts(model, backend, hyp, settings, args.batch_size, args.imgsz, ema=ModelEMA(model))
+    parts = build_parts(model, backend, StepRecipe(hyp, settings, args.batch_size, args.imgsz), ema=ModelEMA(model))
     plan = IterationPlan(settings, args.batch_size, warmup_iterations=0, epochs=100)
     cursor = StreamCursor(loader)
     fixed = next(iter(loader))

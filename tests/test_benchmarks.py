@@ -40,8 +40,9 @@ def test_the_tutorials_command_gives_a_row_per_format(shapes_weights, caplog):
         assert benchmarks.main(["--weights", str(shapes_weights), "--imgsz", "128", "--device", "cpu"]) == 0
     rows = table_rows(caplog)
     assert list(rows) == list(benchmarks.FORMATS) and float(rows["pytorch"][3]) > 0
-    for kind in ("torchscript", "onnx", "openvino"):  # the same network on the same inputs: the same mAP
-        assert float(rows[kind][3]) == pytest.approx(float(rows["pytorch"][3]), abs=1e-4), kind
+    for kind in ("torchscript", "onnx", "openvino"):  # the same network on the same inputs: the same mAP, to
+        # the table's 4 decimals (a value near a rounding edge may print one unit off: 0.0015 against 0.0016)
+        assert float(rows[kind][3]) == pytest.approx(float(rows["pytorch"][3]), abs=1.5e-4), kind
         assert float(rows[kind][1]) > 0.5 and float(rows[kind][5]) > 0  # MB written, ms per image timed
     assert rows["om"][2] == "-" and "runs on an Ascend NPU only" in " ".join(rows["om"])
     assert (shapes_weights.parent / "tiny.onnx").is_file()  # beside the weights, as yolov5 writes them

@@ -16,7 +16,7 @@ from detect.data import ValLoaderSettings
 from detect.errors import UserError
 from detect.evaluation.evaluator import CocoEvaluator
 from detect.evaluation.scoring import ScoredSplit, prepare_scoring
-from detect.evaluation.val_loop import evaluate
+from detect.evaluation.val_loop import PassOptions, evaluate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +46,8 @@ def check_files(files: dict[str, Path], data: str, imgsz: int, batch_size: int, 
         try:
             loading = ValLoaderSettings(imgsz, batch_size, workers, rect=False)
             predict, loader = prepare_scoring(path, ScoredSplit(data), backend, loading)
-            result = evaluate(predict, loader, backend, CocoEvaluator.for_split(loader.split), progress=False)
+            result = evaluate(predict, loader, backend, CocoEvaluator.for_split(loader.split),
+                              options=PassOptions(progress=False))
         except UserError as error:
             rows.append(CheckRow(kind, path, file_megabytes(path), problem=str(error)))
             continue

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Callable
 from pathlib import Path
 
 from detect.backend import Backend
@@ -12,7 +12,7 @@ from detect.data import Loader
 from detect.data.categories import is_coco
 from detect.evaluation.evaluator import CocoEvaluator, Metrics
 from detect.evaluation.report import metrics_table
-from detect.evaluation.val_loop import EvalSettings, RankExchange, evaluate
+from detect.evaluation.val_loop import WHOLE_PASS, EvalSettings, PassOptions, evaluate
 from detect.evaluation.val_outputs import ValOutputs
 from detect.inference.runtimes.torch_model import TorchInference
 from detect.models import DetectionModel
@@ -21,20 +21,20 @@ LOGGER = logging.getLogger(__name__)
 
 
 def final_evaluation(model: DetectionModel, weights: Path, loader: Loader, evaluator: CocoEvaluator | None,
-                     backend: Backend, save_dir: Path, progress: bool = True, plots: bool = True,
-                     exchange: RankExchange | None = None, stop: Callable[[], bool] | None = None) -> Metrics | None:
+                     backend: Backend, save_dir: Path, plots: bool = True,
+                     options: PassOptions = WHOLE_PASS) -> Metrics | None:
     """`model` (read from `weights`) fused, in fp32, NMS IoU 0.65 on COCO (the published numbers) else 0.6; the PR
     curve, confusion matrix and predictions grid into save_dir (unless not `plots`), the per-class table logged.
-    With `exchange`, `loader` is this rank's shard and the rank holding `evaluator` scores and writes; `stop` ends the
-    pass early (evaluate)."""
+    With `options.exchange`, `loader` is this rank's shard and the rank holding `evaluator` scores and writes;
+    `options.stop` ends the pass early (evaluate)."""
     predict = TorchInference(model, backend)
     split = loader.split
     settings = EvalSettings(iou_threshold=0.65 if is_coco(split.names) else 0.6)
     outputs = ValOutputs(save_dir, split, save_txt=False, save_conf=False, plots=plots) if evaluator else None
     if evaluator is not None:
         evaluator.reset()
-    result = evaluate(predict, loader, backend, evaluator, settings, progress=progress,
-                      on_image=outputs.add if outputs else None, exchange=exchange, stop=stop)
+    on_image = outputs.add if outputs else None
+    result = evaluate(predict, loader, backend, evaluator, settings, dataclasses.replace(options, on_image=on_image))
     if result is None:
         return None
     outputs.finish(result.metrics)

@@ -124,6 +124,20 @@ class RankExchange(Protocol):
         """Every rank's shard in rank order on the scoring rank; None elsewhere."""
 
 
+@dataclasses.dataclass(frozen=True)
+class PassOptions:
+    """How a pass runs besides what it scores: its progress bar; `on_image` sees every scored image's boxes; with
+    `exchange`, the loader is this rank's shard of a job's pass; when `stop()` turns true the pass ends early."""
+
+    progress: bool = True
+    on_image: Callable[[ImageDetections], None] | None = None
+    exchange: RankExchange | None = None
+    stop: Callable[[], bool] | None = None
+
+
+WHOLE_PASS = PassOptions()  # a progress bar, nothing else
+
+
 @torch.no_grad()
 def predict_shard(predict: Predict, loader: Loader, backend: Backend, settings: EvalSettings = EvalSettings(), *,
                   progress: bool = True, stop: Callable[[], bool] | None = None) -> ShardPredictions:
@@ -176,18 +190,18 @@ def score(predictions: ShardPredictions, evaluator: CocoEvaluator,
 
 
 def evaluate(predict: Predict, loader: Loader, backend: Backend, evaluator: CocoEvaluator | None,
-             settings: EvalSettings = EvalSettings(), *, progress: bool = True,
-             on_image: Callable[[ImageDetections], None] | None = None, exchange: RankExchange | None = None,
-             stop: Callable[[], bool] | None = None) -> EvalResult | None:
-    """Score `predict` (e.g. an eval-mode model's `predict`, on the backend's device) over `loader`; `on_image` sees
-    every scored image's boxes. With `exchange`, `loader` is this rank's shard of the split and the rank that gets
-    every shard scores them (it alone needs `evaluator`); the others return None. When `stop()` turns true on any
-    rank, each ends its shard after the batch at hand and the pass raises EvaluationStopped on every rank.
+             settings: EvalSettings = EvalSettings(), options: PassOptions = WHOLE_PASS) -> EvalResult | None:
+    """Score `predict` (e.g. an eval-mode model's `predict`, on the backend's device) over `loader`; `options.on_image`
+    sees every scored image's boxes. With `options.exchange`, `loader` is this rank's shard of the split and the rank
+    that gets every shard scores them (it alone needs `evaluator`); the others return None. When `options.stop()`
+    turns true on any rank, each ends its shard after the batch at hand and the pass raises EvaluationStopped on every
+    rank.
 
     An image the loader could not read (a grey placeholder in `batch.unusable_ids`) is left out of the scores
     and of `on_image`, and named in the result's problems; an image the loader never yields counts as missed.
     """
-    predictions = predict_shard(predict, loader, backend, settings, progress=progress, stop=stop)
+    predictions = predict_shard(predict, loader, backend, settings, progress=options.progress, stop=options.stop)
+    exchange = options.exchange
     stopped = predictions.stopped if exchange is None else exchange.any_stopped(predictions.stopped)
     if stopped:
         raise EvaluationStopped
@@ -196,7 +210,7 @@ def evaluate(predict: Predict, loader: Loader, backend: Backend, evaluator: Coco
         if shards is None:
             return None
         predictions = merge_shards(shards)
-    return score(predictions, evaluator, on_image)
+    return score(predictions, evaluator, options.on_image)
 
 
 @torch.no_grad()

@@ -92,6 +92,8 @@ def _detector_of(model: DetectionModel, device: str) -> Detector:
         return Detector(save_checkpoint(Path(folder) / "model.pt", weights_payload(model)), device)
 
 
+# Nine parameters on purpose: yolov5's hubconf keywords (pretrained, channels, classes, autoshape, verbose, device),
+# which torch.hub.load passes through as the user wrote them; a settings object would only rename them.
 def load(weights: str | Path, *, name: str | None = None, pretrained: bool = True, channels: int = 3,
          classes: int | None = None, autoshape: bool = True, verbose: bool = True,
          device: str | int | torch.device | None = None, hub_dir: Path | None = None) -> HubModel | DetectionModel:

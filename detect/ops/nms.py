@@ -130,6 +130,9 @@ def _suppress_in_groups(boxes: Tensor, scores: Tensor, group: Tensor, groups_per
     return order.index_select(0, torch.cat(kept)) if kept else order
 
 
+# Twelve parameters on purpose: yolov5's non_max_suppression's own keywords (conf_thres, iou_thres, classes, agnostic,
+# multi_label, max_det ...) under our names, which its users' scripts pass one by one; a settings object would only
+# rename them (evaluation's EvalSettings groups the ones validation sets).
 def non_max_suppression(
     prediction: Tensor,
     conf_threshold: float = 0.25,

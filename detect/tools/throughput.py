@@ -16,7 +16,7 @@ from detect.data.device_batch import to_device_batch
 from detect.inference.runtimes.torch_model import TorchInference
 from detect.models import DetectionModel
 from detect.tools.workload import precision_name
-from detect.training.epoch import TrainingParts, build_parts, optimizer_step
+from detect.training.epoch import StepRecipe, TrainingParts, build_parts, optimizer_step
 from detect.training.optim import ModelEMA, OptimSettings, accumulate_steps
 
 
@@ -44,7 +44,8 @@ def _prepared(model: DetectionModel, backend: backends.Backend) -> DetectionMode
 def _parts(model: DetectionModel, backend: backends.Backend, imgsz: int, batch_size: int) -> TrainingParts:
     """The trainer's step parts for one process with yolov5's default hyp, past warmup."""
     hyp = load_hyp()
-    return build_parts(model, backend, hyp, OptimSettings.from_hyp(hyp), batch_size, imgsz, ema=ModelEMA(model))
+    return build_parts(model, backend, StepRecipe(hyp, OptimSettings.from_hyp(hyp), batch_size, imgsz),
+                       ema=ModelEMA(model))
 
 
 def _timed(backend: backends.Backend, run, warmup: int, steps: int, batch_size: int) -> tuple[float, int]:

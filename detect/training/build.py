@@ -52,8 +52,8 @@ from detect.training.distributed import (
     one_voice,
     patient_barrier,
 )
-from detect.training.epoch import Control, IterationPlan, TrainingParts, build_parts
-from detect.training.optim import ModelEMA, OptimSettings, build_scheduler, warmup_iterations
+from detect.training.epoch import Control, StepRecipe, TrainingParts, build_parts
+from detect.training.optim import IterationPlan, ModelEMA, OptimSettings, build_scheduler, warmup_iterations
 from detect.training.resume import Counters, ResumePoint, TrainingCheckpoint, restore_rng_state, resume_point
 from detect.training.run import PhaseTimes, ResultsLog, Run, Validation
 from detect.training.run_folder import RunFolder
@@ -369,8 +369,9 @@ def build_run(settings: TrainSettings, context: DistContext, resume: Resume = NE
         model, ema = _model_and_ema(settings, hyp, train_loader, backend, context, source, point)
     backend = _amp_checked(backend, model, settings, context)
     optim_settings = OptimSettings.from_hyp(hyp, settings.optimizer, settings.cos_lr)
-    parts = build_parts(model, backend, hyp, optim_settings, settings.batch_size, settings.imgsz, context=context,
-                        ema=ema, label_smoothing=settings.label_smoothing, sync_bn=settings.sync_bn)
+    recipe = StepRecipe(hyp, optim_settings, settings.batch_size, settings.imgsz, settings.label_smoothing,
+                        settings.sync_bn)
+    parts = build_parts(model, backend, recipe, context, ema)
     scheduler = build_scheduler(parts.optimizer, optim_settings, settings.epochs)
     if point:
         _restore(point.checkpoint, model, parts, scheduler, backend)

@@ -18,12 +18,12 @@ from tqdm import tqdm
 from detect.backend import Backend
 from detect.config import Hyp
 from detect.data import Batch, Loader
-from detect.data.device_batch import DeviceBatch, pick_size, to_device_batch
+from detect.data.device_batch import DeviceBatch, to_device_batch
 from detect.errors import UserError
 from detect.models import DetectionModel
 from detect.training.distributed import DistContext, any_rank, entering
 from detect.training.loss import DetectionLoss, LossSettings
-from detect.training.optim import ModelEMA, OptimSettings, apply_warmup, build_optimizer, lr_lambda
+from detect.training.optim import IterationPlan, ModelEMA, OptimSettings, build_optimizer
 from detect.training.resume import Counters
 
 MAX_GRAD_NORM = 10.0  # gradient clipping after unscale (docs/yolov5.md, "Step order and gradient clip")
@@ -47,44 +47,40 @@ class TrainingParts:
     context: DistContext
 
 
-def build_parts(model: DetectionModel, backend: Backend, hyp: Hyp, optim_settings: OptimSettings, batch_size: int,
-                imgsz: int, *, context: DistContext | None = None, ema: ModelEMA | None = None,
-                label_smoothing: float = 0.0, sync_bn: bool = False) -> TrainingParts:
+@dataclasses.dataclass(frozen=True)
+class StepRecipe:
+    """What a step's parts follow besides the model and the device: yolov5's hyp (the loss's gains, the scaler's
+    settings), the optimizer's settings, the global batch and the image size (the loss's scales), label smoothing, and
+    SyncBatchNorm under DDP."""
+
+    hyp: Hyp
+    optim: OptimSettings
+    batch_size: int
+    imgsz: int
+    label_smoothing: float = 0.0
+    sync_bn: bool = False
+
+
+def build_parts(model: DetectionModel, backend: Backend, recipe: StepRecipe, context: DistContext | None = None,
+                ema: ModelEMA | None = None) -> TrainingParts:
     """yolov5's optimizer groups, the GradScaler and the loss for `model` (already on the backend's device), wrapped
-    in DDP (with SyncBatchNorm when asked) under torchrun; `batch_size` is the global batch. The backend's process-wide
-    settings for repeated steps are applied (Backend.prepare_steps)."""
-    context = context or DistContext()
+    in DDP (with SyncBatchNorm when asked) under torchrun. The backend's process-wide settings for repeated steps are
+    applied (Backend.prepare_steps)."""
+    context, hyp = context or DistContext(), recipe.hyp
     backend.prepare_steps()
-    optimizer = build_optimizer(model, optim_settings, batch_size)
+    optimizer = build_optimizer(model, recipe.optim, recipe.batch_size)
     scaler = backend.grad_scaler(init_scale=hyp.amp_init_scale, growth_factor=hyp.amp_growth_factor,
                                  growth_interval=hyp.amp_growth_interval)
-    loss_settings = LossSettings.from_hyp(hyp, model.detect.nl, model.nc, imgsz, label_smoothing)
+    loss_settings = LossSettings.from_hyp(hyp, model.detect.nl, model.nc, recipe.imgsz, recipe.label_smoothing)
     criterion = DetectionLoss(loss_settings, model.detect.anchors, model.nc, matched_only=backend.dynamic_shapes)
     train_model: nn.Module = model
     if context.distributed:
-        if sync_bn:
+        if recipe.sync_bn:
             train_model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
         # DDP broadcasts rank 0's parameters and buffers (the AutoAnchor result included) to every rank.
         device_ids = None if backend.device.type == "cpu" else [backend.device.index]
         train_model = DistributedDataParallel(train_model, device_ids=device_ids)
     return TrainingParts(train_model, criterion, optimizer, scaler, ema, backend, context)
-
-
-@dataclasses.dataclass(frozen=True)
-class IterationPlan:
-    """What each iteration's learning rate, accumulation and image size follow: warmup, accumulation to the nominal
-    batch, the epoch's lr factor over the run's epochs, multi-scale sizes."""
-
-    optim: OptimSettings
-    global_batch: int
-    warmup_iterations: int
-    epochs: int
-    multi_scale_sizes: tuple[int, ...] | None = None
-    seed: int = 0
-
-    def lr_factor(self, epoch: int) -> float:
-        """The schedule's factor on lr0 in `epoch` (what the LambdaLR scheduler steps through)."""
-        return lr_lambda(self.optim, self.epochs)(epoch)
 
 
 @dataclasses.dataclass
@@ -236,6 +232,45 @@ def _postfix(backend: Backend, mean_losses: torch.Tensor, batch: Batch, size: in
             f"instances {int(batch.target_counts.sum())} size {size or batch.images.shape[-1]}")
 
 
+class _Tally:
+    """An epoch's running sums (resumed from the counters, the loss summed on the device), the asks the ranks agreed
+    on since the last boundary, the steps skipped for a non-finite loss and what the batches reported."""
+
+    def __init__(self, counters: Counters, device: torch.device) -> None:
+        self.loss_sum = torch.tensor(counters.epoch_loss_sum, device=device)
+        self.steps, self.images, self.streak, self.nonfinite = counters.epoch_steps, counters.epoch_images, 0, 0
+        self.problems: list[str] = []
+        self.numerics = StepNumerics(device)
+        self.stop_asked = self.save_asked = False
+
+    def add(self, batch: Batch, images: int, items: torch.Tensor | None, asks: tuple[bool, bool], where: str) -> None:
+        """A step's batch (`images` on every rank), its loss items (None: not finite, skipped) and the asks agreed on;
+        a streak of non-finite losses ends the run (`where` names its step)."""
+        self.problems.extend(batch.problems)
+        self.images += images
+        self.stop_asked, self.save_asked = self.stop_asked or asks[0], self.save_asked or asks[1]
+        if items is None:
+            self.nonfinite, self.streak = self.nonfinite + 1, self.streak + 1
+            if self.streak >= MAX_NONFINITE_STREAK:
+                raise UserError(f"the loss was not finite for {self.streak} steps in a row ({where}): the run "
+                                "diverged; lower lr0 in the hyp, or try --no-amp")
+            return
+        self.streak, self.steps = 0, self.steps + 1
+        self.loss_sum += items
+
+    def write(self, counters: Counters, batches_done: int) -> None:
+        """Where the epoch stands, into the counters (what last.pt keeps)."""
+        counters.batch, counters.epoch_steps, counters.epoch_images = batches_done, self.steps, self.images
+        counters.epoch_loss_sum = self.loss_sum.tolist()
+
+    def stats(self, optimizer: torch.optim.Optimizer, seconds: float, stopped: bool) -> EpochStats:
+        means = (self.loss_sum / max(self.steps, 1)).tolist()
+        return EpochStats(losses=(means[0], means[1], means[2]), images=self.images, seconds=seconds,
+                          learning_rates=tuple(group["lr"] for group in optimizer.param_groups),
+                          nonfinite_steps=self.nonfinite, problems=tuple(self.problems), stopped=stopped,
+                          **self.numerics.summary())
+
+
 def train_one_epoch(parts: TrainingParts, loader: Loader, plan: IterationPlan, counters: Counters,
                     hooks: StepHooks = NO_HOOKS, show_progress: bool = True) -> EpochStats:
     """Train epoch counters.epoch over one pass of `loader` from batch counters.batch (a run resumed inside the epoch).
@@ -243,63 +278,48 @@ def train_one_epoch(parts: TrainingParts, loader: Loader, plan: IterationPlan, c
     record where the epoch stands and the after_step hooks get StepEnd.save_now; a stop then ends the epoch early
     (EpochStats.stopped). At the epoch's end the counters hold its last batch and sums (Counters.end_epoch starts the
     next one)."""
-    train_model, optimizer, scaler, backend = parts.train_model, parts.optimizer, parts.scaler, parts.backend
-    epoch, world_size = counters.epoch, parts.context.world_size
-    train_model.train()
+    epoch, backend, optimizer = counters.epoch, parts.backend, parts.optimizer
+    parts.train_model.train()
     loader.set_epoch(epoch, start_batch=counters.batch)
     optimizer.zero_grad(set_to_none=True)
-    loss_sum = torch.tensor(counters.epoch_loss_sum, device=backend.device)
-    steps, images, streak, nonfinite, problems = counters.epoch_steps, counters.epoch_images, 0, 0, []
-    numerics = StepNumerics(backend.device)
-    stop_asked = save_asked = stopped = False
+    tally, stopped, started = _Tally(counters, backend.device), False, time.perf_counter()
     bar = tqdm(loader, desc=f"{epoch + 1}/{plan.epochs}", disable=not show_progress, leave=False, initial=counters.batch)
-    started = next_postfix = time.perf_counter()
+    progress = _Progress(bar, backend, show_progress)
     for index, batch in enumerate(bar, start=counters.batch):
         hooks.before_step(index, batch)
-        problems.extend(batch.problems)
-        iteration = counters.iteration
-        counters.iteration += 1
-        accumulate = apply_warmup(optimizer, plan.optim, iteration, plan.warmup_iterations, plan.lr_factor(epoch),
-                                  plan.global_batch)
-        size = pick_size(plan.multi_scale_sizes, plan.seed, iteration) if plan.multi_scale_sizes else None
+        iteration, counters.iteration = counters.iteration, counters.iteration + 1
+        accumulate, size = plan.prepare(optimizer, iteration, epoch)
         step_now = iteration - counters.last_optimizer_step >= accumulate
-        device_batch = to_device_batch(batch, backend, size)
-        items, stop, save = _forward_backward(parts, device_batch, step_now, hooks.control)
-        stop_asked, save_asked = stop_asked or stop, save_asked or save
-        images += len(batch) * world_size
-        if items is None:
-            nonfinite, streak = nonfinite + 1, streak + 1
-            if streak >= MAX_NONFINITE_STREAK:
-                raise UserError(f"the loss was not finite for {streak} steps in a row (epoch {epoch + 1}, batch "
-                                f"{index + 1}): the run diverged; lower lr0 in the hyp, or try --no-amp")
-        else:
-            streak = 0
-            if step_now:
-                numerics.add(optimizer_step(train_model, optimizer, scaler, parts.ema), scaler)
-                counters.last_optimizer_step = iteration
-            loss_sum += items
-            steps += 1
+        items, *asks = _forward_backward(parts, to_device_batch(batch, backend, size), step_now, hooks.control)
+        if items is not None and step_now:
+            tally.numerics.add(optimizer_step(parts.train_model, optimizer, parts.scaler, parts.ema), parts.scaler)
+            counters.last_optimizer_step = iteration
+        tally.add(batch, len(batch) * parts.context.world_size, items, asks, f"epoch {epoch + 1}, batch {index + 1}")
         # No gradient waits between a boundary and the next step (the epoch's last batch drops its leftovers anyway).
-        at_boundary = (items is not None and (stop_asked or save_asked)
+        at_boundary = (items is not None and (tally.stop_asked or tally.save_asked)
                        and (step_now or index + 1 == len(loader)))
         if at_boundary:
-            counters.batch, counters.epoch_steps, counters.epoch_images = index + 1, steps, images
-            counters.epoch_loss_sum = loss_sum.tolist()
-        stopped = at_boundary and stop_asked
+            tally.write(counters, index + 1)
+        stopped = at_boundary and tally.stop_asked
         hooks.after_step(index, StepEnd(save_now=at_boundary, stopped=stopped))
         if stopped:
             break
-        if at_boundary:
-            save_asked = False
-        if show_progress and steps and time.perf_counter() >= next_postfix:  # reading the losses is a host sync
-            bar.set_postfix_str(_postfix(backend, loss_sum / steps, batch, size))
-            next_postfix = time.perf_counter() + POSTFIX_SECONDS
+        tally.save_asked = tally.save_asked and not at_boundary
+        progress.show(tally, batch, size)
     backend.synchronize()
-    counters.nonfinite_steps += nonfinite
+    counters.nonfinite_steps += tally.nonfinite
     if not stopped:  # every batch done; the trainer ends the epoch once it is validated
-        counters.batch, counters.epoch_steps, counters.epoch_images = len(loader), steps, images
-        counters.epoch_loss_sum = loss_sum.tolist()
-    means = (loss_sum / max(steps, 1)).tolist()
-    return EpochStats(losses=(means[0], means[1], means[2]), images=images, seconds=time.perf_counter() - started,
-                      learning_rates=tuple(group["lr"] for group in optimizer.param_groups),
-                      nonfinite_steps=nonfinite, problems=tuple(problems), stopped=stopped, **numerics.summary())
+        tally.write(counters, len(loader))
+    return tally.stats(optimizer, time.perf_counter() - started, stopped)
+
+
+class _Progress:
+    """The progress bar's losses, memory and size, read at most every POSTFIX_SECONDS (reading them syncs the host)."""
+
+    def __init__(self, bar: tqdm, backend: Backend, shown: bool) -> None:
+        self.bar, self.backend, self.shown, self.next = bar, backend, shown, time.perf_counter()
+
+    def show(self, tally: _Tally, batch: Batch, size: int | None) -> None:
+        if self.shown and tally.steps and time.perf_counter() >= self.next:
+            self.bar.set_postfix_str(_postfix(self.backend, tally.loss_sum / tally.steps, batch, size))
+            self.next = time.perf_counter() + POSTFIX_SECONDS

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from detect.config import Hyp
+from detect.data.device_batch import pick_size
 from detect.errors import UserError, short_repr
 
 # Gradients are accumulated up to this many images per optimizer step, and weight decay is scaled to it.
@@ -138,6 +139,30 @@ def apply_warmup(optimizer: torch.optim.Optimizer, settings: OptimSettings, iter
         if "momentum" in group:  # SGD; yolov5 leaves Adam's betas alone during warmup
             group["momentum"] = momentum
     return max(round(interpolate(1, NOMINAL_BATCH / batch_size)), 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class IterationPlan:
+    """What each iteration's learning rate, accumulation and image size follow: warmup, accumulation to the nominal
+    batch, the epoch's lr factor over the run's epochs, multi-scale sizes."""
+
+    optim: OptimSettings
+    global_batch: int
+    warmup_iterations: int
+    epochs: int
+    multi_scale_sizes: tuple[int, ...] | None = None
+    seed: int = 0
+
+    def lr_factor(self, epoch: int) -> float:
+        """The schedule's factor on lr0 in `epoch` (what the LambdaLR scheduler steps through)."""
+        return lr_lambda(self.optim, self.epochs)(epoch)
+
+    def prepare(self, optimizer: torch.optim.Optimizer, iteration: int, epoch: int) -> tuple[int, int | None]:
+        """Set `iteration`'s warmup learning rates and momentum (apply_warmup); its accumulate steps and its
+        multi-scale image size (None: the loader's)."""
+        accumulate = apply_warmup(optimizer, self.optim, iteration, self.warmup_iterations, self.lr_factor(epoch),
+                                  self.global_batch)
+        return accumulate, pick_size(self.multi_scale_sizes, self.seed, iteration) if self.multi_scale_sizes else None
 
 
 def unwrap_model(model: nn.Module) -> nn.Module:

@@ -25,7 +25,8 @@ from detect.models import DetectionModel
 from detect.models.safe_io import save_checkpoint
 from detect.models.weights import model_state
 from detect.training.distributed import DistContext
-from detect.training.epoch import Control, EpochStats, IterationPlan, TrainingParts
+from detect.training.epoch import Control, EpochStats, TrainingParts
+from detect.training.optim import IterationPlan
 from detect.training.resume import Counters, TrainingCheckpoint, rng_state
 from detect.training.run_folder import RunFolder
 from detect.training.settings import TrainSettings

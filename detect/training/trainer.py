@@ -17,7 +17,7 @@ from detect.backend.profiler import ProfileSchedule
 from detect.errors import Interrupted
 from detect.evaluation.evaluator import Metrics
 from detect.evaluation.final import final_evaluation
-from detect.evaluation.val_loop import EvalSettings, EvaluationStopped, ShardPredictions, evaluate
+from detect.evaluation.val_loop import EvalSettings, EvaluationStopped, PassOptions, ShardPredictions, evaluate
 from detect.models import DetectionModel
 from detect.models.weights import load_model, model_from_state, model_state
 from detect.training.build import build_run
@@ -150,9 +150,10 @@ class Trainer:
             validation.evaluator.reset()
         try:
             with run.backend.validation_autocast():  # fp16 on accelerators with AMP, as yolov5 validates in training
+                options = PassOptions(run.settings.progress and context.is_main,
+                                      exchange=JobExchange.of(context, run.backend.device), stop=run.control.stop_asked)
                 result = evaluate(validation.model.predict, validation.loader, run.backend, validation.evaluator,
-                                  EvalSettings(), progress=run.settings.progress and context.is_main,
-                                  exchange=JobExchange.of(context, run.backend.device), stop=run.control.stop_asked)
+                                  EvalSettings(), options)
         except EvaluationStopped:
             if context.is_main:
                 run.save_last()  # the epoch's last batch: a resume validates the epoch and goes on
@@ -177,7 +178,7 @@ class Trainer:
     def stopped_after_epoch(self, run: Run, epoch: int) -> Interrupted:
         """The end of a run whose stop came after the epoch's last validation batch, as soon as the epoch is saved: the
         next epoch's loader start, first step and save took 1.1 s more of the 5 s a stop has (docs/scale.md,
-        "SIGTERM and Ctrl-C")."""
+        "Many nodes and preemption")."""
         if run.context.is_main and run.settings.nosave:  # last.pt is otherwise written at the last epoch alone
             run.save_last()
         return self.stopped(run, f"after epoch {epoch + 1}")
@@ -216,10 +217,10 @@ class Trainer:
         ends it at the next batch (Interrupted: the training is done and saved)."""
         context, settings = run.context, run.settings
         try:
+            options = PassOptions(settings.progress and context.is_main,
+                                  exchange=JobExchange.of(context, run.backend.device), stop=run.control.stop_asked)
             return final_evaluation(model, weights, run.validation.loader, run.validation.evaluator, run.backend,
-                                    run.folder.save_dir, progress=settings.progress and context.is_main,
-                                    plots=not settings.noplots, exchange=JobExchange.of(context, run.backend.device),
-                                    stop=run.control.stop_asked)
+                                    run.folder.save_dir, not settings.noplots, options)
         except EvaluationStopped:
             message = (f"stopped in the final evaluation; the {settings.epochs} epochs are trained and saved: score "
                        f"them with python -m detect.val --weights {weights} --data {settings.data} --imgsz "

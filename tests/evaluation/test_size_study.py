@@ -10,7 +10,7 @@ from detect import backend as backends
 from detect.errors import UserError
 from detect.evaluation.evaluator import CocoEvaluator
 from detect.evaluation.size_study import COLUMNS, STUDY_SIZES, run_study, study_file_name
-from detect.evaluation.val_loop import evaluate
+from detect.evaluation.val_loop import PassOptions, evaluate
 from tests.evaluation.test_evaluator import tiny_dataset
 from tests.evaluation.test_val_loop import NAMES, batch, decoded_rows, fixed_outputs
 
@@ -21,7 +21,7 @@ def fake_score(calls: list):
         calls.append((weights, imgsz))
         rows = decoded_rows() if weights.endswith("good.pt") else decoded_rows() * 0
         return evaluate(fixed_outputs(rows), [batch(False)], backends.select("cpu"),
-                        CocoEvaluator.from_records(tiny_dataset(), NAMES), progress=False)
+                        CocoEvaluator.from_records(tiny_dataset(), NAMES), options=PassOptions(progress=False))
     return score
 
 

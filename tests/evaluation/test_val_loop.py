@@ -10,7 +10,7 @@ from detect import backend as backends
 from detect.data import LetterboxInfo, Sample, collate
 from detect.evaluation.evaluator import CocoEvaluator
 from detect.evaluation.report import problems_list
-from detect.evaluation.val_loop import evaluate
+from detect.evaluation.val_loop import PassOptions, evaluate
 from tests.evaluation.test_evaluator import tiny_dataset
 
 NAMES = ["cat", "dog", "bird"]
@@ -53,7 +53,7 @@ def test_an_unreadable_image_is_named_and_not_scored(unreadable: bool) -> None:
     evaluator = CocoEvaluator.from_records(tiny_dataset(), NAMES)
     seen = []
     result = evaluate(fixed_outputs(decoded_rows()), [batch(unreadable)], backends.select("cpu"), evaluator,
-                      progress=False, on_image=lambda image: seen.append(image.image_id))
+                      options=PassOptions(False, lambda image: seen.append(image.image_id)))
     assert result.images == 2
     if unreadable:
         # Image 2 is out: no detections of it kept or saved, its dog not counted; image 1 alone scores 1.0.

@@ -66,13 +66,13 @@ from detect import backend
 from detect.config import load_hyp
 from detect.inference.runtimes.torch_model import TorchInference
 from detect.models import build_model
-from detect.training.epoch import build_parts
+from detect.training.epoch import StepRecipe, build_parts
 from detect.training.optim import OptimSettings
 cpu, model = backend.select("cpu"), build_model("yolov5n.yaml", num_classes=2)
 if sys.argv[1] == "inference":
     TorchInference(model, cpu)
 elif sys.argv[1] == "training":
-    build_parts(model, cpu, load_hyp(), OptimSettings.from_hyp(load_hyp()), 16, 320)
+    build_parts(model, cpu, StepRecipe(load_hyp(), OptimSettings.from_hyp(load_hyp()), 16, 320))
 faults = []
 for _ in range(12):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt

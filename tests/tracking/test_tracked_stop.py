@@ -100,8 +100,8 @@ def _until(condition, process: subprocess.Popen, what: str, timeout: float = 240
 
 
 def _tracebacks_are_torchrun_s(output: str) -> bool:
-    """Whether every traceback in `output` is torchrun's own for the signal it got (docs/scale.md, "torchrun's own
-    traceback"): the ranks print none."""
+    """Whether every traceback in `output` is torchrun's own for the signal it got (docs/scale.md, "Many nodes and
+    preemption"): the ranks print none."""
     blocks = output.split("Traceback (most recent call last):")[1:]
     return all("SignalException: Process" in block and "got signal: 15" in block for block in blocks)
 

@@ -14,7 +14,7 @@ from detect.backend import select
 from detect.config import Hyp, load_hyp
 from detect.models import build_model
 from detect.ops.boxes import ciou_paired
-from detect.training.epoch import build_parts
+from detect.training.epoch import StepRecipe, build_parts
 from detect.training.loss import DetectionLoss, LossSettings, last_write
 from detect.training.optim import OptimSettings
 from tests.training.reference_loss import ReferenceLoss, flat_targets, reference_ciou
@@ -234,5 +234,5 @@ class BooleanIndexingSeen(TorchFunctionMode):
 
 def test_the_cpu_training_step_scores_the_matched_candidates_only() -> None:
     model, hyp = build_model("yolov5n.yaml", num_classes=3), load_hyp()
-    parts = build_parts(model, select("cpu"), hyp, OptimSettings.from_hyp(hyp), 16, 320)
+    parts = build_parts(model, select("cpu"), StepRecipe(hyp, OptimSettings.from_hyp(hyp), 16, 320))
     assert parts.criterion.matched_only and not DetectionLoss(PLAIN, ANCHORS, 3).matched_only
