@@ -145,7 +145,7 @@ class Trainer:
             validation.evaluator.reset()
         try:
             with run.backend.validation_autocast():  # fp16 on accelerators with AMP, as yolov5 validates in training
-                result = evaluate(validation.model.predict, validation.loader, run.backend, validation.evaluator,
+                result = evaluate(validation.predict(run.backend), validation.loader, run.backend, validation.evaluator,
                                   EvalSettings(), progress=run.settings.progress and context.is_main,
                                   exchange=JobExchange.of(context, run.backend.device), stop=run.control.stop_asked)
         except EvaluationStopped:
@@ -206,7 +206,7 @@ class Trainer:
             return final_evaluation(model, weights, run.validation.loader, run.validation.evaluator, run.backend,
                                     run.folder.save_dir, progress=settings.progress and context.is_main,
                                     plots=not settings.noplots, exchange=JobExchange.of(context, run.backend.device),
-                                    stop=run.control.stop_asked)
+                                    stop=run.control.stop_asked, slicing=run.validation.slicing)
         except EvaluationStopped:
             message = (f"stopped in the final evaluation; the {settings.epochs} epochs are trained and saved: score "
                        f"them with python -m detect.val --weights {weights} --data {settings.data} --imgsz "
