@@ -30,8 +30,8 @@ def final_evaluation(model: DetectionModel, weights: Path, loader: Loader, evalu
     curve, confusion matrix and predictions grid into save_dir (unless not `plots`), the per-class table logged.
     With `exchange`, `loader` is this rank's shard and the rank holding `evaluator` scores and writes; `stop` ends the
     pass early (evaluate); `slicing`: a tiled run's windows of each full-resolution image (the loader's images are).
-    (Over the 8 parameters of docs/STYLE.md: each is a separate thing the trainer holds; a settings object would
-    only be built here to be taken apart.)"""
+    (More than eight parameters: each is a separate thing the trainer holds, and a settings object would only be
+    built to be taken apart here.)"""
     predict = TorchInference(model, backend)
     if slicing is not None:
         predict = SlicedPredictor(Predictor(predict), backend, slicing, predict.stride)
