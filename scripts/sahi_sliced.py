@@ -19,6 +19,7 @@ import numpy as np
 from sahi.models.base import DetectionModel
 from sahi.predict import get_sliced_prediction
 from sahi.prediction import ObjectPrediction
+from sahi.utils.compatibility import fix_full_shape_list, fix_shift_amount_list
 
 from detect.inference.detector import Detector, PredictSettings
 
@@ -46,8 +47,8 @@ class OurDetector(DetectionModel):
 
     def _create_object_prediction_list_from_original_predictions(self, shift_amount_list=None,
                                                                  full_shape_list=None) -> None:
-        shifts = shift_amount_list or [[0, 0]] * len(self._original_predictions)
-        shapes = full_shape_list or [None] * len(self._original_predictions)
+        shifts = fix_shift_amount_list(shift_amount_list or [0, 0])  # SAHI passes one image's as a flat pair
+        shapes = fix_full_shape_list(full_shape_list) or [None] * len(self._original_predictions)
         self._object_prediction_list_per_image = [
             [ObjectPrediction(bbox=row[:4].tolist(), category_id=int(row[5]), score=float(row[4]),
                               category_name=self.category_mapping[str(int(row[5]))], shift_amount=list(shift),
