@@ -15,6 +15,7 @@ from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS, MAX_PIXELS
 from detect.data.labels.check import DEFAULT_MAX_BOXES, MAX_BOXES, MAX_BOXES_HELP, ImageBounds
 from detect.data.loader import Loader, ValLoaderSettings
 from detect.data.storage.places import CACHE_DIR_HELP
+from detect.data.tiles.windows import DEFAULT_MAX_WINDOWS, MAX_WINDOWS_HELP, OVERLAP
 from detect.evaluation.evaluator import BACKENDS, CocoEvaluator
 from detect.evaluation.report import coco_stats, metrics_table, problems_list
 from detect.evaluation.scoring import ScoredSplit, prepare_scoring
@@ -30,6 +31,15 @@ from detect.evaluation.val_loop import (
     measure_speed,
 )
 from detect.evaluation.val_outputs import ValOutputs
+from detect.inference.slicing import (
+    MERGES,
+    SLICE,
+    SLICE_HELP,
+    SLICE_MERGE_HELP,
+    SLICE_OVERLAP_HELP,
+    SLICE_WHOLE_HELP,
+    SliceSettings,
+)
 from detect.models.weights import YOLOV5_DEFAULT_WEIGHTS
 from detect.run_dir import check_run_folder, make_run_dir
 
@@ -61,6 +71,11 @@ class ValSettings(Settings):
     cache_dir: str | None = option(None, CACHE_DIR_HELP)
     max_pixels: int = option(DEFAULT_MAX_PIXELS, MAX_PIXELS_HELP, bound=MAX_PIXELS)
     max_boxes: int = option(DEFAULT_MAX_BOXES, MAX_BOXES_HELP, bound=MAX_BOXES)
+    slice: int | None = option(None, SLICE_HELP, bound=SLICE)
+    slice_overlap: float = option(0.2, SLICE_OVERLAP_HELP, bound=OVERLAP)
+    slice_whole: bool = option(False, SLICE_WHOLE_HELP)
+    slice_merge: str = option("seam", SLICE_MERGE_HELP, choices=MERGES)
+    max_windows: int = option(DEFAULT_MAX_WINDOWS, MAX_WINDOWS_HELP, bound=POSITIVE)
     half: bool = option(False, "fp16 inference (on the CPU: fp32, with a warning)")
     save_json: bool = option(False, "write predictions.json (COCO results) to the run folder, and ground_truth.json "
                                      "when the labels are YOLO txt files (docs/usage.md, Evaluation)")
@@ -119,7 +134,8 @@ def _prepare(settings: ValSettings, weights: str | tuple[str, ...],
     split = settings.task if settings.task in SPLITS else "val"
     scored = ScoredSplit(settings.data, split, settings.cache_dir, ImageBounds(settings.max_pixels, settings.max_boxes))
     loading = ValLoaderSettings(imgsz, settings.batch_size, settings.workers)
-    predict, loader = prepare_scoring(weights, scored, backend, loading, half=settings.half, augment=settings.augment)
+    predict, loader = prepare_scoring(weights, scored, backend, loading, half=settings.half, augment=settings.augment,
+                                      slicing=SliceSettings.asked(settings, settings.batch_size))
     return backend, predict, loader
 
 

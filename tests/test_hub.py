@@ -17,7 +17,9 @@ from PIL import Image
 from detect.config import CONFIGS_DIR
 from detect.errors import UserError
 from detect.hub import MODEL_NAMES, HubModel, HubResults, device_spec
+from detect.inference.detector import Detector, PredictSettings
 from detect.inference.sample_images import sample_images
+from detect.inference.slicing import SliceSettings
 from detect.models import DetectionModel, build_model
 from detect.models.safe_io import save_checkpoint
 from detect.models.weights import load_model, model_state
@@ -49,7 +51,7 @@ def loaded(weights) -> HubModel:
 
 @pytest.fixture
 def model(loaded) -> HubModel:
-    for name in ("conf", "iou", "classes", "max_det", "agnostic"):  # back to the class defaults
+    for name in ("conf", "iou", "classes", "max_det", "agnostic", "slice"):  # back to the class defaults
         vars(loaded).pop(name, None)
     loaded.conf = 0.001  # an untrained model scores every box near its prior (about 0.002 to 0.03)
     return loaded
@@ -263,3 +265,15 @@ def test_yolov5n_finds_what_the_samples_show():
     results = model(sample_images(), size=320)
     found = [{results.names[int(cls)] for cls in rows[:, 5]} for rows in results.xyxy]
     assert "person" in found[0] and "cat" in found[1] and "cup" in found[2]
+
+
+def test_slice_runs_windows_of_the_full_image_as_the_detector_does(model, weights, tmp_path):
+    path = tmp_path / "large.png"
+    cv2.imwrite(str(path), np.random.default_rng(1).integers(0, 255, (150, 200, 3), dtype=np.uint8))
+    model.slice = 64
+    sliced = model(path, size=SIZE).xyxy[0]
+    settings = PredictSettings(imgsz=(SIZE, SIZE), conf_threshold=0.001, slicing=SliceSettings(64))
+    torch.testing.assert_close(sliced, Detector(weights, "cpu", settings)(path)[0].rows)
+    assert (sliced[:, 2] > 100).any()  # boxes over the whole 200 px, not a 64 px fit of it
+    model.slice = None
+    assert not torch.equal(model(path, size=SIZE).xyxy[0], sliced)

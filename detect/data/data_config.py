@@ -14,6 +14,7 @@ from detect.data.remote.bucket import BucketStorage
 from detect.data.remote.store import SCHEMES, mirror_folder
 from detect.data.storage.local import LOCAL, Storage
 from detect.data.storage.places import cache_home, user_cache
+from detect.data.tiles.windows import TileSettings, parse_tile
 from detect.errors import ConfigError, short_repr
 
 SPLITS = ("train", "val", "test")
@@ -36,6 +37,8 @@ class DataYaml:
     test_json: str | None = None
     # Ours: the name of a dataset this project generates itself when `path` is missing (see builtin.py).
     builtin: str | None = None
+    # Ours: train on windows of each image, {size, overlap, min_visible, empty_rate} (data/tiles/windows.py).
+    tile: dict | None = None
     # Accepted so ultralytics yamls load unchanged; never run (docs/architecture.md, "No network").
     download: Any = None
 
@@ -53,6 +56,7 @@ class DataConfig:
     annotations: dict[str, AnnotationSource] = dataclasses.field(default_factory=dict)  # splits read from label files
     # Ours: `path` as a bucket URL (s3://, obs://); root is then its mirror folder (open_storage, data/remote/).
     remote: str | None = None
+    tile: TileSettings | None = None  # tiled training's windows, as the yaml asks (--tile overrides its size)
 
     @property
     def num_classes(self) -> int:
@@ -127,8 +131,9 @@ def load_data_config(name_or_path: str | Path) -> DataConfig:
             json_files[split] = root / json_name
     names = _names_list(raw.names, raw.nc, source) if raw.names is not None else \
         _names_of_annotations(annotations, raw.nc, source)
+    tile = parse_tile(raw.tile, str(source)) if raw.tile is not None else None
     return DataConfig(source=source, root=root, names=names, splits=splits, json_files=json_files, builtin=raw.builtin,
-                      annotations=annotations, remote=remote)
+                      annotations=annotations, remote=remote, tile=tile)
 
 
 def _names_of_annotations(annotations: dict[str, AnnotationSource], nc: int | None, source: Path) -> tuple[str, ...]:

@@ -26,21 +26,25 @@ from detect.data.images.load import (
 from detect.data.images.ram_cache import RamImages
 from detect.data.records import ImageRecord, RecordTable
 from detect.data.storage.local import LOCAL, Storage
+from detect.data.tiles.images import WindowImages
+from detect.data.tiles.windows import TileSettings
 from detect.errors import UserError
 from detect.ops.boxes import xywhn_to_xyxy, xyxy_to_xywhn
+from detect.ops.windows import window_count
 
 # A training sample gives up after this many unreadable images in a row: one bad file is replaced, but this many
 # means the dataset itself is gone (an unmounted disk, a deleted folder) and the run should stop and say so.
 MAX_FAILURES = 10
 
 
-# Decoded, resized training images by index: --cache ram or disk, or a plain list (a benchmark's, a test's).
-ImageStore = RamImages | DiskImages | Sequence[np.ndarray]
+# Decoded, resized training images by index: --cache ram or disk, tiles' windows, or a plain list (a benchmark's, a
+# test's).
+ImageStore = RamImages | DiskImages | WindowImages | Sequence[np.ndarray]
 
 
 def _reordered(cached: ImageStore | None, order: np.ndarray) -> ImageStore | None:
     """`cached` in `order` (the stores reorder without copying images)."""
-    if cached is None or isinstance(cached, RamImages | DiskImages):
+    if cached is None or isinstance(cached, RamImages | DiskImages | WindowImages):
         return None if cached is None else cached.take(order)
     return [cached[index] for index in order]
 
@@ -171,14 +175,18 @@ class RectTrainDataset(TrainDataset):
 
 
 class ValDataset(torch.utils.data.Dataset):
-    """Validation samples in aspect-ratio order, letterboxed to their batch's shape (docs/yolov5.md, "Rect batches").
+    """Validation samples in aspect-ratio order, letterboxed to their batch's shape (docs/yolov5.md, "Rect batches");
+    with `windows` (sliced inference), each image as decoded, one a batch, and an image that would need more than
+    windows.max_windows windows skipped by name before it is decoded.
 
     An image that cannot be read becomes a grey placeholder of the same shape with no labels and usable False,
     so the batch keeps its shape; the evaluation leaves it out and reports the problem.
     """
 
     def __init__(self, records: Sequence[ImageRecord], imgsz: int, batch_size: int, stride: int = 32,
-                 rect: bool = True, pad: float = 0.5, storage: Storage = LOCAL) -> None:
+                 rect: bool = True, pad: float = 0.5, storage: Storage = LOCAL,
+                 windows: TileSettings | None = None) -> None:
+        self.windows = windows  # sliced inference's: each image at full resolution, alone in its batch
         table = RecordTable.from_records(records)
         order, shapes = rect_batch_shapes(table.heights.astype(np.float64), table.widths.astype(np.float64),
                                           batch_size, imgsz, stride, pad)
@@ -191,6 +199,8 @@ class ValDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, index: int) -> Sample:
         record = self.records[index]
+        if self.windows is not None:
+            return self._full_resolution(record)
         classes, boxes = record.train_boxes
         try:
             original, problems = read_image(record.path, self.storage), ()
@@ -210,3 +220,26 @@ class ValDataset(torch.utils.data.Dataset):
         labels = np.concatenate([classes[:, None].astype(np.float32), normalised], axis=1)
         return Sample(image=to_network_layout(image), labels=labels, path=str(record.path),
                       image_id=record.image_id, letterbox=info, problems=problems, usable=not problems)
+
+    def _full_resolution(self, record: ImageRecord) -> Sample:
+        """The image as decoded (sliced inference windows it), its labels normalised to it; a placeholder (usable
+        False) for an image that cannot be read or would need more windows than the bound."""
+        windows, classes, boxes = self.windows, *record.train_boxes
+        needed = window_count(record.height, record.width, windows.size, windows.overlap)
+        info = LetterboxInfo(original=(record.height, record.width), gain=1.0, pad=(0.0, 0.0))
+        try:
+            if needed > windows.max_windows:
+                raise TooManyWindowsError(f"{record.width}x{record.height} needs {needed} windows of {windows.size} px "
+                                          f"at overlap {windows.overlap:g}, more than --max-windows "
+                                          f"{windows.max_windows}")
+            image, problems = read_image(record.path, self.storage), ()
+        except Exception as error:  # noqa: BLE001 (a decoder may raise anything; one file must not end a run)
+            image, problems = np.full((32, 32, 3), PAD_VALUE, np.uint8), (read_failure(record.path, error),)
+            info = dataclasses.replace(info, original=(32, 32))
+        labels = np.concatenate([classes[:, None].astype(np.float32), boxes], axis=1)
+        return Sample(image=to_network_layout(image), labels=labels[:0] if problems else labels, path=str(record.path),
+                      image_id=record.image_id, letterbox=info, problems=problems, usable=not problems)
+
+
+class TooManyWindowsError(ValueError):
+    """An image that would need more windows than sliced inference's bound (named in the val problems)."""

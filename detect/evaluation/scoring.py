@@ -12,9 +12,11 @@ from detect.data import ValLoaderSettings, load_data_config, load_split
 from detect.data.data_config import open_storage
 from detect.data.labels.check import DEFAULT_BOUNDS, ImageBounds
 from detect.data.loader import Loader, build_val_loader
+from detect.data.tiles.windows import TileSettings
 from detect.errors import UserError
 from detect.inference.model import load_inference_model
 from detect.inference.predictor import Predictor
+from detect.inference.slicing import SlicedPredictor, SliceSettings
 from detect.inference.tta import augment_model
 
 
@@ -30,12 +32,15 @@ class ScoredSplit:
 
 
 def prepare_scoring(weights: str | Path | Sequence[str | Path], split: ScoredSplit, backend: Backend,
-                    loading: ValLoaderSettings, *, half: bool = False, augment: bool = False) -> tuple[Predictor, Loader]:
+                    loading: ValLoaderSettings, *, half: bool = False, augment: bool = False,
+                    slicing: SliceSettings | None = None) -> tuple[Predictor | SlicedPredictor, Loader]:
     """The model's predict (fused, fp32 unless `half`: docs/yolov5.md, "Validation during training"; an export in its
     runtime; several paths: one ensemble; with `augment`, test-time augmentation) and the loader of `split`, in one
     pass: the data yaml, the model (its classes checked against the yaml's at once), then the loader. `loading` gives
     the size, batch, workers and whether batches are rectangular (not for a static export, which needs square
-    letterboxes); the stride, a static export's shape and pinned memory come from the model and the backend."""
+    letterboxes); the stride, a static export's shape and pinned memory come from the model and the backend. With
+    `slicing`, the model runs on windows of each image at full resolution (inference/slicing.py), scored against the
+    image's own labels."""
     data_config, storage = open_storage(load_data_config(split.data), split.cache_dir)
     model = load_inference_model(weights, backend, half)
     if len(data_config.names) != len(model.names):
@@ -44,5 +49,12 @@ def prepare_scoring(weights: str | Path | Sequence[str | Path], split: ScoredSpl
     predictor = augment_model(model) if augment else Predictor(model, model.nms)
     loading = dataclasses.replace(loading, stride=model.stride, fixed_shape=model.fixed_shape,
                                   pin_memory=backend.device.type != "cpu")
+    if slicing is not None:
+        if model.fixed_shape is not None:
+            raise UserError(f"--slice runs windows of {slicing.size} px: this export is static at {model.fixed_shape}; "
+                            "export it --dynamic")
+        predictor = SlicedPredictor(predictor, backend, slicing, model.stride)
+        windows = TileSettings(predictor.settings.size, slicing.overlap, max_windows=slicing.max_windows)
+        loading = dataclasses.replace(loading, windows=windows)
     checked = load_split(data_config, split.name, cache_dir=split.cache_dir, bounds=split.bounds, storage=storage)
     return predictor, build_val_loader(checked, loading)

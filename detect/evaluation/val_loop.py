@@ -15,10 +15,11 @@ from detect.data import Batch, LetterboxInfo, Loader, boxes_to_original
 from detect.data.device_batch import to_device_batch
 from detect.evaluation.evaluator import CocoEvaluator, Metrics
 from detect.inference.predictor import Predictor
+from detect.inference.slicing import SlicedPredictor
 
-# What a pass scores: a Predictor, or a plain callable such as DetectionModel.predict, (B, 3, H, W) float images in
+# What a pass scores: a Predictor (sliced or not), or a plain callable such as DetectionModel.predict, (B, 3, H, W) float images in
 # [0, 1] on the backend's device -> (B, N, 5+nc) decoded rows [cx, cy, w, h (input pixels), obj, class scores...].
-Predict = Predictor | Callable[[torch.Tensor], torch.Tensor]
+Predict = Predictor | SlicedPredictor | Callable[[torch.Tensor], torch.Tensor]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +80,8 @@ def _detections(predictor: Predictor, batch: Batch, backend: Backend, settings: 
                 seconds: dict[str, float]) -> list[torch.Tensor]:
     """Per-image (n, 6) detections in input pixels for one batch; each stage's wall time is added to `seconds`, the
     device synchronised at each end so that the times are real."""
+    if isinstance(predictor, SlicedPredictor):
+        return _sliced_detections(predictor, batch, backend, settings, seconds)
     backend.synchronize()
     ends = [time.perf_counter()]
     images = to_device_batch(batch, backend).images
@@ -93,6 +96,19 @@ def _detections(predictor: Predictor, batch: Batch, backend: Backend, settings: 
     ends.append(time.perf_counter())
     for stage, start, end in zip(STAGES, ends, ends[1:]):
         seconds[stage] += end - start
+    return found
+
+
+def _sliced_detections(predictor: SlicedPredictor, batch: Batch, backend: Backend, settings: EvalSettings,
+                       seconds: dict[str, float]) -> list[torch.Tensor]:
+    """Per-image detections by sliced inference of a batch of full-resolution images (their own pixels); windows,
+    model calls and the merge count as inference (batch.images are channels-last: an image's (h, w, 3) is a view)."""
+    start = time.perf_counter()
+    found = [predictor.detect(image.permute(1, 2, 0).numpy(), conf_threshold=settings.conf_threshold,
+                              iou_threshold=settings.iou_threshold, max_det=settings.max_det)
+             for image in batch.images]
+    backend.synchronize()
+    seconds["inference"] += time.perf_counter() - start
     return found
 
 
@@ -143,7 +159,7 @@ def predict_shard(predict: Predict, loader: Loader, backend: Backend, settings: 
                   progress: bool = True, stop: Callable[[], bool] | None = None) -> ShardPredictions:
     """Detections (original-image pixels, on the CPU) of every image `loader` yields; when `stop()` turns true, the
     pass ends after the batch at hand (`stopped`)."""
-    predictor = predict if isinstance(predict, Predictor) else Predictor(predict)
+    predictor = predict if isinstance(predict, Predictor | SlicedPredictor) else Predictor(predict)
     seconds, images, unusable, batches = dict.fromkeys(STAGES, 0.0), 0, set(), []
     problems: dict[str, None] = {}  # a dict keeps the lines in first-seen order without repeats
     for batch in tqdm(loader, desc="val", disable=not progress, leave=False):
@@ -218,7 +234,7 @@ def measure_speed(predict: Predict, loader: Loader, backend: Backend, settings: 
                   progress: bool = True) -> tuple[Speed, int]:
     """Milliseconds per image of pre-processing, inference and NMS over `loader`, and the images seen; nothing is
     scored (yolov5's --task speed)."""
-    predictor = predict if isinstance(predict, Predictor) else Predictor(predict)
+    predictor = predict if isinstance(predict, Predictor | SlicedPredictor) else Predictor(predict)
     seconds, images = dict.fromkeys(STAGES, 0.0), 0
     for batch in tqdm(loader, desc="speed", disable=not progress, leave=False):
         _detections(predictor, batch, backend, settings, seconds)

@@ -13,12 +13,15 @@ from torch import nn
 from detect.hub.images import ImageLike, to_bgr
 from detect.hub.results import HubResults
 from detect.inference.detector import Detector, PredictSettings
+from detect.inference.slicing import SlicedPredictor, SliceSettings
 
 
 class HubModel(nn.Module):
     """yolov5's AutoShape on a Detector: images (paths, PIL, RGB numpy, or a list of them) give HubResults after NMS;
     a (B, 3, H, W) float tensor in [0, 1] gives the decoded predictions (B, N, 5+nc) as they are, so the model can be
-    traced. yolov5's attributes conf, iou, agnostic, multi_label, classes, max_det and amp are read at each call."""
+    traced. yolov5's attributes conf, iou, agnostic, multi_label, classes, max_det and amp are read at each call, and
+    ours, slice and slice_overlap: with `slice`, each image runs as windows of its full resolution, not fitted into
+    `size` (inference/slicing)."""
 
     conf = PredictSettings.conf_threshold
     iou = PredictSettings.iou_threshold
@@ -27,6 +30,8 @@ class HubModel(nn.Module):
     classes: Sequence[int] | None = None
     max_det = PredictSettings.max_det
     amp = False  # fp16 autocast on an accelerator (yolov5's AMP inference); the CPU stays fp32, as yolov5's
+    slice: int | None = None  # ours: windows of this many pixels of the full-resolution image (sliced inference)
+    slice_overlap = 0.2  # ours: the windows' overlap, a share of `slice`
 
     def __init__(self, detector: Detector) -> None:
         super().__init__()
@@ -59,6 +64,8 @@ class HubModel(nn.Module):
             detector.settings, imgsz=(side, side), conf_threshold=self.conf, iou_threshold=self.iou,
             classes=None if self.classes is None else tuple(self.classes), max_det=self.max_det,
             agnostic=self.agnostic, multi_label=self.multi_label)
+        detector.sliced = None if self.slice is None else SlicedPredictor(
+            detector.predictor, detector.backend, SliceSettings(self.slice, self.slice_overlap), detector.model.stride)
         with self._autocast():
             found = detector(list(images)) if images else []
         milliseconds = 1000 * (time.perf_counter() - start) / max(len(images), 1)

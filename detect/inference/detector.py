@@ -8,6 +8,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+import cv2
 import numpy as np
 import torch
 
@@ -21,6 +22,7 @@ from detect.errors import UserError
 from detect.inference.media import load_image
 from detect.inference.model import InferenceModel, load_inference_model
 from detect.inference.predictor import Predictor
+from detect.inference.slicing import SlicedPredictor, SliceSettings
 from detect.inference.tta import augment_model
 
 LOGGER = logging.getLogger(__name__)
@@ -38,6 +40,7 @@ class PredictSettings:
     classes: tuple[int, ...] | None = None  # keep only these classes
     agnostic: bool = False  # NMS across classes
     multi_label: bool = False  # each box once per class above conf_threshold, as validation; off in yolov5's detect
+    slicing: SliceSettings | None = None  # windows of the full-resolution image instead of it fitted into imgsz
 
     def __post_init__(self) -> None:
         if not all(IMAGE_SIZE.accept(side) for side in self.imgsz):
@@ -100,6 +103,12 @@ class Detector:
         if settings.classes and max(settings.classes) >= len(self.model.names):
             raise UserError(f"--classes {max(settings.classes)}: the model has {len(self.model.names)} classes")
         self.settings = dataclasses.replace(settings, imgsz=self._input_limit(settings.imgsz))
+        self.sliced = None
+        if settings.slicing is not None:
+            if self.model.fixed_shape is not None:
+                raise UserError(f"--slice runs windows of {settings.slicing.size} px: this export is static at "
+                                f"{self.model.fixed_shape}; export it --dynamic, or slice at its size")
+            self.sliced = SlicedPredictor(self.predictor, self.backend, settings.slicing, self.model.stride)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -144,6 +153,8 @@ class Detector:
         """Detections for each image: (h, w, 3) uint8 BGR arrays or image paths, one or a list."""
         single = isinstance(images, (np.ndarray, str, Path))
         arrays = [_as_array(image) for image in ([images] if single else images)]
+        if self.sliced is not None:
+            return [self._sliced(array) for array in arrays]
         shape = self.input_shape([array.shape[:2] for array in arrays])
         batch, infos = [], []
         for array in arrays:
@@ -163,6 +174,17 @@ class Detector:
             rows = torch.cat((boxes_to_original(rows[:, :4], info), rows[:, 4:]), dim=1)
             results.append(Detections(rows, self.names, shape))
         return results
+
+
+    def _sliced(self, array: np.ndarray) -> Detections:
+        """One image's detections by sliced inference (TooManyWindows, in one line, past --max-windows)."""
+        settings = self.settings
+        rows = self.sliced.detect(cv2.cvtColor(array, cv2.COLOR_BGR2RGB), conf_threshold=settings.conf_threshold,
+                                  iou_threshold=settings.iou_threshold, max_det=settings.max_det,
+                                  classes=settings.classes, agnostic=settings.agnostic,
+                                  multi_label=settings.multi_label)
+        size = self.sliced.settings.size
+        return Detections(rows, self.names, (min(size, array.shape[0]), min(size, array.shape[1])))
 
 
 def _as_array(image: ImageInput) -> np.ndarray:

@@ -21,6 +21,7 @@ from detect.errors import UserError
 from detect.inference.annotate import annotate
 from detect.inference.detector import Detections, Detector
 from detect.inference.media import Frame
+from detect.inference.slicing import TooManyWindows
 from detect.inference.sources import Source
 from detect.ops.boxes import xyxy_to_ltwh, xyxy_to_xywhn
 from detect.run_dir import safe_names
@@ -226,7 +227,12 @@ def predict_frames(source: Source, detector: Detector, outputs: PredictOutputs) 
                 problems.append(frame.problem)
                 continue
             start = time.perf_counter()
-            found = detector(frame.image)[0]
+            try:
+                found = detector(frame.image)[0]
+            except TooManyWindows as error:  # --slice: this image alone is skipped, by name
+                LOGGER.warning("%d/%d skipped: %s: %s", frame.position, frame.total, frame.name, error)
+                problems.append(f"{frame.name}: {error}")
+                continue
             times.append(1000 * (time.perf_counter() - start))
             LOGGER.info("%s", describe(frame, found, times[-1]))
             outputs.add(frame, found)

@@ -16,6 +16,7 @@ import torch
 from detect.data.images.letterbox import PAD_VALUE, LetterboxInfo, boxes_to_original, letterbox
 from detect.inference.detector import Detector
 from detect.inference.exported import ExportedModel
+from detect.inference.slicing import TooManyWindows
 from detect.serve.settings import ServeSettings
 from detect.serve.uploads import Refused, decode_upload
 
@@ -109,14 +110,23 @@ class ServedModel:
     def prepare(self, data: bytes) -> Prepared:
         """Decode and letterbox one upload (predict's input for it alone); Refused for a bad one."""
         image = decode_upload(data, self.max_pixels)
+        if self.detector.sliced is not None:  # windows of the image as it is: the inference thread slices it
+            try:
+                self.detector.sliced.check(*image.shape[:2])
+            except TooManyWindows as error:
+                raise Refused(413, f"the image {error}") from None
+            return Prepared(cv2.cvtColor(image, cv2.COLOR_BGR2RGB), LetterboxInfo(image.shape[:2], 1.0, (0.0, 0.0)))
         shape = self.detector.input_shape([image.shape[:2]])
         fitted, ratio, pad = letterbox(image, shape, scale_up=True)
         return Prepared(cv2.cvtColor(fitted, cv2.COLOR_BGR2RGB), LetterboxInfo(image.shape[:2], ratio, pad))
 
     def run(self, images: Sequence[Prepared], thresholds: Sequence[Thresholds]) -> list[Found]:
         """One model call for a batch of images of one shape (the batcher's), then each image's NMS at its own
-        thresholds; a static export pads the batch itself (ExportedModel)."""
+        thresholds; a static export pads the batch itself (ExportedModel). Sliced: each image's windows, a batch of
+        them a call."""
         start = time.perf_counter()
+        if self.detector.sliced is not None:
+            return [self._sliced(image, wanted, start) for image, wanted in zip(images, thresholds)]
         batch = np.stack([image.pixels for image in images])
         backend = self.detector.backend
         if isinstance(self.detector.model, ExportedModel):
@@ -138,6 +148,12 @@ class ServedModel:
             rows = torch.cat((boxes_to_original(rows[:, :4], image.info), rows[:, 4:]), dim=1)
             found.append(Found(rows, len(images), inference_ms))
         return found
+
+    def _sliced(self, image: Prepared, wanted: Thresholds, start: float) -> Found:
+        """One image's answer by sliced inference (inference/slicing)."""
+        rows = self.detector.sliced.detect(image.pixels, conf_threshold=wanted.conf, iou_threshold=wanted.iou,
+                                           max_det=wanted.max_det, classes=wanted.classes, multi_label=False)
+        return Found(rows, 1, 1000 * (time.perf_counter() - start))
 
     def warm_up(self) -> None:
         """Run a full batch and a single image of blank inputs, so the first requests do not pay for set-up."""

@@ -10,8 +10,18 @@ import os
 from detect import backend as backends
 from detect.config import IMAGE_SIZE, POSITIVE, UNIT, Bound, Settings, option
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS
+from detect.data.tiles.windows import DEFAULT_MAX_WINDOWS, MAX_WINDOWS_HELP, OVERLAP
 from detect.errors import UserError
 from detect.inference.detector import PredictSettings
+from detect.inference.slicing import (
+    MERGES,
+    SLICE,
+    SLICE_HELP,
+    SLICE_MERGE_HELP,
+    SLICE_OVERLAP_HELP,
+    SLICE_WHOLE_HELP,
+    SliceSettings,
+)
 
 API_KEY_VARIABLE = "DETECT_API_KEY"
 PORT = Bound("an integer in [0, 65535] (0: a free port)", lambda value: 0 <= value <= 65535)
@@ -48,6 +58,11 @@ class ServeSettings(Settings):
     max_pixels: int = option(DEFAULT_MAX_PIXELS, "an upload whose header claims more pixels is refused (413) before "
                                                  "any pixel is decoded (PIL's limit by default; at most 2**30, cv2's)",
                              bound=MAX_PIXELS)
+    slice: int | None = option(None, SLICE_HELP, bound=SLICE)
+    slice_overlap: float = option(0.2, SLICE_OVERLAP_HELP, bound=OVERLAP)
+    slice_whole: bool = option(False, SLICE_WHOLE_HELP)
+    slice_merge: str = option("seam", SLICE_MERGE_HELP, choices=MERGES)
+    max_windows: int = option(DEFAULT_MAX_WINDOWS, MAX_WINDOWS_HELP + "; the service answers 413", bound=POSITIVE)
     workers: int = option(2, "threads that decode and letterbox images", bound=POSITIVE)
     queue_size: int = option(64, "requests taken at once (decoding, waiting or in a batch; a request is taken once "
                                  "its body is in); 503 with Retry-After above it", bound=POSITIVE)
@@ -76,9 +91,10 @@ class ServeSettings(Settings):
         return self.api_key or os.environ.get(API_KEY_VARIABLE, "")
 
     def predict_settings(self) -> PredictSettings:
-        """The Detector's settings: the size and the default thresholds."""
+        """The Detector's settings: the size, the default thresholds and the slicing."""
         return PredictSettings(imgsz=(self.imgsz[0], self.imgsz[-1]), conf_threshold=self.conf_thres,
-                               iou_threshold=self.iou_thres, max_det=self.max_det)
+                               iou_threshold=self.iou_thres, max_det=self.max_det,
+                               slicing=SliceSettings.asked(self, self.max_batch))
 
 
 def is_loopback(host: str) -> bool:

@@ -38,6 +38,7 @@ from detect.data.loader import default_workers
 from detect.errors import UserError
 from detect.evaluation.evaluator import CocoEvaluator
 from detect.inference.sample_images import sample_images
+from detect.inference.slicing import SliceSettings
 from detect.models import DetectionModel, ModelSpec, build_model, load_model_spec, model_max_stride
 from detect.models.spec import with_anchors_per_level
 from detect.models.weights import load_model, model_from_state, restore_model_state
@@ -65,6 +66,7 @@ from detect.training.settings import (
     check_batch_size,
     check_model_given,
     fit_imgsz,
+    tile_settings,
 )
 
 LOGGER = logging.getLogger(__name__)
@@ -227,7 +229,7 @@ def _train_loader(settings: TrainSettings, data: DataConfig, hyp: Hyp, backend: 
     loading = TrainLoaderSettings(AugmentSettings.from_hyp(hyp), settings.imgsz,
                                   settings.batch_size // context.world_size, workers, seed=settings.seed, rank=context.rank, world_size=context.world_size,
                                   cache=settings.cache, pin_memory=backend.device.type != "cpu", rect=settings.rect,
-                                  cache_dir=settings.cache_dir)
+                                  cache_dir=settings.cache_dir, tiles=tile_settings(settings, data.tile))
     return build_train_loader(checked, loading, share=share)
 
 
@@ -269,13 +271,16 @@ def _validation(settings: TrainSettings, data: DataConfig, model: DetectionModel
                 backend: backends.Backend, context: DistContext, workers: int) -> Validation:
     """This rank's val loader shard (twice the rank's batch, as yolov5; the labels checked once a node:
     _checked_split) and weights; the main rank's evaluator."""
-    loading = ValLoaderSettings(settings.imgsz, 2 * (settings.batch_size // context.world_size), workers,
-                                model.max_stride, pin_memory=backend.device.type != "cpu", rank=context.rank,
-                                world_size=context.world_size)
+    tiles, batch = tile_settings(settings, data.tile), 2 * (settings.batch_size // context.world_size)
+    # a tiled run is scored by sliced inference over windows of its tile size, on the images and labels as they are
+    slicing = tiles and SliceSettings(tiles.size, tiles.overlap, batch_size=batch, max_windows=tiles.max_windows)
+    loading = ValLoaderSettings(settings.imgsz, batch, workers, model.max_stride,
+                                pin_memory=backend.device.type != "cpu", rank=context.rank,
+                                world_size=context.world_size, windows=tiles)
     loader = build_val_loader(_checked_split(settings, data, "val", context), loading)
     if ema is None:
-        return Validation(loader, copy.deepcopy(model).eval().requires_grad_(False), None)
-    return Validation(loader, ema.module, CocoEvaluator.for_split(loader.split))
+        return Validation(loader, copy.deepcopy(model).eval().requires_grad_(False), None, slicing)
+    return Validation(loader, ema.module, CocoEvaluator.for_split(loader.split), slicing)
 
 
 def _resumed_backend(point: ResumePoint, joined: backends.Backend, context: DistContext) -> backends.Backend:

@@ -21,6 +21,9 @@ from detect.data import Loader
 from detect.errors import UserError
 from detect.evaluation.evaluator import CocoEvaluator, Metrics
 from detect.evaluation.metric_plots import save_figure
+from detect.evaluation.val_loop import Predict
+from detect.inference.predictor import Predictor
+from detect.inference.slicing import SlicedPredictor, SliceSettings
 from detect.models import DetectionModel
 from detect.models.safe_io import save_checkpoint
 from detect.models.weights import model_state
@@ -43,6 +46,15 @@ class Validation:
     loader: Loader
     model: DetectionModel
     evaluator: CocoEvaluator | None
+    slicing: SliceSettings | None = None  # a tiled run's: the weights run on windows of each full-resolution image
+
+    def predict(self, backend: backends.Backend, weights: Predict | None = None) -> Predict:
+        """What scores the weights (the run's, else `weights`, e.g. best.pt's fused model): their predict, or
+        (slicing) windows of each image run through it."""
+        predict = self.model.predict if weights is None else weights
+        if self.slicing is None:
+            return predict
+        return SlicedPredictor(Predictor(predict), backend, self.slicing, self.model.max_stride)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,6 +18,7 @@ from detect.data.images.cache import CACHE_CHOICES
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS, MAX_PIXELS_HELP
 from detect.data.labels.check import DEFAULT_MAX_BOXES, MAX_BOXES, MAX_BOXES_HELP
 from detect.data.storage.places import CACHE_DIR_HELP
+from detect.data.tiles.windows import DEFAULT_MAX_WINDOWS, MAX_WINDOWS_HELP, OVERLAP, TileSettings
 from detect.errors import UserError
 from detect.run_dir import check_run_folder
 from detect.training.distributed import DistContext
@@ -30,6 +31,7 @@ POSITIVE_SECONDS = Bound("a number > 0", lambda value: value > 0)
 NOT_NEGATIVE = Bound("a number >= 0", lambda value: value >= 0)
 AUTO_BATCH = -1  # --batch-size -1: AutoBatch (detect/backend/autobatch.py)
 BATCH = Bound("a positive integer, or -1 (AutoBatch)", lambda value: value >= 1 or value == AUTO_BATCH)
+TILE = Bound(f"0 (off) or an integer in [32, {MAX_IMGSZ}]", lambda value: value == 0 or 32 <= value <= MAX_IMGSZ)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +73,12 @@ class TrainSettings(Settings):
     cache_dir: str | None = option(None, CACHE_DIR_HELP + "; also --cache disk's .npy files", again_on_resume=True)
     max_pixels: int = option(DEFAULT_MAX_PIXELS, MAX_PIXELS_HELP, bound=MAX_PIXELS)
     max_boxes: int = option(DEFAULT_MAX_BOXES, MAX_BOXES_HELP, bound=MAX_BOXES)
+    tile: int | None = option(None, "train on overlapping windows of this many pixels of each image, labels clipped "
+                                    "to each (small objects in large images); default: the data yaml's tile: size; "
+                                    "0: off", bound=TILE)
+    tile_overlap: float | None = option(None, "windows' overlap, a share of --tile (default: the data yaml's, else "
+                                              "0.2)", bound=OVERLAP)
+    max_windows: int = option(DEFAULT_MAX_WINDOWS, MAX_WINDOWS_HELP, bound=POSITIVE)
     single_cls: bool = option(False, "train every class as one class, 'item'")
     rect: bool = option(False, "rectangular batches in aspect-ratio order (no mosaic; many shapes)")
     amp: bool | None = option(None, "mixed precision (default: on for accelerators and CPUs with bf16 units, AMX-BF16 "
@@ -130,6 +138,17 @@ class Resume:
 
 
 NEW_RUN, NEWEST_RUN = Resume(), Resume(newest=True)
+
+
+def tile_settings(settings: TrainSettings, from_yaml: TileSettings | None) -> TileSettings | None:
+    """The windows a run trains on: the data yaml's tile: with --tile, --tile-overlap and --max-windows over it; None:
+    whole images (no tile: and no --tile, or --tile 0)."""
+    if settings.tile == 0 or settings.tile is None and from_yaml is None:
+        return None
+    base = from_yaml or TileSettings(size=settings.tile)
+    overlap = base.overlap if settings.tile_overlap is None else settings.tile_overlap
+    return dataclasses.replace(base, size=settings.tile or base.size, overlap=overlap,
+                               max_windows=settings.max_windows)
 
 
 def fit_imgsz(settings: TrainSettings, max_stride: int) -> TrainSettings:

@@ -18,6 +18,7 @@ from detect.errors import Interrupted
 from detect.evaluation.evaluator import Metrics
 from detect.evaluation.final import final_evaluation
 from detect.evaluation.val_loop import EvalSettings, EvaluationStopped, PassOptions, ShardPredictions, evaluate
+from detect.inference.runtimes.torch_model import TorchInference
 from detect.models import DetectionModel
 from detect.models.weights import load_model, model_from_state, model_state
 from detect.training.build import build_run
@@ -152,8 +153,8 @@ class Trainer:
             with run.backend.validation_autocast():  # fp16 on accelerators with AMP, as yolov5 validates in training
                 options = PassOptions(run.settings.progress and context.is_main,
                                       exchange=JobExchange.of(context, run.backend.device), stop=run.control.stop_asked)
-                result = evaluate(validation.model.predict, validation.loader, run.backend, validation.evaluator,
-                                  EvalSettings(), options)
+                result = evaluate(validation.predict(run.backend), validation.loader, run.backend,
+                                  validation.evaluator, EvalSettings(), options)
         except EvaluationStopped:
             if context.is_main:
                 run.save_last()  # the epoch's last batch: a resume validates the epoch and goes on
@@ -219,7 +220,8 @@ class Trainer:
         try:
             options = PassOptions(settings.progress and context.is_main,
                                   exchange=JobExchange.of(context, run.backend.device), stop=run.control.stop_asked)
-            return final_evaluation(model, weights, run.validation.loader, run.validation.evaluator, run.backend,
+            predict = run.validation.predict(run.backend, TorchInference(model, run.backend))
+            return final_evaluation(predict, weights, run.validation.loader, run.validation.evaluator, run.backend,
                                     run.folder.save_dir, not settings.noplots, options)
         except EvaluationStopped:
             message = (f"stopped in the final evaluation; the {settings.epochs} epochs are trained and saved: score "

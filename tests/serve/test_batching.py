@@ -44,3 +44,22 @@ def test_mixed_shapes_run_in_batches_of_their_own_and_answer_as_predict(kind, we
         rows = found.rows.numpy().astype(np.float64)
         assert len(rows) > 0, name
         assert_same_rows(rows[np.lexsort(rows.T[::-1])], predicted(detector, IMAGES[name]))
+
+
+def test_a_sliced_service_answers_as_sliced_predict_and_refuses_past_the_window_bound(weights):
+    from detect.inference.slicing import SliceSettings
+    from detect.serve.engine import ServedModel, Thresholds
+    from detect.serve.settings import ServeSettings
+    from detect.serve.uploads import Refused
+
+    model = ServedModel(ServeSettings(weights=str(weights), imgsz=(128,), slice=128, max_windows=20))
+    image = IMAGES["chelsea.jpg"]  # 451x300: 5 x 3 windows of 128 px
+    (found,) = model.run([model.prepare(image)], [Thresholds(LOW_CONF, 0.45, 1000)])
+    detector = Detector(weights, "cpu", PredictSettings(imgsz=(128, 128), conf_threshold=LOW_CONF,
+                                                        slicing=SliceSettings(128, max_windows=20)))
+    rows = found.rows.numpy().astype(np.float64)
+    assert len(rows) > 0 and found.batch_size == 1
+    assert_same_rows(rows[np.lexsort(rows.T[::-1])], predicted(detector, image))
+    with pytest.raises(Refused) as refused:
+        model.prepare(IMAGES["astronaut.jpg"])  # 512x512: 5 x 5 windows
+    assert refused.value.status == 413 and "needs 25 windows of 128 px" in refused.value.reason

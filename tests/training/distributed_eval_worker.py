@@ -16,6 +16,7 @@ from detect.data import ValLoaderSettings, build_val_loader, load_data_config, l
 from detect.evaluation.evaluator import CocoEvaluator
 from detect.evaluation.final import final_evaluation
 from detect.evaluation.val_loop import PassOptions
+from detect.inference.runtimes.torch_model import TorchInference
 from detect.models.weights import load_model
 from detect.training.distributed import DistContext, destroy_process_group, init_process_group
 from detect.training.trainer import JobExchange
@@ -28,7 +29,8 @@ def main(weights: str, data: str, imgsz: int, batch: int, out: str) -> None:
     loader = build_val_loader(load_split(load_data_config(data), "val"), settings)
     evaluator = CocoEvaluator.for_split(loader.split) if context.is_main else None
     options = PassOptions(progress=False, exchange=JobExchange.of(context, cpu.device))
-    metrics = final_evaluation(load_model(weights), Path(weights), loader, evaluator, cpu, Path(out), options=options)
+    predict = TorchInference(load_model(weights), cpu)
+    metrics = final_evaluation(predict, Path(weights), loader, evaluator, cpu, Path(out), options=options)
     if context.is_main:
         values = {key: value.tolist() if isinstance(value, np.ndarray) else value
                   for key, value in dataclasses.asdict(metrics).items()}

@@ -13,9 +13,9 @@ from detect.errors import UserError
 CACHE_CHOICES = ("ram", "disk")
 
 
-def build_image_cache(records: RecordTable, imgsz: int, cache: str | None, cache_dir: str | Path | None = None,
+def build_image_cache(records: RecordTable, imgsz: int | None, cache: str | None, cache_dir: str | Path | None = None,
                       share: NodeShare | None = None, storage: Storage = LOCAL) -> RamImages | DiskImages | None:
-    """The store `cache` names for training images (augment resize), or None; an unknown name is a UserError.
+    """The store `cache` names for training images (augment resize; imgsz None: as decoded), or None; an unknown name is a UserError.
     `cache_dir`: the folder for disk's .npy files (disk_images); `share`: the node's ranks that fill one RAM buffer;
     `storage`: where the images are read from."""
     if cache is None:

@@ -22,13 +22,15 @@ from detect.errors import UserError
 LOGGER = logging.getLogger(__name__)
 
 
-def npy_path(image: str, imgsz: int, root: str | None = None) -> str:
-    """<image file>.<imgsz>.npy beside the image (one per size, and a.jpg and a.png never share one); with a cache
-    `root`, in its folder for the image's folder (storage/places.py, relocated: <folder name>-<hash>)."""
+def npy_path(image: str, imgsz: int | None, root: str | None = None) -> str:
+    """<image file>.<imgsz>.npy beside the image (one per size, and a.jpg and a.png never share one; imgsz None:
+    .full.npy, the image as decoded); with a cache `root`, in its folder for the image's folder (storage/places.py,
+    relocated: <folder name>-<hash>)."""
+    name = f"{image}.{'full' if imgsz is None else imgsz}.npy"
     if root is None:
-        return f"{image}.{imgsz}.npy"
-    folder, name = os.path.split(image)
-    return os.path.join(relocated(Path(folder), Path(root)), f"{name}.{imgsz}.npy")
+        return name
+    folder, name = os.path.split(name)
+    return os.path.join(relocated(Path(folder), Path(root)), name)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -37,11 +39,12 @@ class DiskImages:
     or of the wrong shape is stale and rewritten; where it cannot be written the decoded image is used as it is.
 
     paths (N,) bytes, shapes (N, 2) int64 (h, w) after the resize to imgsz; root: the cache folder (None: beside).
+    At full resolution (imgsz None, tiles) a .npy is mapped, not read: a window's crop reads only its rows.
     """
 
     paths: np.ndarray
     shapes: np.ndarray
-    imgsz: int
+    imgsz: int | None
     augment: bool
     root: str | None = None
     storage: Storage = LOCAL
@@ -54,7 +57,7 @@ class DiskImages:
         cached, shape = npy_path(image, self.imgsz, self.root), (*(int(side) for side in self.shapes[index]), 3)
         try:
             if os.stat(cached).st_mtime_ns >= os.stat(image).st_mtime_ns:
-                stored = np.load(cached, allow_pickle=False)
+                stored = np.load(cached, mmap_mode="r" if self.imgsz is None else None, allow_pickle=False)
                 if stored.shape == shape and stored.dtype == np.uint8:
                     return stored
         except Exception as error:  # noqa: BLE001 (missing, cut short, not a .npy: numpy's parser fails in any way)
@@ -75,7 +78,7 @@ class DiskImages:
         return dataclasses.replace(self, paths=self.paths[indices], shapes=self.shapes[indices])
 
 
-def _written_bytes(paths: np.ndarray, imgsz: int, root: str | None) -> int:
+def _written_bytes(paths: np.ndarray, imgsz: int | None, root: str | None) -> int:
     """Bytes of the .npy files already there."""
     total = 0
     for path in paths:
@@ -86,7 +89,7 @@ def _written_bytes(paths: np.ndarray, imgsz: int, root: str | None) -> int:
     return total
 
 
-def disk_images(records: RecordTable, imgsz: int, augment: bool, cache_dir: str | Path | None = None,
+def disk_images(records: RecordTable, imgsz: int | None, augment: bool, cache_dir: str | Path | None = None,
                 storage: Storage = LOCAL) -> DiskImages:
     """The .npy store of `records` at `imgsz`: beside the images, or in a cache folder when `cache_dir`
     (--cache-dir) or $DETECT_CACHE_DIR names one or the first image's folder is read-only (storage/places.py,
@@ -104,7 +107,8 @@ def disk_images(records: RecordTable, imgsz: int, augment: bool, cache_dir: str 
     else:
         needed, free = int((heights * widths * 3).sum()), shutil.disk_usage(folder).free
         if needed > free and needed - _written_bytes(records.paths, imgsz, stored) > free:  # stat .npy only if short
-            raise UserError(f"--cache disk needs {needed / 2**30:.1f} GiB for the {len(records)} images at {imgsz} "
+            size = "full resolution" if imgsz is None else imgsz
+            raise UserError(f"--cache disk needs {needed / 2**30:.1f} GiB for the {len(records)} images at {size} "
                             f"in {folder}, but only {free / 2**30:.1f} GiB is free there; free some or run without "
                             "--cache")
         if root is not None:

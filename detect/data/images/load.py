@@ -36,16 +36,21 @@ def read_failure(path: Path | str, error: Exception) -> str:
     return f"{path}: {type(error).__name__}" + (f": {message[0]}" if message else "")
 
 
-def resized_shape(height: int, width: int, imgsz: int) -> tuple[int, int]:
-    """(h, w) after the load resize: ratio imgsz / max(h0, w0), sides rounded up (docs/yolov5.md, "Image load")."""
+def resized_shape(height: int, width: int, imgsz: int | None) -> tuple[int, int]:
+    """(h, w) after the load resize: ratio imgsz / max(h0, w0), sides rounded up (docs/yolov5.md, "Image load");
+    imgsz None: the image as decoded (tiles crop windows from it)."""
+    if imgsz is None:
+        return height, width
     ratio = imgsz / max(height, width)
     if ratio == 1:
         return height, width
     return math.ceil(height * ratio), math.ceil(width * ratio)
 
 
-def resized_shapes(heights: np.ndarray, widths: np.ndarray, imgsz: int) -> tuple[np.ndarray, np.ndarray]:
+def resized_shapes(heights: np.ndarray, widths: np.ndarray, imgsz: int | None) -> tuple[np.ndarray, np.ndarray]:
     """resized_shape of N images at once: ((N,) heights, (N,) widths) int64."""
+    if imgsz is None:
+        return np.asarray(heights, np.int64), np.asarray(widths, np.int64)
     heights, widths = np.asarray(heights, np.float64), np.asarray(widths, np.float64)
     ratio = imgsz / np.maximum(heights, widths)
     same = ratio == 1
@@ -53,8 +58,11 @@ def resized_shapes(heights: np.ndarray, widths: np.ndarray, imgsz: int) -> tuple
             np.where(same, widths, np.ceil(widths * ratio)).astype(np.int64))
 
 
-def resize_to_imgsz(image: np.ndarray, imgsz: int, augment: bool) -> np.ndarray:
-    """Resize so the long side is imgsz: INTER_AREA when shrinking without augmentation, else INTER_LINEAR."""
+def resize_to_imgsz(image: np.ndarray, imgsz: int | None, augment: bool) -> np.ndarray:
+    """Resize so the long side is imgsz: INTER_AREA when shrinking without augmentation, else INTER_LINEAR; imgsz
+    None: as it is."""
+    if imgsz is None:
+        return image
     height, width = image.shape[:2]
     new_height, new_width = resized_shape(height, width, imgsz)
     if (new_height, new_width) == (height, width):
@@ -64,6 +72,6 @@ def resize_to_imgsz(image: np.ndarray, imgsz: int, augment: bool) -> np.ndarray:
     return cv2.resize(image, (new_width, new_height), interpolation=interpolation)
 
 
-def load_resized(path: Path, imgsz: int, augment: bool, storage: Storage = LOCAL) -> np.ndarray:
+def load_resized(path: Path, imgsz: int | None, augment: bool, storage: Storage = LOCAL) -> np.ndarray:
     """Decode (read_image) and resize (the unit the RAM cache stores)."""
     return resize_to_imgsz(read_image(path, storage), imgsz, augment)

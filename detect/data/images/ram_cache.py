@@ -68,7 +68,7 @@ class RamImages:
         return RamImages(self.buffer, self.offsets[indices], self.shapes[indices])
 
 
-def _load(path: str, imgsz: int, augment: bool, storage: Storage) -> np.ndarray:
+def _load(path: str, imgsz: int | None, augment: bool, storage: Storage) -> np.ndarray:
     """One image for the cache; an unreadable one ends the start-up with one line naming it."""
     try:
         return load_resized(Path(path), imgsz, augment, storage)
@@ -76,14 +76,15 @@ def _load(path: str, imgsz: int, augment: bool, storage: Storage) -> np.ndarray:
         raise UserError(f"--cache ram: {read_failure(path, error)}") from None
 
 
-def check_memory(records: RecordTable, imgsz: int, copies: int = 1) -> tuple[np.ndarray, np.ndarray]:
+def check_memory(records: RecordTable, imgsz: int | None, copies: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """(heights, widths) of the resized images if `copies` of them fit in memory; else a UserError saying what they
     need."""
     heights, widths = resized_shapes(records.heights, records.widths, imgsz)
     needed, available = copies * int((heights * widths * 3).sum()), available_memory()
     if needed > MEMORY_SHARE * available:
         copied = f" ({copies} copies: /dev/shm cannot hold one for this node's ranks)" if copies > 1 else ""
-        raise UserError(f"--cache ram needs {needed / 2**30:.1f} GiB for {len(records)} images at {imgsz}{copied}, "
+        size = "full resolution" if imgsz is None else imgsz
+        raise UserError(f"--cache ram needs {needed / 2**30:.1f} GiB for {len(records)} images at {size}{copied}, "
                         f"but only {available / 2**30:.1f} GiB is available; use --cache disk or no --cache")
     return heights, widths
 
@@ -112,7 +113,7 @@ def _shared_buffer(size: int, share: NodeShare) -> np.ndarray | None:
     return buffer
 
 
-def cache_images(records: RecordTable, imgsz: int, augment: bool, share: NodeShare | None = None,
+def cache_images(records: RecordTable, imgsz: int | None, augment: bool, share: NodeShare | None = None,
                  storage: Storage = LOCAL) -> RamImages:
     """Decode and resize every image into memory; refuses in one line, saying what it needs, when they would not fit.
     With `share`, the node's ranks fill one shared buffer, each decoding every local_world_size-th image."""
