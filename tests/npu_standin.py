@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import functools
 import importlib.machinery
 import json
 import os
@@ -39,14 +38,12 @@ from typing import Any
 
 import pytest
 import torch
-import torchvision
 from torch.utils._python_dispatch import _disable_current_modes
 
 from detect.backend.npu import NpuBackend
 from detect.backend.npu_ops import OpCheck, Verdict, npu_kernels
+from detect.backend.npu_ops.dry_run import HostGradScaler, nms_on_the_host, npu_nms_v4_op
 
-NPU_NMS_V4_SCHEMA = ("npu_nms_v4(Tensor self, Tensor scores, Scalar max_output_size, Tensor iou_threshold, "
-                     "Tensor scores_threshold, bool pad_to_max_output_size=False) -> (Tensor, Tensor)")
 # The op check of each install() in this process that is still active, innermost last (tests/conftest.py leaves them).
 ACTIVE_CHECKS: list[OpCheck] = []
 
@@ -68,7 +65,7 @@ def npu_nms_v4(
     """npu_nms_v4 on the CPU: (selected int32 [M], valid int32 0-D), valid entries first
     (docs/torch-npu.md, "NMS on the NPU")."""
     _check_nms_contract(boxes, scores, max_output_size, iou_threshold, scores_threshold)
-    return _nms_on_the_cpu(boxes, scores, max_output_size, iou_threshold, scores_threshold, pad_to_max_output_size)
+    return nms_on_the_host(boxes, scores, max_output_size, iou_threshold, scores_threshold, pad_to_max_output_size)
 
 
 def _check_nms_contract(boxes: torch.Tensor, scores: torch.Tensor, max_output_size: int, iou_threshold: torch.Tensor,
@@ -81,30 +78,6 @@ def _check_nms_contract(boxes: torch.Tensor, scores: torch.Tensor, max_output_si
         _require(isinstance(value, torch.Tensor) and value.dim() == 0, f"{name} must be a 0-D tensor, got {value!r}")
         _require(value.device == boxes.device, f"{name} must be on the boxes' device")
     _require(isinstance(max_output_size, int) and max_output_size > 0, "max_output_size must be a positive int")
-
-
-def _nms_on_the_cpu(boxes: torch.Tensor, scores: torch.Tensor, max_output_size: int, iou_threshold: torch.Tensor,
-                    scores_threshold: torch.Tensor, pad_to_max_output_size: bool = False) -> tuple[torch.Tensor, ...]:
-    """What npu_nms_v4 computes, with torchvision's kernel on the CPU."""
-    candidates = torch.nonzero(scores > scores_threshold).flatten()
-    keep = candidates[torchvision.ops.nms(boxes[candidates], scores[candidates], float(iou_threshold))]
-    keep = keep[:max_output_size].to(torch.int32)
-    valid = torch.tensor(keep.numel(), dtype=torch.int32)
-    if pad_to_max_output_size:
-        # Pad with index 0, a real row, so a caller that forgets to trim to `valid` gets wrong answers.
-        keep = torch.cat([keep, torch.zeros(max_output_size - keep.numel(), dtype=torch.int32)])
-    return keep.to(boxes.device), valid.to(boxes.device)
-
-
-@functools.cache
-def npu_nms_v4_op() -> torch._ops.OpOverload:
-    """npu_nms_v4 as torch_npu registers it, an op of the `npu` namespace (torch.ops.npu.npu_nms_v4): the op check
-    sees it as one NPU kernel, not the CPU ops that stand in for it. Defined once per process."""
-    library = torch.library.Library("npu", "FRAGMENT")
-    library.define(NPU_NMS_V4_SCHEMA)
-    library.impl("npu_nms_v4", _nms_on_the_cpu, "CPU")
-    npu_nms_v4_op.library = library  # kept alive: the op lives as long as its library
-    return torch.ops.npu.npu_nms_v4.default
 
 
 class StandinOpCheck(OpCheck):
@@ -137,21 +110,8 @@ class NpuConfig:
         super().__setattr__(name, value)
 
 
-class GradScaler(torch.amp.GradScaler):
-    """torch_npu.npu.amp.GradScaler's signature (docs/torch-npu.md, "AMP and the scaler"), scaling on the CPU."""
-
-    def __init__(
-        self,
-        init_scale: float = 2.0**16,
-        growth_factor: float = 2.0,
-        backoff_factor: float = 0.5,
-        growth_interval: int = 2000,
-        dynamic: bool = True,
-        enabled: bool = True,
-    ) -> None:
-        super().__init__("cpu", init_scale, growth_factor, backoff_factor, growth_interval, enabled)
-        # the real class keeps it private: there is no `dynamic` attribute (docs/torch-npu.md, "AMP and the scaler")
-        self._dynamic = dynamic
+# torch_npu.npu.amp.GradScaler's signature and host syncs, scaling on the CPU (docs/torch-npu.md, "AMP and the scaler").
+GradScaler = HostGradScaler
 
 
 class Hf32Flag:
