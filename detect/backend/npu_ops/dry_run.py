@@ -12,6 +12,7 @@ from types import ModuleType, SimpleNamespace
 import torch
 
 from detect.backend.base import _torchvision_nms
+from detect.backend.npu import NpuBackend
 
 # torch_npu's schema (torch_npu/csrc/aten/npu_native_functions_by_codegen.yaml L644, docs/torch-npu.md, "NMS on the NPU").
 NPU_NMS_V4_SCHEMA = ("npu_nms_v4(Tensor self, Tensor scores, Scalar max_output_size, Tensor iou_threshold, "
@@ -87,3 +88,10 @@ def host_torch_npu() -> ModuleType:
         config=SimpleNamespace(allow_internal_format=False), conv=SimpleNamespace(allow_hf32=True),
         matmul=SimpleNamespace(allow_hf32=False))
     return module
+
+
+def dry_run_backend(amp_dtype: str | None = "fp16") -> NpuBackend:
+    """NpuBackend on the host: its tensors on the CPU, torch_npu's calls answered by host_torch_npu(); fp16 AMP with
+    torch_npu's GradScaler by default, as training on a 910B runs (None: fp32)."""
+    return NpuBackend(0, device=torch.device("cpu"), torch_npu=host_torch_npu(), amp=amp_dtype is not None,
+                      amp_dtype=amp_dtype)
