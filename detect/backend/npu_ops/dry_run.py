@@ -71,7 +71,8 @@ class HostGradScaler(torch.amp.GradScaler):
 
 
 def host_torch_npu() -> ModuleType:
-    """A torch_npu for NpuBackend(torch_npu=...) on the host: the calls the training, validation and NMS paths make."""
+    """A torch_npu for NpuBackend(torch_npu=...) on the host: the calls the training, validation and NMS paths make
+    (the device's calls do nothing, its memory reads 0)."""
     module = ModuleType("torch_npu")
     module.__doc__ = "torch_npu's calls answered on the host (detect/backend/npu_ops/dry_run.py)"
     module.__version__ = "2.14.0"
@@ -84,7 +85,11 @@ def host_torch_npu() -> ModuleType:
 
     module.npu = SimpleNamespace(
         set_device=nothing, synchronize=nothing, manual_seed_all=nothing, set_compile_mode=nothing,
-        empty_cache=nothing, is_bf16_supported=lambda: True, amp=SimpleNamespace(GradScaler=HostGradScaler),
+        empty_cache=nothing, reset_peak_memory_stats=nothing, set_rng_state=nothing, is_available=lambda: True,
+        device_count=lambda: 1, get_device_name=lambda *args: "host (NPU backend run dry)",
+        memory_allocated=lambda *args: 0, max_memory_allocated=lambda *args: 0, mem_get_info=lambda *args: (0, 0),
+        get_rng_state=lambda *args: torch.get_rng_state(),
+        is_bf16_supported=lambda: True, amp=SimpleNamespace(GradScaler=HostGradScaler),
         config=SimpleNamespace(allow_internal_format=False), conv=SimpleNamespace(allow_hf32=True),
         matmul=SimpleNamespace(allow_hf32=False))
     return module
