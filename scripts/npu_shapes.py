@@ -126,9 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="npu:0")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--dry-run", action="store_true", help="the NPU backend on the host, no torch_npu")
+    parser.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
+                        help="the trainer's --amp (the shapes are the same; fp16 on a host CPU is slow)")
     args = parser.parse_args(argv)
     options = {"data": args.data, "cfg": args.cfg, "imgsz": args.imgsz, "batch_size": args.batch_size,
-               "device": args.device, "workers": args.workers}
+               "device": args.device, "workers": args.workers, "amp": args.amp}
     for label, multi_scale in (("fixed size", False), ("--multi-scale", True)):
         with backend_on_the_host() if args.dry_run else contextlib.nullcontext():
             shapes = one_run(options, multi_scale)
