@@ -69,7 +69,8 @@ def examine(settings: DoctorSettings) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit code 0: ready; 1: a check failed; 2: bad flags."""
+    """Exit code 0: ready (--ops: every op covered); 1: a check failed (--ops: an op would run on the CPU); 2: bad
+    flags or a yaml that cannot be built."""
     return cli.run(lambda: examine(parse_args(argv)))
 
 
