@@ -3,6 +3,7 @@ inference tests share (a module that needs another checkpoint defines its own `w
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # neither worker waits long for the other at the end.
     slow_modules = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_modules)
+
+
+@pytest.fixture(autouse=True)
+def npu_op_checks_end_with_the_test():
+    """The op checks that the NPU stand-in began in a test (tests/npu_standin.py, install) end with it."""
+    yield
+    standin = sys.modules.get("tests.npu_standin")
+    if standin is not None:
+        standin.leave_checks()
 
 
 @pytest.fixture(scope="session", autouse=True)

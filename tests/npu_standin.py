@@ -12,10 +12,19 @@ Use it with pytest's monkeypatch fixture, which undoes the sys.modules change af
     def test_something(monkeypatch):
         backend = npu_backend(monkeypatch, amp=True)   # an NpuBackend whose tensors live on the CPU
         backend.torch_npu.calls                         # (name, args, kwargs) of each stand-in call
+
+It also does what torch_npu 2.14 does for an op it has no NPU kernel for: from install() to the end of the test
+(tests/conftest.py leaves it), every op runs under detect.backend.npu_ops.OpCheck, which looks each one up in the
+manifest's sources (the wheel's registrations, op-plugin's v2.14 entries, torch's composites, whose calls are checked
+in turn). By default it raises torch_npu's error, as a 910B does with TORCH_NPU_FALLBACK_CPU_DISABLE=1, so that a test
+fails the day an op without a kernel enters an NPU path; `fallback="warn"` gives torch_npu's default (its warning,
+then the op runs on the CPU). The stand-in's tensors live on the CPU, so it cannot tell a host op from a device op:
+it checks every op the test runs while it is installed, host ones included (they are all NPU-covered today).
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import importlib.machinery
 import json
@@ -29,9 +38,14 @@ from typing import Any
 
 import pytest
 import torch
-import torchvision
+from torch.utils._python_dispatch import _disable_current_modes
 
 from detect.backend.npu import NpuBackend
+from detect.backend.npu_ops import OpCheck, Verdict, npu_kernels
+from detect.backend.npu_ops.dry_run import HostGradScaler, nms_on_the_host, npu_nms_v4_op
+
+# The op check of each install() in this process that is still active, innermost last (tests/conftest.py leaves them).
+ACTIVE_CHECKS: list[OpCheck] = []
 
 
 def _require(condition: bool, message: str) -> None:
@@ -50,6 +64,13 @@ def npu_nms_v4(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """npu_nms_v4 on the CPU: (selected int32 [M], valid int32 0-D), valid entries first
     (docs/torch-npu.md, "NMS on the NPU")."""
+    _check_nms_contract(boxes, scores, max_output_size, iou_threshold, scores_threshold)
+    return nms_on_the_host(boxes, scores, max_output_size, iou_threshold, scores_threshold, pad_to_max_output_size)
+
+
+def _check_nms_contract(boxes: torch.Tensor, scores: torch.Tensor, max_output_size: int, iou_threshold: torch.Tensor,
+                        scores_threshold: torch.Tensor) -> None:
+    """npu_nms_v4's documented contract (docs/torch-npu.md, "NMS on the NPU")."""
     _require(boxes.dtype == torch.float32 and scores.dtype == torch.float32, "boxes and scores must be float32")
     _require(boxes.dim() == 2 and boxes.shape[1] == 4, f"boxes must be (N, 4), got {tuple(boxes.shape)}")
     _require(scores.shape == (boxes.shape[0],), f"scores must be (N,), got {tuple(scores.shape)}")
@@ -57,31 +78,40 @@ def npu_nms_v4(
         _require(isinstance(value, torch.Tensor) and value.dim() == 0, f"{name} must be a 0-D tensor, got {value!r}")
         _require(value.device == boxes.device, f"{name} must be on the boxes' device")
     _require(isinstance(max_output_size, int) and max_output_size > 0, "max_output_size must be a positive int")
-    candidates = torch.nonzero(scores > scores_threshold).flatten()
-    keep = candidates[torchvision.ops.nms(boxes[candidates], scores[candidates], float(iou_threshold))]
-    keep = keep[:max_output_size].to(torch.int32)
-    valid = torch.tensor(keep.numel(), dtype=torch.int32)
-    if pad_to_max_output_size:
-        # Pad with index 0, a real row, so a caller that forgets to trim to `valid` gets wrong answers.
-        keep = torch.cat([keep, torch.zeros(max_output_size - keep.numel(), dtype=torch.int32)])
-    return keep.to(boxes.device), valid.to(boxes.device)
 
 
-class GradScaler(torch.amp.GradScaler):
-    """torch_npu.npu.amp.GradScaler's signature (docs/torch-npu.md, "AMP and the scaler"), scaling on the CPU."""
+class StandinOpCheck(OpCheck):
+    """OpCheck, plus the refusal of an op that torch_npu's library says takes no tensor in an internal format
+    ("Current operator _foreach_norm do not support internal format.": ultralytics #22270 on a 910B, gradient clipping)
+    while the stand-in's `npu.config.allow_internal_format` is on."""
 
-    def __init__(
-        self,
-        init_scale: float = 2.0**16,
-        growth_factor: float = 2.0,
-        backoff_factor: float = 0.5,
-        growth_interval: int = 2000,
-        dynamic: bool = True,
-        enabled: bool = True,
-    ) -> None:
-        super().__init__("cpu", init_scale, growth_factor, backoff_factor, growth_interval, enabled)
-        # the real class keeps it private: there is no `dynamic` attribute (docs/torch-npu.md, "AMP and the scaler")
-        self._dynamic = dynamic
+    def __init__(self, module: ModuleType, fallback: str) -> None:
+        super().__init__(fallback=fallback)
+        self.module = module
+
+    def refusal(self, op: str, found: Verdict, args: tuple, kwargs: dict) -> str | None:
+        base = op.split("::", 1)[1].split(".", 1)[0]
+        if self.module.npu.config.allow_internal_format and base in npu_kernels().refuse_internal_format:
+            return f"Current operator {base} do not support internal format. "  # torch_npu's words
+        return None
+
+
+class NpuConfig:
+    """torch_npu.npu.config: only allow_internal_format means something (torch_npu/npu/npu_config.py, _npuConfig);
+    off by default on A2 since torch_npu 2.8 (docs/torch-npu.md, "Compile mode and HF32")."""
+
+    def __init__(self, calls: list) -> None:
+        self._calls = calls
+        object.__setattr__(self, "allow_internal_format", False)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not name.startswith("_"):
+            self._calls.append(("config." + name, (value,), {}))
+        super().__setattr__(name, value)
+
+
+# torch_npu.npu.amp.GradScaler's signature and host syncs, scaling on the CPU (docs/torch-npu.md, "AMP and the scaler").
+GradScaler = HostGradScaler
 
 
 class Hf32Flag:
@@ -184,9 +214,11 @@ def make_torch_npu(device_count: int = 1) -> ModuleType:
             return result
         return function
 
-    def nms(boxes: torch.Tensor, scores: torch.Tensor, max_output_size: int, *args: Any, **kwargs: Any) -> Any:
+    def nms(boxes: torch.Tensor, scores: torch.Tensor, max_output_size: int, iou_threshold: torch.Tensor,
+            scores_threshold: torch.Tensor, **kwargs: Any) -> Any:
         calls.append(("npu_nms_v4", (boxes.shape[0], max_output_size), kwargs))
-        return npu_nms_v4(boxes, scores, max_output_size, *args, **kwargs)
+        _check_nms_contract(boxes, scores, max_output_size, iou_threshold, scores_threshold)
+        return npu_nms_v4_op()(boxes, scores, max_output_size, iou_threshold, scores_threshold, **kwargs)
 
     def is_bf16_supported() -> bool:
         # It initialises the runtime on the current device, so it belongs after set_device
@@ -218,6 +250,7 @@ def make_torch_npu(device_count: int = 1) -> ModuleType:
         conv=Hf32Flag(True),
         matmul=Hf32Flag(False),
         amp=SimpleNamespace(GradScaler=GradScaler),
+        config=NpuConfig(calls),
     )
     module.profiler = ModuleType("torch_npu.profiler")  # a subpackage: install() registers it in sys.modules
     vars(module.profiler).update(
@@ -231,17 +264,40 @@ def make_torch_npu(device_count: int = 1) -> ModuleType:
     return module
 
 
-def install(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    """Put a fresh stand-in at sys.modules['torch_npu'] for the current test; returns it."""
+def enforce(module: ModuleType, fallback: str = "raise") -> StandinOpCheck:
+    """Check every op from now on as torch_npu would (see the module's docstring); returns the active check."""
+    check = StandinOpCheck(module, fallback)
+    check.__enter__()
+    ACTIVE_CHECKS.append(check)
+    return check
+
+
+def leave_checks() -> None:
+    """End the op checks that install() began, innermost first (tests/conftest.py, after each test)."""
+    while ACTIVE_CHECKS:
+        ACTIVE_CHECKS.pop().__exit__(None, None, None)
+
+
+def host() -> contextlib.AbstractContextManager:
+    """A block of host code in a test that installed the stand-in (a reference computed with torchvision, a run on
+    --device cpu): its ops are not checked."""
+    return _disable_current_modes()
+
+
+def install(monkeypatch: pytest.MonkeyPatch, fallback: str = "raise") -> ModuleType:
+    """Put a fresh stand-in at sys.modules['torch_npu'] for the current test, and check every op until the test ends
+    (`fallback`: "raise", "warn" or "run", see the module's docstring); returns the stand-in."""
     module = make_torch_npu()
     monkeypatch.setitem(sys.modules, "torch_npu", module)
     monkeypatch.setitem(sys.modules, "torch_npu.profiler", module.profiler)
+    module.op_check = enforce(module, fallback)
     return module
 
 
-def npu_backend(monkeypatch: pytest.MonkeyPatch, **options: Any) -> NpuBackend:
-    """An NpuBackend on the stand-in, its tensors on the CPU; options go to NpuBackend (amp, jit_compile, ...)."""
-    install(monkeypatch)
+def npu_backend(monkeypatch: pytest.MonkeyPatch, fallback: str = "raise", **options: Any) -> NpuBackend:
+    """An NpuBackend on the stand-in, its tensors on the CPU, every op checked (install()); options go to NpuBackend
+    (amp, jit_compile, ...)."""
+    install(monkeypatch, fallback)
     return NpuBackend(0, device=torch.device("cpu"), **options)
 
 

@@ -61,7 +61,8 @@ def is_available() -> bool:
 
 
 class NpuBackend(AcceleratorBackend):
-    """One Ascend NPU, npu:index. `device` overrides the torch.device (tests put a CPU stand-in behind it)."""
+    """One Ascend NPU, npu:index. `device` overrides the torch.device and `torch_npu` the package (doctor --ops and the
+    tests run it on the host: detect/backend/npu_ops/dry_run.py, tests/npu_standin.py)."""
 
     name = "npu"
     distributed_backend = "hccl"
@@ -80,8 +81,10 @@ class NpuBackend(AcceleratorBackend):
         jit_compile: bool | None = None,
         allow_hf32: bool | None = None,
         device: torch.device | None = None,
+        torch_npu: ModuleType | None = None,
     ) -> None:
-        self.torch_npu = import_torch_npu()
+        # torch_npu: a stand-in for the package (doctor --ops's dry run on the host, the tests' stand-in)
+        self.torch_npu = torch_npu or import_torch_npu()
         # the same module as torch.npu; torch.cuda's API (docs/torch-npu.md, "Device and imports")
         self.runtime = self.torch_npu.npu
         if device is None:
@@ -104,7 +107,12 @@ class NpuBackend(AcceleratorBackend):
             raise BackendUnavailable("bf16 AMP was asked for but this NPU does not support bf16; use fp16")
 
     def _configure(self, jit_compile: bool | None, allow_hf32: bool | None) -> None:
-        """Apply the NPU options that were given; None keeps torch_npu's default."""
+        """Apply the NPU options that were given (None keeps torch_npu's default), and keep tensors in plain formats."""
+        # Internal (private) formats off, as A2 has it by default since torch_npu 2.8: with them on, gradient
+        # clipping's _foreach_norm refused conv gradients on a 910B ("Current operator _foreach_norm do not support
+        # internal format", ultralytics #22270; the message is in 2.14.0's libtorch_npu.so with 374 others), so an
+        # environment or an older default cannot turn them on under us (docs/torch-npu.md, "What runs where").
+        self.runtime.config.allow_internal_format = False
         if jit_compile is not None:
             # 910B (A2) defaults to jit_compile=False (binary mode); keep it unless measured
             # (docs/torch-npu.md, "Compile mode and HF32").
@@ -117,6 +125,11 @@ class NpuBackend(AcceleratorBackend):
 
     def local_cores(self, index: int) -> set[int] | None:
         return npu_local_cores(index)
+
+    def nms_arguments(self) -> dict:
+        # Candidate indices found on the device (nonzero), never through numpy: the branch an NPU tensor takes, kept
+        # when the backend runs on the host (doctor --ops, the stand-in).
+        return {**super().nms_arguments(), "numpy_where": False}
 
     def onnx_provider(self) -> tuple[str, dict, str]:
         # onnxruntime's CANN execution provider, built into the onnxruntime-cann wheel (not in the plain one).

@@ -29,9 +29,10 @@ def _pool(threads: int, pid: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(threads, thread_name_prefix="nms")
 
 
-def _where(mask: Tensor) -> Tensor:
-    """Indices (int64) of the true entries of a mask, counted in row-major order over all its elements."""
-    if mask.device.type == "cpu":
+def _where(mask: Tensor, numpy: bool | None = None) -> Tensor:
+    """Indices (int64) of the true entries of a mask, counted in row-major order over all its elements; with numpy on
+    the CPU unless `numpy` is False."""
+    if mask.device.type == "cpu" and numpy is not False:
         # numpy's flatnonzero is 3-5x faster than torch.nonzero on the CPU: 0.22 ms against 0.77-1.2 ms for a
         # 9,162 x 80 mask with 16,440 entries set (yolov5n's 8 first coco128 images, torch 2.14, best of 20)
         return torch.from_numpy(np.flatnonzero(mask.numpy()))
@@ -43,6 +44,7 @@ def _candidates(
     conf_threshold: float,
     multi_label: bool,
     classes: Sequence[int] | None,
+    numpy_where: bool | None = None,
 ) -> tuple[Tensor, Tensor]:
     """(M, 6) [x1, y1, x2, y2, score, class] candidates of a (B, N, 5+nc) batch and their (M,) image indices.
 
@@ -50,43 +52,44 @@ def _candidates(
     (30,748 int64 indices: 0.3-12 ms against 0.04 ms, 1 and 2 threads, torch 2.14).
     """
     batch, boxes_per_image, width = prediction.shape
+    where = functools.partial(_where, numpy=numpy_where)
     flat = prediction.reshape(batch * boxes_per_image, width)
     # Objectness filter first, then score = obj * cls (docs/yolov5.md, "NMS").
-    passing = _where(flat[:, 4] > conf_threshold)
+    passing = where(flat[:, 4] > conf_threshold)
     rows, image = flat.index_select(0, passing), passing // boxes_per_image
     if multi_label:
         # One candidate per (box, class) whose score passes. Multiplying every tiny class score by obj underflows,
         # and x86 takes a slow path for each underflow (measured: 2.5 ms -> 0.03 ms per 1,429 x 80 product with
         # denormals flushed), so a class first passes cls > conf / obj, relaxed by 1e-6 (three float32 roundings,
         # 1.8e-7, are all it needs), and only those products are formed and compared exactly.
-        near = _where(rows[:, 5:] > conf_threshold / rows[:, 4:5] * (1 - 1e-6))
+        near = where(rows[:, 5:] > conf_threshold / rows[:, 4:5] * (1 - 1e-6))
         box_index, class_index = near // (width - 5), near % (width - 5)
         scores = rows.view(-1).index_select(0, box_index * width + 5 + class_index)
         scores = scores * rows[:, 4].index_select(0, box_index)
-        exact = _where(scores > conf_threshold)
+        exact = where(scores > conf_threshold)
         box_index, class_index, scores = (t.index_select(0, exact) for t in (box_index, class_index, scores))
     else:
         scores, class_index = (rows[:, 5:] * rows[:, 4:5]).max(dim=1)
-        box_index = _where(scores > conf_threshold)
+        box_index = where(scores > conf_threshold)
         scores, class_index = scores.index_select(0, box_index), class_index.index_select(0, box_index)
     boxes = xywh_to_xyxy(rows[:, :4].index_select(0, box_index))
     detections = torch.cat((boxes, scores[:, None], class_index[:, None].to(boxes.dtype)), dim=1)
     image = image.index_select(0, box_index)
     if classes is not None:
         wanted = torch.tensor(list(classes), device=detections.device, dtype=detections.dtype)
-        chosen = _where((detections[:, 5:6] == wanted).any(dim=1))
+        chosen = where((detections[:, 5:6] == wanted).any(dim=1))
         detections, image = detections.index_select(0, chosen), image.index_select(0, chosen)
     return detections, image
 
 
-def _best_per_image(scores: Tensor, image: Tensor, limit: int) -> Tensor:
+def _best_per_image(scores: Tensor, image: Tensor, limit: int, numpy_where: bool | None = None) -> Tensor:
     """Indices of each image's `limit` best scores: image by image, decreasing score, ties in their given order."""
     order = torch.sort(scores, descending=True, stable=True).indices
     order = order.index_select(0, torch.sort(image.index_select(0, order), stable=True).indices)
     grouped = image.index_select(0, order)
     first = torch.searchsorted(grouped, grouped)  # where each row's image starts in the grouped list
     rank = torch.arange(len(order), device=order.device) - first
-    return order.index_select(0, _where(rank < limit))
+    return order.index_select(0, _where(rank < limit, numpy_where))
 
 
 def _packed_calls(group_sizes: list[int], group_images: list[int], pack: int) -> list[int]:
@@ -130,9 +133,10 @@ def _suppress_in_groups(boxes: Tensor, scores: Tensor, group: Tensor, groups_per
     return order.index_select(0, torch.cat(kept)) if kept else order
 
 
-# Twelve parameters on purpose: yolov5's non_max_suppression's own keywords (conf_thres, iou_thres, classes, agnostic,
-# multi_label, max_det ...) under our names, which its users' scripts pass one by one; a settings object would only
-# rename them (evaluation's EvalSettings groups the ones validation sets).
+# Thirteen parameters on purpose: yolov5's non_max_suppression's own keywords (conf_thres, iou_thres, classes,
+# agnostic, multi_label, max_det ...) under our names, which its users' scripts pass one by one, and how the backend
+# runs its kernel (nms, whole_batch, threads, numpy_where); a settings object would only rename them (evaluation's
+# EvalSettings groups the ones validation sets, the backend the kernel's).
 def non_max_suppression(
     prediction: Tensor,
     conf_threshold: float = 0.25,
@@ -147,6 +151,7 @@ def non_max_suppression(
     max_wh: int = 7680,
     whole_batch: bool = False,
     threads: int = 1,
+    numpy_where: bool | None = None,
 ) -> list[Tensor]:
     """Suppress overlapping boxes per image and class.
 
@@ -155,17 +160,18 @@ def non_max_suppression(
     nms: the backend's single-class kernel (backend.nms). At most max_candidates per image, the best by score, enter
     it; whole_batch: one kernel call for every image of the batch (images kept apart by a y offset), else calls per
     (image, class) group, small groups packed together, on `threads` threads (the backend's nms_threads).
+    numpy_where: find candidates' indices with numpy (fastest on the CPU; None: when the prediction is on the CPU).
     """
     if prediction.dim() != 3 or prediction.shape[2] < 6:
         raise ValueError(f"prediction must be (B, N, 5 + nc) with nc >= 1, got {tuple(prediction.shape)}")
     batch, num_classes = prediction.shape[0], prediction.shape[2] - 5
     # Multi-label only makes a difference with more than one class (docs/yolov5.md, "NMS").
-    detections, image = _candidates(prediction, conf_threshold, multi_label and num_classes > 1, classes)
+    detections, image = _candidates(prediction, conf_threshold, multi_label and num_classes > 1, classes, numpy_where)
     # The cap keeps each image's best max_candidates by score, a stable sort so equal scores keep their original
     # order and every kernel sees the same order (docs/yolov5.md, "NMS": at most 30,000 enter NMS). Calls per group need
     # no order, so there the sort runs only when the cap bites (it took a fifth of the time, scripts/bench_nms.py).
     if whole_batch or int(torch.bincount(image, minlength=batch).max()) > max_candidates:
-        chosen = _best_per_image(detections[:, 4], image, max_candidates)
+        chosen = _best_per_image(detections[:, 4], image, max_candidates, numpy_where)
         detections, image = detections.index_select(0, chosen), image.index_select(0, chosen)
     # Offsetting each class by max_wh pixels (x and y) keeps classes apart in one single-class NMS call; with the
     # whole batch in one call, each image also moves down by max_wh on y alone, so that x keeps the rounding that a

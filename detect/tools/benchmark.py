@@ -25,7 +25,7 @@ from detect.backend.cpu import cpu_description
 from detect.config import NON_NEGATIVE, POSITIVE, option
 from detect.errors import UserError
 from detect.tools.throughput import Measurement, measure_inference, measure_train
-from detect.tools.workload import WorkloadSettings, build_tool_model, select_backend, synthetic_batch
+from detect.tools.workload import PRECISIONS, WorkloadSettings, build_tool_model, select_backend, synthetic_batch
 
 SCHEMA = 1
 COCO_TRAIN_IMAGES, COCO_VAL_IMAGES = 118_287, 5_000  # COCO 2017 train and val
@@ -39,6 +39,8 @@ class BenchmarkSettings(WorkloadSettings):
     """The options of `python -m detect.tools.benchmark`."""
 
     device: str = option("auto", "the device to measure")
+    precisions: tuple[str, ...] = option(("fp32", "amp"), "what to measure: fp32, amp (the device's AMP dtype: fp16 on "
+                                                         "accelerators), fp16, bf16", choices=PRECISIONS)
     warmup: int = option(3, "untimed steps per phase", bound=NON_NEGATIVE)
     steps: int = option(10, "timed steps per phase", bound=POSITIVE)
     train_images: int = option(COCO_TRAIN_IMAGES, "images per training epoch, for the time estimate (default: COCO "
@@ -59,9 +61,10 @@ class BenchmarkSettings(WorkloadSettings):
 parse_args = cli.settings_reader(BenchmarkSettings, "python -m detect.tools.benchmark", __doc__)
 
 
-def row(measurement: Measurement, images: int) -> dict:
-    """One table row: config (e.g. "train amp"), its numbers, and the time `images` images take at that rate."""
-    config = f"{measurement.mode} {'amp' if measurement.amp else 'fp32'}"
+def row(measurement: Measurement, images: int, precision: str) -> dict:
+    """One table row: config (e.g. "train amp", "train bf16": the mode and the precision asked for), its numbers, and
+    the time `images` images take at that rate."""
+    config = f"{measurement.mode} {precision}"
     return {"config": config, "mode": measurement.mode, "precision": measurement.precision,
             "img_per_s": measurement.img_per_s, "memory_gb": measurement.peak_memory_bytes / 1e9,
             "epoch_seconds": images / measurement.img_per_s}
@@ -71,12 +74,12 @@ def measure(args: BenchmarkSettings) -> dict:
     """Every phase on this device; the result as the JSON document."""
     model = build_tool_model(args.cfg, args.weights, args.nc, args.seed)
     batch = synthetic_batch(args.batch_size, args.imgsz, model.nc, args.seed)
-    backends = {precision: select_backend(args.device, precision, args) for precision in ("fp32", "amp")}
-    rows = [row(measure_train(model, batch, backend, args.imgsz, args.warmup, args.steps), args.train_images)
-            for backend in backends.values()]
-    rows += [row(measure_inference(model, batch, backend, args.warmup, args.steps), args.val_images)
-             for backend in backends.values()]
-    backend = backends["fp32"]
+    backends = {precision: select_backend(args.device, precision, args) for precision in args.precisions}
+    rows = [row(measure_train(model, batch, backend, args.imgsz, args.warmup, args.steps), args.train_images, name)
+            for name, backend in backends.items()]
+    rows += [row(measure_inference(model, batch, backend, args.warmup, args.steps), args.val_images, name)
+             for name, backend in backends.items()]
+    backend = next(iter(backends.values()))
     return {
         "tool": "detect.tools.benchmark", "schema": SCHEMA,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -91,8 +94,9 @@ def measure(args: BenchmarkSettings) -> dict:
 
 
 def label(item: dict) -> str:
-    """A row's config, with the AMP dtype: "train fp32", "train amp (bf16)"."""
-    return item["config"] if item["precision"] == "fp32" else f"{item['config']} ({item['precision']})"
+    """A row's config, with the AMP dtype: "train fp32", "train amp (bf16)", "train fp16"."""
+    named = item["config"].split()[-1] == item["precision"]
+    return item["config"] if named else f"{item['config']} ({item['precision']})"
 
 
 def _clock(seconds: float) -> str:

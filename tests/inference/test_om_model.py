@@ -3,6 +3,7 @@ torch_npu stand-in): the export's metadata file, fp16 input and output, static b
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ from detect.inference.predictor import Predictor
 from tests import ais_bench_standin
 from tests.data.helpers import write_sample, write_yaml
 from tests.exporters.helpers import IMGSZ, NAMES, eager, run_export
-from tests.npu_standin import npu_backend
+from tests.npu_standin import host, npu_backend
 
 select = backends.select  # the real one, before a test stands the NPU in
 
@@ -97,10 +98,11 @@ def test_val_and_predict_commands_take_an_om(weights, tmp_path, monkeypatch):
     monkeypatch.setattr(backends, "select", lambda spec, **options: backend if spec == "npu:0" else select(spec))
     found = {}
     for path, device in ((om, "npu:0"), (om.with_suffix(".onnx"), "cpu")):
-        run = val.validate(val.parse_args(["--weights", str(path), "--data", str(data), "--imgsz", "128",
-                                           "--device", device, "--workers", "0", "--conf-thres", "0.002",
-                                           "--batch-size", "2", "--project", str(tmp_path / device), "--no-progress",
-                                           "--save-json"]))
+        with host() if device == "cpu" else contextlib.nullcontext():  # the CPU's run is host code
+            run = val.validate(val.parse_args(["--weights", str(path), "--data", str(data), "--imgsz", "128",
+                                               "--device", device, "--workers", "0", "--conf-thres", "0.002",
+                                               "--batch-size", "2", "--project", str(tmp_path / device),
+                                               "--no-progress", "--save-json"]))
         found[device] = (run, json.loads((tmp_path / device / "exp" / "predictions.json").read_text()))
     assert len(found["npu:0"][1]) == len(found["cpu"][1]) > 0
     assert found["npu:0"][0].metrics.map50_95 == pytest.approx(found["cpu"][0].metrics.map50_95, abs=0.01)

@@ -8,6 +8,7 @@ import io
 import json
 
 import pytest
+import torch
 
 from detect.tools import benchmark
 
@@ -89,3 +90,21 @@ def test_compare_refuses_a_file_that_is_not_a_result(measured, tmp_path, capsys)
     assert benchmark.main(["--compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"error: {tmp_path / 'b.json'}: not a benchmark result of this tool (missing rows[].img_per_s)"]
+
+
+def test_fp16_and_bf16_are_measured_by_name_on_the_npu(monkeypatch, tmp_path, capsys):
+    """--precisions fp16 bf16 on the NPU stand-in (its tensors on the CPU, every op checked as torch_npu would): the
+    rows npu_check.sh reads for the 910B's fp16 and bf16 training rates."""
+    from detect.backend import npu
+    from tests.npu_standin import install
+
+    install(monkeypatch)
+    original = npu.NpuBackend.__init__
+    monkeypatch.setattr(npu.NpuBackend, "__init__", lambda self, index=0, **options: original(
+        self, index, device=torch.device("cpu"), **options))
+    options = [*TINY, "--device", "npu:0", "--precisions", "fp16", "bf16", "--json", str(tmp_path / "npu.json")]
+    assert benchmark.main(options) == 0
+    rows = json.loads((tmp_path / "npu.json").read_text())["rows"]
+    assert [(row["config"], row["precision"]) for row in rows] == [
+        ("train fp16", "fp16"), ("train bf16", "bf16"), ("inference fp16", "fp16"), ("inference bf16", "bf16")]
+    assert "| train bf16 |" in capsys.readouterr().out

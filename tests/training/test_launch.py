@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 STANDIN_SITE = """
 import os, sys
 import torch
-from tests.npu_standin import make_torch_npu
+from tests.npu_standin import enforce, make_torch_npu
 sys.modules["torch_npu"] = make_torch_npu(device_count=2)
 import detect.backend.npu as npu
 original_init = npu.NpuBackend.__init__
@@ -36,6 +36,7 @@ def on_cpu(self, index=0, **options):
     if index >= sys.modules["torch_npu"].npu.device_count():  # the real path: its own "only N visible" error
         original_init(self, index, **options)
     original_init(self, index, device=torch.device("cpu"), **options)
+    enforce(sys.modules["torch_npu"])  # a rank's every op from here checked as torch_npu would
     with open(os.environ["DEVICE_LOG"], "a") as log:
         log.write(f"{rank} {index}\\n")
 

@@ -43,9 +43,10 @@ RECORD: dict = {"rank": RANK, "calls": [], "writes": [], "callbacks": [], "hooks
 
 def npu_standins_on_the_cpu() -> None:
     """detect sees two NPUs, whose backends put their tensors on the CPU and join the job through gloo."""
-    from tests.npu_standin import make_torch_npu
+    from tests.npu_standin import enforce, make_torch_npu
 
     sys.modules["torch_npu"] = make_torch_npu(device_count=2)
+    enforce(sys.modules["torch_npu"])  # every op of the rank checked as torch_npu would, for its life
     from detect.backend import npu
 
     original = npu.NpuBackend.__init__

@@ -1,7 +1,10 @@
 """`python -m detect.doctor`: is this machine ready to train? Versions and whether they pair, devices, process-group
 backends and the environment variables that matter, then a verdict with hints. It only reads; no network.
+`--ops [--cfg yolov5s.yaml]`: instead, every op of each phase of training and validation of that model and where an
+Ascend 910B with torch_npu 2.14 runs it (no NPU needed).
 
-Exit code 0: ready (warnings allowed); 1: a problem (FAIL) was found; 2: bad flags.
+Exit code 0: ready (warnings allowed), or with --ops every op runs on the NPU; 1: a problem (FAIL) was found, or with
+--ops some op would run on the CPU; 2: bad flags, or a model yaml that cannot be built.
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ import os
 from detect import cli
 from detect.backend.environment import FAIL, WARN, Check
 from detect.backend.probe import Diagnosis, diagnose
-from detect.config import Settings
+from detect.config import Settings, option
+from detect.errors import UserError
 
 
 def format_check(check: Check) -> str:
@@ -40,14 +44,24 @@ def verdict(diagnosis: Diagnosis) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class DoctorSettings(Settings):
-    """`python -m detect.doctor` takes no options: it only reads the machine."""
+    """`python -m detect.doctor` reads the machine; --ops reads a model's ops instead."""
+
+    ops: bool = option(False, "list every op of each phase of training and validation and where an Ascend 910B "
+                              "with torch-npu 2.14 runs it (exit 1 when some op would run on the CPU)")
+    cfg: str | None = option(None, "with --ops: the model yaml (a bundled name or a path; default yolov5s.yaml)")
 
 
 parse_args = cli.settings_reader(DoctorSettings, "python -m detect.doctor", __doc__)
 
 
-def examine(_settings: DoctorSettings) -> int:
-    """Print every check and the verdict; 1 when a check failed."""
+def examine(settings: DoctorSettings) -> int:
+    """Print every check and the verdict (with --ops: every op of the model); 1 when a check failed."""
+    if settings.cfg is not None and not settings.ops:
+        raise UserError("--cfg goes with --ops (the model whose ops to list)")
+    if settings.ops:
+        from detect.doctor import ops  # training code, loaded only for --ops
+
+        return ops.report(settings.cfg or "yolov5s.yaml")
     diagnosis = diagnose(os.environ)
     print("\n".join(format_check(check) for check in diagnosis.checks))
     print(verdict(diagnosis))
@@ -55,7 +69,8 @@ def examine(_settings: DoctorSettings) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit code 0: ready; 1: a check failed; 2: bad flags."""
+    """Exit code 0: ready (--ops: every op covered); 1: a check failed (--ops: an op would run on the CPU); 2: bad
+    flags or a yaml that cannot be built."""
     return cli.run(lambda: examine(parse_args(argv)))
 
 
