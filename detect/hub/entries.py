@@ -21,7 +21,7 @@ from detect.errors import UserError
 from detect.hub.images import sample_inputs
 from detect.hub.model import HubModel
 from detect.inference.detector import Detector
-from detect.inference.model import RUNTIMES
+from detect.inference.model import FORMATS, PYTORCH, format_of
 from detect.models import DetectionModel, build_model
 from detect.models.safe_io import save_checkpoint
 from detect.models.weights import LOOKUP_DIR, load_model, resolve_weights, weights_payload
@@ -29,7 +29,8 @@ from detect.models.weights import LOOKUP_DIR, load_model, resolve_weights, weigh
 LOGGER = logging.getLogger(__name__)
 # yolov5's hubconf.py names (its P5 and P6 families); each has a bundled yaml of that name in configs/models/.
 MODEL_NAMES = tuple(f"yolov5{size}{level}" for level in ("", "6") for size in "nsmlx")
-EXPORT_KINDS = f"{', '.join(sorted(RUNTIMES))} or an OpenVINO <stem>{FOLDER_SUFFIX} folder"
+EXPORT_SUFFIXES = sorted(kind.suffix for kind in FORMATS if kind.runtime is not None and kind is not PYTORCH)
+EXPORT_KINDS = f"{', '.join(EXPORT_SUFFIXES)} or an OpenVINO <stem>{FOLDER_SUFFIX} folder"
 
 
 def find_weights(weights: str | Path, hub_dir: Path | None = None) -> Path:
@@ -38,7 +39,7 @@ def find_weights(weights: str | Path, hub_dir: Path | None = None) -> Path:
     where to put it."""
     path = Path(weights)
     if path.is_dir():
-        if not path.name.endswith(FOLDER_SUFFIX):
+        if not is_export(path):
             raise UserError(f"{path} is a folder: give a .pt, {EXPORT_KINDS}")
         return path
     path = path if path.suffix else path.with_suffix(".pt")
@@ -59,7 +60,7 @@ def device_spec(device: str | int | torch.device | None) -> str:
 
 def is_export(path: Path) -> bool:
     """Whether `path` is an export (run by its runtime), not a PyTorch checkpoint."""
-    return path.suffix.lower() in RUNTIMES or path.is_dir()
+    return format_of(path) is not PYTORCH
 
 
 def transfer_weights(source: DetectionModel, target: DetectionModel) -> int:

@@ -20,9 +20,6 @@ from detect.serve.settings import ServeSettings
 from detect.serve.uploads import Refused, decode_upload
 
 LOGGER = logging.getLogger(__name__)
-# The runtime classes of inference/model.py, as /v1/model names their formats.
-FORMAT_NAMES = {"TorchInference": "pytorch", "TorchScriptInference": "torchscript", "OnnxInference": "onnx",
-                "OpenVinoInference": "openvino", "OmInference": "om"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,14 +79,14 @@ class ServedModel:
     def __init__(self, settings: ServeSettings) -> None:
         self.detector = Detector(settings.weights, settings.device, settings.predict_settings())
         model = self.detector.model
-        self.static_batch: int | None = getattr(model, "batch", None)  # a static export's (ExportedModel.batch)
+        self.static_batch = model.batch
         self.max_batch = self.static_batch or settings.max_batch
         if self.static_batch and self.static_batch != settings.max_batch:
             LOGGER.info("the model's batch is static at %d (not --max-batch %d): shorter batches are padded to it",
                         self.static_batch, settings.max_batch)
         self.max_pixels = settings.max_pixels
         self.name = Path(settings.weights).name
-        self.format = FORMAT_NAMES.get(type(model).__name__, type(model).__name__)
+        self.format = model.format
         detector_settings = self.detector.settings
         self.defaults = Thresholds(detector_settings.conf_threshold, detector_settings.iou_threshold,
                                    detector_settings.max_det)
