@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,8 +22,7 @@ from detect.hub.model import HubModel
 from detect.inference.detector import Detector
 from detect.inference.model import FORMATS, PYTORCH, format_of
 from detect.models import DetectionModel, build_model
-from detect.models.safe_io import save_checkpoint
-from detect.models.weights import LOOKUP_DIR, load_model, resolve_weights, weights_payload
+from detect.models.weights import LOOKUP_DIR, load_model, resolve_weights
 
 LOGGER = logging.getLogger(__name__)
 # yolov5's hubconf.py names (its P5 and P6 families); each has a bundled yaml of that name in configs/models/.
@@ -87,12 +85,6 @@ def pretrained_with_classes(name: str, path: Path, classes: int, verbose: bool) 
     return model.eval()
 
 
-def _detector_of(model: DetectionModel, device: str) -> Detector:
-    """A Detector on a model in memory (the Detector loads models from files, so through a temporary one)."""
-    with tempfile.TemporaryDirectory(prefix="detect-hub-") as folder:
-        return Detector(save_checkpoint(Path(folder) / "model.pt", weights_payload(model)), device)
-
-
 def load(weights: str | Path, *, name: str | None = None, pretrained: bool = True, channels: int = 3,
          classes: int | None = None, autoshape: bool = True, verbose: bool = True,
          device: str | int | torch.device | None = None, hub_dir: Path | None = None) -> HubModel | DetectionModel:
@@ -119,7 +111,7 @@ def load(weights: str | Path, *, name: str | None = None, pretrained: bool = Tru
                  else pretrained_with_classes(name, path, classes, verbose))
         if not autoshape:
             return model.eval().to(backends.select(spec, amp=False).device)
-        detector = _detector_of(model, spec)
+        detector = Detector(model, spec)
     if verbose:
         LOGGER.info("%s: %d classes on %s", name or weights, len(detector.names), detector.backend.device)
     return HubModel(detector)

@@ -1,5 +1,5 @@
-"""The inference path that validation and predict share: the one table of model formats, and a checkpoint or an
-export as one predict callable.
+"""The inference path that validation and predict share: the one table of model formats, and a checkpoint, an export
+or a model in memory as one predict callable.
 
 The table (FORMATS) gives each format's name, its file suffix or folder, the runtime class that runs it here, and
 what `detect.export` does with it; export's --include, benchmarks' rows, the runtime of a path, the hub's weights and
@@ -10,6 +10,7 @@ table says which formats export writes and that function writes each of them und
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 from collections.abc import Sequence
@@ -28,6 +29,7 @@ from detect.inference.runtimes.onnx_model import OnnxInference
 from detect.inference.runtimes.openvino_model import OpenVinoInference
 from detect.inference.runtimes.torch_model import TorchInference
 from detect.inference.runtimes.torchscript_model import TorchScriptInference
+from detect.models import DetectionModel
 from detect.models.weights import load_model
 
 LOGGER = logging.getLogger(__name__)
@@ -106,12 +108,23 @@ class InferenceModel(Protocol):
         ...
 
 
-def load_inference_model(weights: str | Path | Sequence[str | Path], backend: Backend,
-                         half: bool = False) -> InferenceModel:
+Weights = str | Path | Sequence[str | Path] | DetectionModel | InferenceModel
+
+
+def load_inference_model(weights: Weights, backend: Backend, half: bool = False) -> InferenceModel:
     """Our checkpoint or a yolov5 .pt (run by PyTorch, fused), or an export: .onnx (onnxruntime), .om (ais_bench on
     an Ascend NPU), .torchscript (torch.jit), an OpenVINO .xml or its <stem>_openvino_model folder (OpenVINO): the
     runtime of its format (FORMATS). Several paths: yolov5's ensemble of .pt files with the same classes
-    (ours or yolov5's, any mix; an export among them is refused), run as one model (runtimes/ensemble_model.py)."""
+    (ours or yolov5's, any mix; an export among them is refused), run as one model (runtimes/ensemble_model.py).
+    A DetectionModel in memory runs as a checkpoint would (a copy is fused: the caller's model is left as it is);
+    a model already loaded (this function's, on `backend`'s device) is returned as it is."""
+    if isinstance(weights, DetectionModel):
+        return TorchInference(copy.deepcopy(weights).float(), backend, half)  # fused in fp32, as a file loads
+    if not isinstance(weights, (str, Path, Sequence)):
+        if half:
+            raise UserError("--half does not apply to a model already loaded: it runs in the precision it was "
+                            "loaded in")
+        return weights
     paths = [str(weights)] if isinstance(weights, (str, Path)) else [str(path) for path in weights]
     formats = [format_of(path) for path in paths]
     if len(paths) > 1 and any(model_format is not PYTORCH for model_format in formats):
