@@ -20,12 +20,14 @@ from detect.exporters.int8 import DEFAULT_CALIB_IMAGES
 from detect.exporters.torchscript import ExportSettings
 from detect.exporters.triton import BACKENDS as TRITON_BACKENDS
 from detect.exporters.triton import TritonSettings
+from detect.inference.model import PYTORCH, exported_names, format_named
 from detect.models import build_model
 from detect.models.weights import YOLOV5_DEFAULT_WEIGHTS, load_model, resolve_weights
 from detect.run_dir import check_folder
 
 LOGGER = logging.getLogger("detect.export")
-FORMATS = ("torchscript", "onnx", "om", "openvino", "triton")
+FORMATS = exported_names()
+GRAPH_NMS = [name for name in FORMATS if format_named(name).graph_nms]  # where --nms can put NMS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,15 +92,16 @@ class ExportRunSettings(Settings):
             raise UserError("--check scores --weights on --data's val split: give --weights (not --cfg) and --data")
         if self.nms and self.opset < 11:
             raise UserError(f"--nms needs --opset 11 or later (NonMaxSuppression, ScatterND), got {self.opset}")
-        if self.nms and self.include == ("torchscript",):
-            raise UserError("--nms puts NMS in ONNX-based graphs: add --include onnx, om, openvino or triton")
+        if self.nms and not set(GRAPH_NMS) & set(self.include):
+            raise UserError(f"--nms puts NMS in ONNX-based graphs: add --include {', '.join(GRAPH_NMS[:-1])} or "
+                            f"{GRAPH_NMS[-1]}")
         if self.int8:
             self._check_int8()
         if "om" in self.include and self.dynamic:
             raise UserError("--include om needs static shapes (ATC compiles one input shape): drop --dynamic")
 
     def _check_int8(self) -> None:
-        if not {"onnx", "om", "openvino"} & set(self.include):
+        if not any(format_named(name).int8 for name in self.include):
             raise UserError("--int8 quantizes the ONNX, the OpenVINO IR and the .om (through AMCT): add --include "
                             "onnx, openvino or om")
         if not self.data:
@@ -150,7 +153,7 @@ def export(args: ExportRunSettings) -> dict[str, Path]:
     for kind, path in written.items():
         LOGGER.info("%s: %s (%.1f MB)", kind, path, file_megabytes(path))
     if args.check:
-        rows = check_files({"pytorch": weights, **written}, args.data, settings.imgsz[0], settings.batch_size, backend)
+        rows = check_files({PYTORCH.name: weights, **written}, args.data, settings.imgsz[0], settings.batch_size, backend)
         LOGGER.info("--check on %s (val split, %d px, batch %d):\n%s", args.data, settings.imgsz[0],
                     settings.batch_size, check_table(rows))
     elif "onnx" in written:

@@ -23,11 +23,12 @@ from detect.errors import UserError
 from detect.evaluation.export_check import CheckRow, check_files, check_table, file_megabytes
 from detect.exporters.formats import write_formats
 from detect.exporters.torchscript import ExportSettings
+from detect.inference.model import PYTORCH, benchmarked_names
 from detect.models.weights import YOLOV5_DEFAULT_WEIGHTS, load_model, resolve_weights
 from detect.run_dir import check_folder
 
 LOGGER = logging.getLogger("detect.benchmarks")
-FORMATS = ("pytorch", "torchscript", "onnx", "openvino", "om")  # yolov5's order, those detect writes
+FORMATS = benchmarked_names()  # yolov5's order, then ours: those detect writes and runs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +90,7 @@ def _row(kind: str, weights: Path, stem: Path, settings: BenchmarkSettings, back
     """One format's row: exported (but pytorch), then scored; a UserError (what this host lacks) or any other
     failure is the row's problem, the latter marked `failed:`."""
     try:
-        path = weights if kind == "pytorch" else _export(kind, weights, stem, settings, backend)
+        path = weights if kind == PYTORCH.name else _export(kind, weights, stem, settings, backend)
         if settings.test:
             return CheckRow(kind, path, file_megabytes(path), problem="exported, not scored (--test)")
         (row,) = check_files({kind: path}, settings.data, settings.imgsz, settings.batch_size, backend)

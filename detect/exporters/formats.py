@@ -31,10 +31,10 @@ class Int8Calibration:
 def write_formats(model: nn.Module, include: tuple[str, ...], settings: ExportSettings, stem: Path,
                   device: torch.device, int8: Int8Calibration | None = None,
                   soc_version: str | None = None, triton: TritonSettings | None = None) -> dict[str, Path]:
-    """Write each format of `include` (torchscript, onnx, om, openvino, triton) as <stem>.<suffix> (triton: the model
-    folder of model_repository/ beside them, with `triton`'s serving settings); returns format -> path (triton: the
-    model file Triton loads), with `int8` each runtime's own int8 recipe too ("onnx-int8": ONNX Runtime's QDQ,
-    "openvino-int8": NNCF), and om absent when atc is not installed."""
+    """Write each format of `include` (the exported ones of inference/model.py's FORMATS) as <stem>.<suffix>
+    (triton: the model folder of model_repository/ beside them, with `triton`'s serving settings); returns format ->
+    path (triton: the model file Triton loads), with `int8` each runtime's own int8 recipe too ("onnx-int8": ONNX
+    Runtime's QDQ, "openvino-int8": NNCF), and om absent when atc is not installed."""
     metadata = export_metadata(model, settings)
     module, example = traced_module(model, settings, device)
     written: dict[str, Path] = {}

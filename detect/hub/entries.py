@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,15 +20,15 @@ from detect.errors import UserError
 from detect.hub.images import sample_inputs
 from detect.hub.model import HubModel
 from detect.inference.detector import Detector
-from detect.inference.model import RUNTIMES
+from detect.inference.model import FORMATS, PYTORCH, format_of
 from detect.models import DetectionModel, build_model
-from detect.models.safe_io import save_checkpoint
-from detect.models.weights import LOOKUP_DIR, load_model, resolve_weights, weights_payload
+from detect.models.weights import LOOKUP_DIR, load_model, resolve_weights
 
 LOGGER = logging.getLogger(__name__)
 # yolov5's hubconf.py names (its P5 and P6 families); each has a bundled yaml of that name in configs/models/.
 MODEL_NAMES = tuple(f"yolov5{size}{level}" for level in ("", "6") for size in "nsmlx")
-EXPORT_KINDS = f"{', '.join(sorted(RUNTIMES))} or an OpenVINO <stem>{FOLDER_SUFFIX} folder"
+EXPORT_SUFFIXES = sorted(kind.suffix for kind in FORMATS if kind.runtime is not None and kind is not PYTORCH)
+EXPORT_KINDS = f"{', '.join(EXPORT_SUFFIXES)} or an OpenVINO <stem>{FOLDER_SUFFIX} folder"
 
 
 def find_weights(weights: str | Path, hub_dir: Path | None = None) -> Path:
@@ -38,7 +37,7 @@ def find_weights(weights: str | Path, hub_dir: Path | None = None) -> Path:
     where to put it."""
     path = Path(weights)
     if path.is_dir():
-        if not path.name.endswith(FOLDER_SUFFIX):
+        if not is_export(path):
             raise UserError(f"{path} is a folder: give a .pt, {EXPORT_KINDS}")
         return path
     path = path if path.suffix else path.with_suffix(".pt")
@@ -59,7 +58,7 @@ def device_spec(device: str | int | torch.device | None) -> str:
 
 def is_export(path: Path) -> bool:
     """Whether `path` is an export (run by its runtime), not a PyTorch checkpoint."""
-    return path.suffix.lower() in RUNTIMES or path.is_dir()
+    return format_of(path) is not PYTORCH
 
 
 def transfer_weights(source: DetectionModel, target: DetectionModel) -> int:
@@ -84,12 +83,6 @@ def pretrained_with_classes(name: str, path: Path, classes: int, verbose: bool) 
     if verbose:  # printed, not logged: a hub user sees it without configuring logging, as yolov5's
         print(f"Transferred {copied}/{len(model.state_dict())} tensors from {path} to {name} with {classes} classes")
     return model.eval()
-
-
-def _detector_of(model: DetectionModel, device: str) -> Detector:
-    """A Detector on a model in memory (the Detector loads models from files, so through a temporary one)."""
-    with tempfile.TemporaryDirectory(prefix="detect-hub-") as folder:
-        return Detector(save_checkpoint(Path(folder) / "model.pt", weights_payload(model)), device)
 
 
 # Nine parameters on purpose: yolov5's hubconf keywords (pretrained, channels, classes, autoshape, verbose, device),
@@ -120,7 +113,7 @@ def load(weights: str | Path, *, name: str | None = None, pretrained: bool = Tru
                  else pretrained_with_classes(name, path, classes, verbose))
         if not autoshape:
             return model.eval().to(backends.select(spec, amp=False).device)
-        detector = _detector_of(model, spec)
+        detector = Detector(model, spec)
     if verbose:
         LOGGER.info("%s: %d classes on %s", name or weights, len(detector.names), detector.backend.device)
     return HubModel(detector)

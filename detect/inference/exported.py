@@ -127,6 +127,7 @@ class ExportedModel:
     `_describe`, and runs one array in `_run`.
     """
 
+    format: str  # each runtime's own name of its format (inference/model.py's FORMATS)
     path: Path
     info: ExportInfo
     batch: int | None  # a static export's batch size

@@ -1,7 +1,17 @@
-"""The inference path that validation and predict share: a checkpoint or an exported ONNX as one predict callable."""
+"""The inference path that validation and predict share: the one table of model formats, and a checkpoint, an export
+or a model in memory as one predict callable.
+
+The table (FORMATS) gives each format's name, its file suffix or folder, the runtime class that runs it here, and
+what `detect.export` does with it; export's --include, benchmarks' rows, the runtime of a path, the hub's weights and
+serve's /v1/model read it, and each runtime class says its own format's name (`format`). The writers are
+exporters/formats.py's `write_formats`: exporters sit on inference's floor (docs/architecture.md, "Floors"), so the
+table says which formats export writes and that function writes each of them under its name.
+"""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,17 +29,77 @@ from detect.inference.runtimes.onnx_model import OnnxInference
 from detect.inference.runtimes.openvino_model import OpenVinoInference
 from detect.inference.runtimes.torch_model import TorchInference
 from detect.inference.runtimes.torchscript_model import TorchScriptInference
+from detect.models import DetectionModel
 from detect.models.weights import load_model
 
 LOGGER = logging.getLogger(__name__)
 
 
+@dataclasses.dataclass(frozen=True)
+class ModelFormat:
+    """One format: how a path is recognised as it, what runs it here, and what export can make of it."""
+
+    name: str  # as --include, benchmarks' rows and GET /v1/model name it
+    suffix: str | None  # a file of this format ends so; None: not a file detect reads
+    runtime: type | None  # the class that runs it here; None: it runs elsewhere (Triton Inference Server)
+    exported: bool = True  # detect.export writes it
+    folder: str | None = None  # an export's folder ending so is read as this format too (ultralytics' layout)
+    yolov5: bool = True  # yolov5's export.py writes it too: yolov5's benchmarks list those first, in this order
+    graph_nms: bool = False  # export --nms can put NMS in its graph (the formats made from an ONNX)
+    int8: bool = False  # export --int8 writes an int8 one beside it
+
+
+# A checkpoint (ours or yolov5's), and any path that no export's suffix or folder names.
+PYTORCH = ModelFormat("pytorch", ".pt", TorchInference, exported=False)
+# detect.export's order: --include's choices and the order it writes in.
+FORMATS = (
+    PYTORCH,
+    ModelFormat("torchscript", ".torchscript", TorchScriptInference),
+    ModelFormat("onnx", ".onnx", OnnxInference, graph_nms=True, int8=True),
+    ModelFormat("om", ".om", OmInference, yolov5=False, graph_nms=True, int8=True),
+    ModelFormat("openvino", ".xml", OpenVinoInference, folder=FOLDER_SUFFIX, graph_nms=True, int8=True),
+    ModelFormat("triton", None, None, yolov5=False, graph_nms=True),  # model_repository/<name>/: its ONNX is read
+)
+
+
+def format_named(name: str) -> ModelFormat:
+    """The format called `name` (a KeyError for another name: the CLIs take their choices from FORMATS)."""
+    return {model_format.name: model_format for model_format in FORMATS}[name]
+
+
+def format_of(weights: str | Path) -> ModelFormat:
+    """The format of a path: an export by its suffix or its folder's ending, else PyTorch weights."""
+    path = Path(weights)
+    for model_format in FORMATS:
+        if model_format.runtime is None:
+            continue
+        if path.suffix.lower() == model_format.suffix:
+            return model_format
+        if model_format.folder is not None and path.name.endswith(model_format.folder) and path.is_dir():
+            return model_format
+    return PYTORCH
+
+
+def exported_names() -> tuple[str, ...]:
+    """The formats detect.export writes, in its order (--include's choices)."""
+    return tuple(model_format.name for model_format in FORMATS if model_format.exported)
+
+
+def benchmarked_names() -> tuple[str, ...]:
+    """PyTorch and each export that runs here: yolov5's formats in its order (PyTorch, TorchScript, ONNX, OpenVINO,
+    its benchmarks.py's rows), then ours."""
+    runnable = [model_format for model_format in FORMATS if model_format.runtime is not None]
+    return tuple(model_format.name for model_format in sorted(runnable, key=lambda each: not each.yolov5))
+
+
 class InferenceModel(Protocol):
     """What validation and predict need from a model, whatever runs it (PyTorch, onnxruntime, ais_bench, OpenVINO)."""
 
+    format: str  # its format's name in FORMATS
     names: tuple[str, ...]
     stride: int  # input sides must be multiples of it
     fixed_shape: tuple[int, int] | None  # (h, w) every input must have (a static export); None: any multiple of stride
+    batch: int | None  # the batch size every call is cut and padded to (a static export); None: any
     nms: GraphNms | None  # the NMS an export has in its graph; None: its outputs need ours
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
@@ -38,33 +108,31 @@ class InferenceModel(Protocol):
         ...
 
 
-# Export suffixes and the runtime of each; an OpenVINO export is its .xml or the <stem>_openvino_model folder.
-RUNTIMES = {".onnx": OnnxInference, ".om": OmInference, ".torchscript": TorchScriptInference, ".xml": OpenVinoInference}
+Weights = str | Path | Sequence[str | Path] | DetectionModel | InferenceModel
 
 
-def export_runtime(weights: str | Path) -> type | None:
-    """The runtime of an export (by suffix, or an OpenVINO <stem>_openvino_model folder); None: PyTorch weights."""
-    path = Path(weights)
-    runtime = RUNTIMES.get(path.suffix.lower())
-    if runtime is None and path.name.endswith(FOLDER_SUFFIX) and path.is_dir():
-        runtime = OpenVinoInference
-    return runtime
-
-
-def load_inference_model(weights: str | Path | Sequence[str | Path], backend: Backend,
-                         half: bool = False) -> InferenceModel:
+def load_inference_model(weights: Weights, backend: Backend, half: bool = False) -> InferenceModel:
     """Our checkpoint or a yolov5 .pt (run by PyTorch, fused), or an export: .onnx (onnxruntime), .om (ais_bench on
-    an Ascend NPU), .torchscript (torch.jit), an OpenVINO .xml or its <stem>_openvino_model folder (OpenVINO).
-    Several paths: yolov5's ensemble of .pt files with the same classes (ours or yolov5's, any mix; an export among
-    them is refused), run as one model (runtimes/ensemble_model.py)."""
+    an Ascend NPU), .torchscript (torch.jit), an OpenVINO .xml or its <stem>_openvino_model folder (OpenVINO): the
+    runtime of its format (FORMATS). Several paths: yolov5's ensemble of .pt files with the same classes
+    (ours or yolov5's, any mix; an export among them is refused), run as one model (runtimes/ensemble_model.py).
+    A DetectionModel in memory runs as a checkpoint would (a copy is fused: the caller's model is left as it is);
+    a model already loaded (this function's, on `backend`'s device) is returned as it is."""
+    if isinstance(weights, DetectionModel):
+        return TorchInference(copy.deepcopy(weights).float(), backend, half)  # fused in fp32, as a file loads
+    if not isinstance(weights, (str, Path, Sequence)):
+        if half:
+            raise UserError("--half does not apply to a model already loaded: it runs in the precision it was "
+                            "loaded in")
+        return weights
     paths = [str(weights)] if isinstance(weights, (str, Path)) else [str(path) for path in weights]
-    runtimes = [export_runtime(path) for path in paths]
-    if len(paths) > 1 and any(runtimes):
-        export = next(path for path, runtime in zip(paths, runtimes) if runtime is not None)
+    formats = [format_of(path) for path in paths]
+    if len(paths) > 1 and any(model_format is not PYTORCH for model_format in formats):
+        export = next(path for path, model_format in zip(paths, formats) if model_format is not PYTORCH)
         raise UserError(f"an ensemble runs PyTorch weights (.pt) only, not the export {export}: ensemble the .pt "
                         f"files the exports were made from")
-    if half and runtimes[0] is not None:
+    if half and formats[0] is not PYTORCH:
         raise UserError(f"--half does not apply to {paths[0]}: an export runs in the precision it was exported in")
-    models = [TorchInference(load_model(path), backend, half) if runtime is None else runtime(path, backend)
-              for path, runtime in zip(paths, runtimes)]
+    models = [TorchInference(load_model(path), backend, half) if model_format is PYTORCH
+              else model_format.runtime(path, backend) for path, model_format in zip(paths, formats)]
     return models[0] if len(models) == 1 else EnsembleInference(models, paths)

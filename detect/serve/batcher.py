@@ -13,15 +13,16 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from detect.serve.engine import Found, Prepared, Thresholds
+from detect.inference.detector import Letterboxed
+from detect.serve.engine import Found, Thresholds
 from detect.serve.metrics import Metrics
 
-RunBatch = Callable[[Sequence[Prepared], Sequence[Thresholds]], list[Found]]
+RunBatch = Callable[[Sequence[Letterboxed], Sequence[Thresholds]], list[Found]]
 
 
 @dataclasses.dataclass
 class _Waiting:
-    image: Prepared
+    image: Letterboxed
     thresholds: Thresholds
     answer: asyncio.Future
     since: float  # time.perf_counter() when it was queued
@@ -49,7 +50,7 @@ class Batcher:
             await asyncio.gather(self._task, return_exceptions=True)
         self._thread.shutdown(wait=True)
 
-    async def submit(self, image: Prepared, thresholds: Thresholds) -> tuple[Found, float]:
+    async def submit(self, image: Letterboxed, thresholds: Thresholds) -> tuple[Found, float]:
         """The image's detections and the seconds it waited in the queue."""
         waiting = _Waiting(image, thresholds, asyncio.get_running_loop().create_future(), time.perf_counter())
         self._waiting.append(waiting)

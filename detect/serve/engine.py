@@ -1,5 +1,5 @@
 """The served model: predict's Detector (every format val and predict read), an upload letterboxed as predict does,
-a batch of them in one model call, and each image's own thresholds applied after it."""
+a batch of them in one model call (the Detector's batch call), and each image's own thresholds applied after it."""
 
 from __future__ import annotations
 
@@ -9,21 +9,16 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import cv2
 import numpy as np
 import torch
 
-from detect.data.images.letterbox import PAD_VALUE, LetterboxInfo, boxes_to_original, letterbox
-from detect.inference.detector import Detector
-from detect.inference.exported import ExportedModel
+from detect.data.images.letterbox import PAD_VALUE, LetterboxInfo
+from detect.inference.detector import Detector, Letterboxed, PredictSettings
 from detect.inference.slicing import TooManyWindows
 from detect.serve.settings import ServeSettings
 from detect.serve.uploads import Refused, decode_upload
 
 LOGGER = logging.getLogger(__name__)
-# The runtime classes of inference/model.py, as /v1/model names their formats.
-FORMAT_NAMES = {"TorchInference": "pytorch", "TorchScriptInference": "torchscript", "OnnxInference": "onnx",
-                "OpenVinoInference": "openvino", "OmInference": "om"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,13 +53,10 @@ class Thresholds:
                                f"[1, {defaults.max_det}], classes comma-separated indices below {num_classes}") from None
         return cls(**values)
 
-
-@dataclasses.dataclass(frozen=True)
-class Prepared:
-    """An upload made ready for a batch: RGB (h, w, 3) uint8 letterboxed to its own input shape, as predict's."""
-
-    pixels: np.ndarray
-    info: LetterboxInfo
+    def applied_to(self, settings: PredictSettings) -> PredictSettings:
+        """`settings` with these thresholds."""
+        return dataclasses.replace(settings, conf_threshold=self.conf, iou_threshold=self.iou, max_det=self.max_det,
+                                   classes=self.classes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,14 +75,14 @@ class ServedModel:
     def __init__(self, settings: ServeSettings) -> None:
         self.detector = Detector(settings.weights, settings.device, settings.predict_settings())
         model = self.detector.model
-        self.static_batch: int | None = getattr(model, "batch", None)  # a static export's (ExportedModel.batch)
+        self.static_batch = model.batch
         self.max_batch = self.static_batch or settings.max_batch
         if self.static_batch and self.static_batch != settings.max_batch:
             LOGGER.info("the model's batch is static at %d (not --max-batch %d): shorter batches are padded to it",
                         self.static_batch, settings.max_batch)
         self.max_pixels = settings.max_pixels
         self.name = Path(settings.weights).name
-        self.format = FORMAT_NAMES.get(type(model).__name__, type(model).__name__)
+        self.format = model.format
         detector_settings = self.detector.settings
         self.defaults = Thresholds(detector_settings.conf_threshold, detector_settings.iou_threshold,
                                    detector_settings.max_det)
@@ -107,49 +99,33 @@ class ServedModel:
                 "nms_in_graph": self.detector.model.nms is not None,
                 "defaults": dataclasses.asdict(self.defaults)}
 
-    def prepare(self, data: bytes) -> Prepared:
+    def prepare(self, data: bytes) -> Letterboxed:
         """Decode and letterbox one upload (predict's input for it alone); Refused for a bad one."""
         image = decode_upload(data, self.max_pixels)
-        if self.detector.sliced is not None:  # windows of the image as it is: the inference thread slices it
+        if self.detector.sliced is not None:  # the inference thread cuts its windows: their count checked here
             try:
                 self.detector.sliced.check(*image.shape[:2])
             except TooManyWindows as error:
                 raise Refused(413, f"the image {error}") from None
-            return Prepared(cv2.cvtColor(image, cv2.COLOR_BGR2RGB), LetterboxInfo(image.shape[:2], 1.0, (0.0, 0.0)))
-        shape = self.detector.input_shape([image.shape[:2]])
-        fitted, ratio, pad = letterbox(image, shape, scale_up=True)
-        return Prepared(cv2.cvtColor(fitted, cv2.COLOR_BGR2RGB), LetterboxInfo(image.shape[:2], ratio, pad))
+        return self.detector.prepare(image)
 
-    def run(self, images: Sequence[Prepared], thresholds: Sequence[Thresholds]) -> list[Found]:
+    def run(self, images: Sequence[Letterboxed], thresholds: Sequence[Thresholds]) -> list[Found]:
         """One model call for a batch of images of one shape (the batcher's), then each image's NMS at its own
         thresholds; a static export pads the batch itself (ExportedModel). Sliced: each image's windows, a batch of
         them a call."""
         start = time.perf_counter()
         if self.detector.sliced is not None:
             return [self._sliced(image, wanted, start) for image, wanted in zip(images, thresholds)]
-        batch = np.stack([image.pixels for image in images])
-        backend = self.detector.backend
-        if isinstance(self.detector.model, ExportedModel):
-            # An export reads contiguous float32 (B, 3, H, W): made in two passes, not the three of predict's
-            # float() / 255 and the export's copy to contiguous (the same values: 125 ms -> 28 ms at 8 x 640 x 640).
-            array = np.divide(np.ascontiguousarray(batch.transpose(0, 3, 1, 2)), np.float32(255), dtype=np.float32)
-            tensor = backend.to_device(torch.from_numpy(array))
-        else:  # (B, 3, H, W) stored channels-last, as stack_images makes predict's batch
-            tensor = backend.to_device(torch.from_numpy(batch).permute(0, 3, 1, 2)).float().div_(255)
-        predictor = self.detector.predictor
-        output = predictor(tensor)
+        outputs = self.detector.predict_batch(images)
         inference_ms = 1000 * (time.perf_counter() - start)
         found = []
         for index, (image, wanted) in enumerate(zip(images, thresholds)):
-            (rows,) = predictor.detections(output[index:index + 1], backend, conf_threshold=wanted.conf,
-                                           iou_threshold=wanted.iou, max_det=wanted.max_det, classes=wanted.classes,
-                                           multi_label=False)
-            rows = rows.float().cpu()
-            rows = torch.cat((boxes_to_original(rows[:, :4], image.info), rows[:, 4:]), dim=1)
-            found.append(Found(rows, len(images), inference_ms))
+            settings = wanted.applied_to(self.detector.settings)
+            (detections,) = self.detector.detections(outputs[index:index + 1], [image], settings)
+            found.append(Found(detections.rows, len(images), inference_ms))
         return found
 
-    def _sliced(self, image: Prepared, wanted: Thresholds, start: float) -> Found:
+    def _sliced(self, image: Letterboxed, wanted: Thresholds, start: float) -> Found:
         """One image's answer by sliced inference (inference/slicing)."""
         rows = self.detector.sliced.detect(image.pixels, conf_threshold=wanted.conf, iou_threshold=wanted.iou,
                                            max_det=wanted.max_det, classes=wanted.classes, multi_label=False)
@@ -158,6 +134,7 @@ class ServedModel:
     def warm_up(self) -> None:
         """Run a full batch and a single image of blank inputs, so the first requests do not pay for set-up."""
         height, width = self.detector.input_shape([self.detector.settings.imgsz])
-        blank = Prepared(np.full((height, width, 3), PAD_VALUE, np.uint8), LetterboxInfo((height, width), 1.0, (0, 0)))
+        blank = Letterboxed(np.full((height, width, 3), PAD_VALUE, np.uint8),
+                            LetterboxInfo((height, width), 1.0, (0, 0)))
         for size in sorted({self.max_batch, 1}, reverse=True):
             self.run([blank] * size, [self.defaults] * size)

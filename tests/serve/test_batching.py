@@ -24,6 +24,7 @@ def test_mixed_shapes_run_in_batches_of_their_own_and_answer_as_predict(kind, we
 
     path = weights if kind == "pt" else run_export(weights, tmp_path, "--include", "onnx", "--dynamic")["onnx"]
     model = ServedModel(ServeSettings(weights=str(path), imgsz=(128,)))
+    assert model.describe()["format"] == {"pt": "pytorch", "onnx": "onnx"}[kind]  # the runtime says its format
     # At 128, astronaut.jpg is 128x128 in; chelsea.jpg and coffee.jpg are 96x128.
     names = ("chelsea.jpg", "astronaut.jpg", "coffee.jpg", "chelsea.jpg")
     prepared = [model.prepare(IMAGES[name]) for name in names]

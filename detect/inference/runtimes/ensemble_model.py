@@ -42,7 +42,9 @@ class EnsembleInference:
     """PyTorch models with the same classes behind one inference contract (inference/model.py): the input is a
     multiple of the largest stride (as yolov5's attempt_load), so that every member takes it."""
 
+    format = "pytorch"  # several checkpoints (inference/model.py's FORMATS)
     fixed_shape = None
+    batch = None
     nms = None
 
     def __init__(self, members: Sequence[TorchInference], paths: Sequence[str]) -> None:

@@ -51,6 +51,8 @@ class OmInference(ExportedModel):
     """An .om on the backend's Ascend device; names, stride and NMS-in-graph from <stem>.om.json. Inputs are cast to
     the dtype the .om declares (fp16 where ATC made it so) and outputs come back as float32."""
 
+    format = "om"  # its name in inference/model.py's FORMATS
+
     def __init__(self, path: str | Path, backend: Backend) -> None:
         self.path = existing_file(path, "OM")
         device_id = backend.offline_model_device()

@@ -45,6 +45,8 @@ def _session(path: Path, backend: Backend):
 class OnnxInference(ExportedModel):
     """An exported ONNX in onnxruntime; names, stride and NMS-in-graph from its metadata_props."""
 
+    format = "onnx"  # its name in inference/model.py's FORMATS
+
     def __init__(self, path: str | Path, backend: Backend) -> None:
         self.path = existing_file(path, "ONNX")
         self.session = _session(self.path, backend)

@@ -32,6 +32,8 @@ def openvino_file(weights: str | Path) -> Path:
 class OpenVinoInference(ExportedModel):
     """An OpenVINO IR compiled once for the CPU; names, stride and NMS-in-graph from its rt_info."""
 
+    format = "openvino"  # its name in inference/model.py's FORMATS
+
     def __init__(self, weights: str | Path, backend: Backend) -> None:
         """`weights`: the .xml, or the export's <stem>_openvino_model folder that holds it."""
         self.path = existing_file(openvino_file(weights), "OpenVINO")

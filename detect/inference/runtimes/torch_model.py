@@ -13,7 +13,9 @@ class TorchInference:
     """A DetectionModel made ready to infer on a backend: BatchNorm fused, SiLU in place, eval mode, fp16 when asked,
     channels_last where the backend is faster with it, and the backend's process-wide inference settings applied."""
 
+    format = "pytorch"  # its name in inference/model.py's FORMATS
     fixed_shape = None
+    batch = None
     nms = None
 
     def __init__(self, model: DetectionModel, backend: Backend, half: bool = False, fuse: bool = True) -> None:

@@ -20,6 +20,8 @@ class TorchScriptInference(ExportedModel):
     """A traced export: the archive holds tensors and TorchScript code, which torch.jit's interpreter runs, and no
     pickled Python objects. Names, stride and input shape come from its extra file detect.json."""
 
+    format = "torchscript"  # its name in inference/model.py's FORMATS
+
     def __init__(self, path: str | Path, backend: Backend) -> None:
         self.path, self.device = existing_file(path, "TorchScript"), backend.device
         extra = {METADATA_FILE: ""}
