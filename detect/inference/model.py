@@ -119,20 +119,22 @@ def load_inference_model(weights: Weights, backend: Backend, half: bool = False)
     A DetectionModel in memory runs as a checkpoint would (a copy is fused: the caller's model is left as it is);
     a model already loaded (this function's, on `backend`'s device) is returned as it is."""
     if isinstance(weights, DetectionModel):
-        return TorchInference(copy.deepcopy(weights).float(), backend, half)  # fused in fp32, as a file loads
-    if not isinstance(weights, (str, Path, Sequence)):
-        if half:
-            raise UserError("--half does not apply to a model already loaded: it runs in the precision it was "
-                            "loaded in")
+        models, paths = [copy.deepcopy(weights).float()], ["a model in memory"]  # fused in fp32, as a file loads
+    elif isinstance(weights, (str, Path, Sequence)):
+        paths = [str(weights)] if isinstance(weights, (str, Path)) else [str(path) for path in weights]
+        formats = [format_of(path) for path in paths]
+        if len(paths) > 1 and any(model_format is not PYTORCH for model_format in formats):
+            export = next(path for path, model_format in zip(paths, formats) if model_format is not PYTORCH)
+            raise UserError(f"an ensemble runs PyTorch weights (.pt) only, not the export {export}: ensemble the .pt "
+                            f"files the exports were made from")
+        if half and formats[0] is not PYTORCH:
+            raise UserError(f"--half does not apply to {paths[0]}: an export runs in the precision it was exported "
+                            f"in")
+        models = [load_model(path) if model_format is PYTORCH else model_format.runtime(path, backend)
+                  for path, model_format in zip(paths, formats)]
+    elif half:
+        raise UserError("--half does not apply to a model already loaded: it runs in the precision it was loaded in")
+    else:
         return weights
-    paths = [str(weights)] if isinstance(weights, (str, Path)) else [str(path) for path in weights]
-    formats = [format_of(path) for path in paths]
-    if len(paths) > 1 and any(model_format is not PYTORCH for model_format in formats):
-        export = next(path for path, model_format in zip(paths, formats) if model_format is not PYTORCH)
-        raise UserError(f"an ensemble runs PyTorch weights (.pt) only, not the export {export}: ensemble the .pt "
-                        f"files the exports were made from")
-    if half and formats[0] is not PYTORCH:
-        raise UserError(f"--half does not apply to {paths[0]}: an export runs in the precision it was exported in")
-    models = [TorchInference(load_model(path), backend, half) if model_format is PYTORCH
-              else model_format.runtime(path, backend) for path, model_format in zip(paths, formats)]
+    models = [TorchInference(model, backend, half) if isinstance(model, DetectionModel) else model for model in models]
     return models[0] if len(models) == 1 else EnsembleInference(models, paths)
