@@ -72,6 +72,9 @@ class Objective:
     total: int
 
     def __call__(self, trial: Any) -> float:
+        # Optuna's first heartbeat comes from a thread started beside this call: a process killed before it beat
+        # left a RUNNING trial that never went stale, and every other process of the study waited for it forever.
+        self.study._storage.record_heartbeat(trial._trial_id)
         self._claim(trial)
         hyp = suggest_hyp(trial, self.start)
         run_dir = trial_dir(self.folder, trial.number)
