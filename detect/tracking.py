@@ -21,6 +21,8 @@ import os
 import queue
 import socket
 import ssl
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -48,6 +50,9 @@ ARTIFACT_SUFFIXES = (".png", ".jpg", ".csv", ".yaml", ".txt")
 RUN_ID = "mlflow_run_id"  # the key of the MLflow run's id in Run.tracking, and so in last.pt
 RUN_KEY = "run_key"  # our own key of the run in Run.tracking, set before the first save (older last.pt lack it)
 KEY_TAG = "detect.run_key"  # the MLflow tag that holds it
+# What makes a new SQLite store's tables (set_up_new_store), given the draft's URI.
+MAKE_TABLES = ("import sys; from mlflow.tracking import MlflowClient; "
+               "MlflowClient(tracking_uri=sys.argv[1]).search_experiments(max_results=1)")
 STORES_THAT_WORK = "MLflow takes sqlite:///path/to/mlflow.db or http://host:port"
 
 
@@ -82,12 +87,14 @@ def tracking_hooks(mlflow: bool) -> list[Hook]:
     return [MlflowLogger()] if mlflow or os.environ.get("MLFLOW_TRACKING_URI") else []
 
 
-def set_up_new_store(uri: str, client_class: type) -> None:
+def set_up_new_store(uri: str) -> None:
     """Make a SQLite store that does not exist yet whole before it has its name: MLflow's first use of a file makes
     its tables and migrates them (seconds), and a process that ends meanwhile (a stop does not wait for it) leaves a
     file no MLflow can open again ("duplicate column name"). So the tables are made in a draft beside it, which then
     gets the store's name, unless another process named one first; drafts that ended processes left are removed.
-    Other stores are left as they are."""
+    The tables are made by a process of its own: a stop leaves it to finish, where the interpreter's end stopped a
+    thread left inside MLflow's migration in native code and aborted the process ("terminate called without an
+    active exception", exit -6 instead of 143). Other stores are left as they are."""
     from sqlalchemy.engine import make_url
 
     url = make_url(uri)
@@ -101,8 +108,10 @@ def set_up_new_store(uri: str, client_class: type) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     draft = path.with_name(f".{path.name}.{host}.{os.getpid()}.new")
     try:
-        client_class(tracking_uri=url.set(database=str(draft)).render_as_string(hide_password=False)
-                     ).search_experiments(max_results=1)
+        made = subprocess.run([sys.executable, "-c", MAKE_TABLES, url.set(database=str(draft)).render_as_string(
+            hide_password=False)], capture_output=True, text=True, check=False)
+        if made.returncode:
+            raise RuntimeError((made.stderr.strip().splitlines() or [f"exit {made.returncode}"])[-1])
         os.link(draft, path)  # unlike a rename, it never replaces a store another process made meanwhile
     except FileExistsError:
         pass
@@ -240,7 +249,7 @@ class MlflowLogger(Hook):
             if artifact_location is not None:
                 LOCAL_STORE.mkdir(exist_ok=True)
             check_reachable(uri)
-            set_up_new_store(uri, MlflowClient)
+            set_up_new_store(uri)
             self.entities, self.client = entities, MlflowClient(tracking_uri=uri)
             experiment_id = self._experiment(run.settings.project, artifact_location)
             run_key = run.tracking[RUN_KEY]

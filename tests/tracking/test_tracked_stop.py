@@ -185,8 +185,10 @@ def test_a_stop_while_mlflow_builds_a_new_sqlite_store_leaves_no_half_built_stor
         job.kill()
     assert job.returncode == 143 and seconds < STOP_WITHIN_S and "Traceback" not in stopped, stopped[-3000:]
     # MLflow's own set-up names the store at once: cut short at 8 of 30 moments tried (every 0.2 s of it), it left
-    # a store no MLflow opens ("duplicate column name", "table ... already exists", "out-of-date database schema")
-    assert not store.exists() and len(list(tmp_path.glob(".mlflow.db.*.new"))) == 1  # the set-up's draft alone
+    # a store no MLflow opens ("duplicate column name", "table ... already exists", "out-of-date database schema").
+    # Cut short now, it leaves its draft alone; on a quiet machine it may end while the process exits, and then the
+    # store it named is whole: the resumed run below opens it either way.
+    assert store.exists() or len(list(tmp_path.glob(".mlflow.db.*.new"))) == 1
     _resumed(stopped.strip().splitlines()[-1], [sys.executable], environ, tmp_path)
     assert not list(tmp_path.glob(".mlflow.db.*"))  # the abandoned draft removed
     _one_run_with_every_epoch(f"sqlite:///{store}", project, 3)
