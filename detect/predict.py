@@ -65,7 +65,7 @@ class PredictRunSettings(Settings):
     slice: int | None = option(None, SLICE_HELP, bound=SLICE)
     slice_overlap: float = option(0.2, SLICE_OVERLAP_HELP, bound=OVERLAP)
     slice_whole: bool = option(False, SLICE_WHOLE_HELP)
-    slice_merge: str = option("seam", SLICE_MERGE_HELP, choices=MERGES)
+    slice_merge: str = option(MERGES[0], SLICE_MERGE_HELP, choices=MERGES)
     max_windows: int = option(DEFAULT_MAX_WINDOWS, MAX_WINDOWS_HELP, bound=POSITIVE)
     nosave: bool = option(False, "do not write annotated images and videos")
     line_thickness: int = option(3, "box line width in pixels", bound=POSITIVE)

@@ -74,7 +74,7 @@ class ValSettings(Settings):
     slice: int | None = option(None, SLICE_HELP, bound=SLICE)
     slice_overlap: float = option(0.2, SLICE_OVERLAP_HELP, bound=OVERLAP)
     slice_whole: bool = option(False, SLICE_WHOLE_HELP)
-    slice_merge: str = option("seam", SLICE_MERGE_HELP, choices=MERGES)
+    slice_merge: str = option(MERGES[0], SLICE_MERGE_HELP, choices=MERGES)
     max_windows: int = option(DEFAULT_MAX_WINDOWS, MAX_WINDOWS_HELP, bound=POSITIVE)
     half: bool = option(False, "fp16 inference (on the CPU: fp32, with a warning)")
     save_json: bool = option(False, "write predictions.json (COCO results) to the run folder, and ground_truth.json "

@@ -1,9 +1,10 @@
-"""SAHI's sliced inference of one of our checkpoints, for scripts/tiles_side_by_side.sh: our Detector (plain, 640 px,
-conf 0.001, IoU 0.6, multi-label, as val) behind SAHI's DetectionModel, run by its get_sliced_prediction with 640 px
-slices, overlap 0.2, 8 slices a batch, its standard prediction of the whole image and its default merge (GREEDYNMM
-by IOS 0.5); the 300 best boxes of each image kept, as our val keeps them.
+"""SAHI's sliced inference of one of our checkpoints, for scripts/tiles_side_by_side.sh: our Detector (plain, at
+the slice size, conf 0.001, IoU 0.6, multi-label, as val) behind SAHI's DetectionModel, run by its
+get_sliced_prediction with SLICE px slices (640 by default), overlap 0.2, 8 slices a batch, its standard prediction
+of the whole image and its default merge (GREEDYNMM by IOS 0.5); the 300 best boxes of each image kept, as our val
+keeps them.
 
-Usage: python scripts/sahi_sliced.py WEIGHTS GROUND_TRUTH_JSON IMAGE_FOLDER
+Usage: python scripts/sahi_sliced.py WEIGHTS GROUND_TRUTH_JSON IMAGE_FOLDER [SLICE]
 prints the COCO results json of the ground truth's images and, on stderr, the seconds they took. Needs `sahi`
 (never a dependency of the project: install it in an environment of its own).
 """
@@ -29,9 +30,11 @@ MAX_DET = 300
 class OurDetector(DetectionModel):
     """Our Detector as SAHI's model: a batch of slices is one call."""
 
+    slice_size = 640
+
     def load_model(self) -> None:
-        settings = PredictSettings(imgsz=(640, 640), conf_threshold=self.confidence_threshold, iou_threshold=0.6,
-                                   max_det=MAX_DET, multi_label=True)
+        settings = PredictSettings(imgsz=(self.slice_size, self.slice_size), conf_threshold=self.confidence_threshold,
+                                   iou_threshold=0.6, max_det=MAX_DET, multi_label=True)
         self.set_model(Detector(self.model_path, "cpu", settings))
 
     def set_model(self, model: Detector, **kwargs: object) -> None:
@@ -56,14 +59,16 @@ class OurDetector(DetectionModel):
             for rows, shift, shape in zip(self._original_predictions, shifts, shapes)]
 
 
-def sahi_predictions(weights: Path, ground_truth: Path, images: Path) -> tuple[list[dict], float]:
-    """COCO results of every image of `ground_truth` (files in `images`), and the seconds SAHI took over them."""
+def sahi_predictions(weights: Path, ground_truth: Path, images: Path, size: int) -> tuple[list[dict], float]:
+    """COCO results of every image of `ground_truth` (files in `images`) in slices of `size` px, and the seconds SAHI
+    took over them."""
+    OurDetector.slice_size = size
     model = OurDetector(model_path=str(weights), confidence_threshold=0.001, device="cpu")
     truth = json.loads(ground_truth.read_text())
     category_ids = {index: category["id"] for index, category in enumerate(truth["categories"])}
     results, start = [], time.perf_counter()
     for image in truth["images"]:
-        found = get_sliced_prediction(str(images / image["file_name"]), model, slice_height=640, slice_width=640,
+        found = get_sliced_prediction(str(images / image["file_name"]), model, slice_height=size, slice_width=size,
                                       overlap_height_ratio=0.2, overlap_width_ratio=0.2, batch_size=8, verbose=0)
         best = sorted(found.object_prediction_list, key=lambda prediction: -prediction.score.value)[:MAX_DET]
         results += [{"image_id": image["id"], "category_id": category_ids[prediction.category.id],
@@ -73,6 +78,7 @@ def sahi_predictions(weights: Path, ground_truth: Path, images: Path) -> tuple[l
 
 
 if __name__ == "__main__":
-    predictions, seconds = sahi_predictions(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]))
+    size = int(sys.argv[4]) if len(sys.argv) > 4 else 640
+    predictions, seconds = sahi_predictions(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), size)
     print(json.dumps(predictions))
     print(f"{seconds:.2f}", file=sys.stderr)

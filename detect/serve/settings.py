@@ -61,7 +61,7 @@ class ServeSettings(Settings):
     slice: int | None = option(None, SLICE_HELP, bound=SLICE)
     slice_overlap: float = option(0.2, SLICE_OVERLAP_HELP, bound=OVERLAP)
     slice_whole: bool = option(False, SLICE_WHOLE_HELP)
-    slice_merge: str = option("seam", SLICE_MERGE_HELP, choices=MERGES)
+    slice_merge: str = option(MERGES[0], SLICE_MERGE_HELP, choices=MERGES)
     max_windows: int = option(DEFAULT_MAX_WINDOWS, MAX_WINDOWS_HELP + "; the service answers 413", bound=POSITIVE)
     workers: int = option(2, "threads that decode and letterbox images", bound=POSITIVE)
     queue_size: int = option(64, "requests taken at once (decoding, waiting or in a batch; a request is taken once "

@@ -65,14 +65,14 @@ def test_a_box_across_a_seam_is_merged_once_where_nms_alone_keeps_both_halves():
 
 def test_windows_go_through_the_model_a_batch_at_a_time_and_boxes_come_back_in_image_pixels():
     model = WhiteBoxes()
-    found = sliced(model, batch_size=5).detect(white_image(300, 400, [(300, 230, 310, 245)]), **NMS)
+    found = sliced(model, batch_size=5, merge="seam").detect(white_image(300, 400, [(300, 230, 310, 245)]), **NMS)
     assert model.calls == [(5, 3, 128, 128), (5, 3, 128, 128), (2, 3, 128, 128)]  # 4 x 3 windows, batches of 5
     assert found[:, :4].tolist() == [[300, 230, 310, 245]]
 
 
 def test_the_whole_image_is_one_more_input_when_asked():
     model = WhiteBoxes()
-    found = sliced(model, whole=True).detect(white_image(256, 256, [(8, 8, 248, 248)]), **NMS)
+    found = sliced(model, whole=True, merge="seam").detect(white_image(256, 256, [(8, 8, 248, 248)]), **NMS)
     assert model.calls[-1] == (1, 3, 128, 128)  # the 256 px image fitted into one 128 px window
     assert len(found) == 1 and found[0, :4].tolist() == pytest.approx([8, 8, 248, 248], abs=2)  # the pieces in it
 
