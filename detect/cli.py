@@ -104,9 +104,10 @@ def _flag_options(field: dataclasses.Field, annotation: Any) -> dict[str, Any]:
 
 
 def add_settings_flags(parser: argparse.ArgumentParser, settings_class: type) -> None:
-    """One flag per field of `settings_class`, with its aliases and yolov5's spellings of it."""
+    """One flag per field of `settings_class`, with its aliases and yolov5's spellings of it; keyword-only fields (a
+    group several CLIs inherit, such as SlicingFlags) after the class's own, as its help lists them."""
     hints = typing.get_type_hints(settings_class)
-    for field in dataclasses.fields(settings_class):
+    for field in sorted(dataclasses.fields(settings_class), key=lambda field: field.kw_only):
         flags = field.metadata.get("flags") or (flag_name(field),)
         options = _flag_options(field, hints[field.name])
         if not flags[0].startswith("-"):  # a positional argument: argparse names it by its dest, always required

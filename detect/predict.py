@@ -11,22 +11,13 @@ from typing import Any
 
 from detect import backend as backends
 from detect import cli
-from detect.config import IMAGE_SIZE, NON_NEGATIVE, POSITIVE, UNIT, Settings, option, options_from_dict
+from detect.config import IMAGE_SIZE, NON_NEGATIVE, POSITIVE, UNIT, option, options_from_dict
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS, MAX_PIXELS_HELP
-from detect.data.tiles.windows import DEFAULT_MAX_WINDOWS, MAX_WINDOWS_HELP, OVERLAP
 from detect.errors import UserError
 from detect.inference.detector import Detector, PredictSettings
 from detect.inference.predict_outputs import OutputSettings, PredictOutputs, predict_frames
 from detect.inference.sample_images import SAMPLES_DIR
-from detect.inference.slicing import (
-    MERGES,
-    SLICE,
-    SLICE_HELP,
-    SLICE_MERGE_HELP,
-    SLICE_OVERLAP_HELP,
-    SLICE_WHOLE_HELP,
-    SliceSettings,
-)
+from detect.inference.slicing import SliceSettings, SlicingFlags
 from detect.inference.sources import open_source
 from detect.models.weights import YOLOV5_DEFAULT_WEIGHTS
 from detect.run_dir import check_run_folder, make_run_dir
@@ -35,7 +26,7 @@ LOGGER = logging.getLogger("detect.predict")
 
 
 @dataclasses.dataclass(frozen=True)
-class PredictRunSettings(Settings):
+class PredictRunSettings(SlicingFlags):
     """The options of `python -m detect.predict` and `detect.predict.run`, with yolov5's detect.py names and defaults
     (the NMS defaults are the Detector's, PredictSettings)."""
 
@@ -62,11 +53,6 @@ class PredictRunSettings(Settings):
     view_img: bool = option(False, "show the frames with their boxes in a window (where a display can be used)")
     vid_stride: int = option(1, "predict on every Nth frame of videos and streams", bound=POSITIVE)
     max_pixels: int = option(DEFAULT_MAX_PIXELS, MAX_PIXELS_HELP, bound=MAX_PIXELS)
-    slice: int | None = option(None, SLICE_HELP, bound=SLICE)
-    slice_overlap: float = option(0.2, SLICE_OVERLAP_HELP, bound=OVERLAP)
-    slice_whole: bool = option(False, SLICE_WHOLE_HELP)
-    slice_merge: str = option(MERGES[0], SLICE_MERGE_HELP, choices=MERGES)
-    max_windows: int = option(DEFAULT_MAX_WINDOWS, MAX_WINDOWS_HELP, bound=POSITIVE)
     nosave: bool = option(False, "do not write annotated images and videos")
     line_thickness: int = option(3, "box line width in pixels", bound=POSITIVE)
     hide_labels: bool = option(False, "draw boxes without class names")

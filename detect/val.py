@@ -9,13 +9,12 @@ from typing import Any
 
 from detect import backend as backends
 from detect import cli
-from detect.config import IMAGE_SIZE, NON_NEGATIVE, POSITIVE, UNIT, Settings, option, options_from_dict
+from detect.config import IMAGE_SIZE, NON_NEGATIVE, POSITIVE, UNIT, option, options_from_dict
 from detect.data.data_config import SPLITS
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS, MAX_PIXELS_HELP
 from detect.data.labels.check import DEFAULT_MAX_BOXES, MAX_BOXES, MAX_BOXES_HELP, ImageBounds
 from detect.data.loader import Loader, ValLoaderSettings
 from detect.data.storage.places import CACHE_DIR_HELP
-from detect.data.tiles.windows import DEFAULT_MAX_WINDOWS, MAX_WINDOWS_HELP, OVERLAP
 from detect.evaluation.evaluator import BACKENDS, CocoEvaluator
 from detect.evaluation.report import coco_stats, metrics_table, problems_list
 from detect.evaluation.scoring import ScoredSplit, prepare_scoring
@@ -31,15 +30,7 @@ from detect.evaluation.val_loop import (
     measure_speed,
 )
 from detect.evaluation.val_outputs import ValOutputs
-from detect.inference.slicing import (
-    MERGES,
-    SLICE,
-    SLICE_HELP,
-    SLICE_MERGE_HELP,
-    SLICE_OVERLAP_HELP,
-    SLICE_WHOLE_HELP,
-    SliceSettings,
-)
+from detect.inference.slicing import SliceSettings, SlicingFlags
 from detect.models.weights import YOLOV5_DEFAULT_WEIGHTS
 from detect.run_dir import check_run_folder, make_run_dir
 
@@ -47,7 +38,7 @@ LOGGER = logging.getLogger("detect.val")
 
 
 @dataclasses.dataclass(frozen=True)
-class ValSettings(Settings):
+class ValSettings(SlicingFlags):
     """The options of `python -m detect.val` and `detect.val.run`, with yolov5's names and defaults."""
 
     weights: tuple[str, ...] = option((YOLOV5_DEFAULT_WEIGHTS,), "a checkpoint: ours (.pt), an ultralytics/yolov5 .pt "
@@ -71,11 +62,6 @@ class ValSettings(Settings):
     cache_dir: str | None = option(None, CACHE_DIR_HELP)
     max_pixels: int = option(DEFAULT_MAX_PIXELS, MAX_PIXELS_HELP, bound=MAX_PIXELS)
     max_boxes: int = option(DEFAULT_MAX_BOXES, MAX_BOXES_HELP, bound=MAX_BOXES)
-    slice: int | None = option(None, SLICE_HELP, bound=SLICE)
-    slice_overlap: float = option(0.2, SLICE_OVERLAP_HELP, bound=OVERLAP)
-    slice_whole: bool = option(False, SLICE_WHOLE_HELP)
-    slice_merge: str = option(MERGES[0], SLICE_MERGE_HELP, choices=MERGES)
-    max_windows: int = option(DEFAULT_MAX_WINDOWS, MAX_WINDOWS_HELP, bound=POSITIVE)
     half: bool = option(False, "fp16 inference (on the CPU: fp32, with a warning)")
     save_json: bool = option(False, "write predictions.json (COCO results) to the run folder, and ground_truth.json "
                                      "when the labels are YOLO txt files (docs/usage.md, Evaluation)")

@@ -8,20 +8,11 @@ import ipaddress
 import os
 
 from detect import backend as backends
-from detect.config import IMAGE_SIZE, POSITIVE, UNIT, Bound, Settings, option
+from detect.config import IMAGE_SIZE, POSITIVE, UNIT, Bound, option
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS
-from detect.data.tiles.windows import DEFAULT_MAX_WINDOWS, MAX_WINDOWS_HELP, OVERLAP
 from detect.errors import UserError
 from detect.inference.detector import PredictSettings
-from detect.inference.slicing import (
-    MERGES,
-    SLICE,
-    SLICE_HELP,
-    SLICE_MERGE_HELP,
-    SLICE_OVERLAP_HELP,
-    SLICE_WHOLE_HELP,
-    SliceSettings,
-)
+from detect.inference.slicing import SliceSettings, SlicingFlags
 
 API_KEY_VARIABLE = "DETECT_API_KEY"
 PORT = Bound("an integer in [0, 65535] (0: a free port)", lambda value: 0 <= value <= 65535)
@@ -36,7 +27,7 @@ BODY_MIN_RATE = 500
 
 
 @dataclasses.dataclass(frozen=True)
-class ServeSettings(Settings):
+class ServeSettings(SlicingFlags):
     """What the service loads, where it listens, how it batches and what it refuses (NMS defaults: predict's)."""
 
     weights: str = option(description="what val and predict read: ours or a yolov5 .pt, .torchscript, .onnx (static "
@@ -58,11 +49,6 @@ class ServeSettings(Settings):
     max_pixels: int = option(DEFAULT_MAX_PIXELS, "an upload whose header claims more pixels is refused (413) before "
                                                  "any pixel is decoded (PIL's limit by default; at most 2**30, cv2's)",
                              bound=MAX_PIXELS)
-    slice: int | None = option(None, SLICE_HELP, bound=SLICE)
-    slice_overlap: float = option(0.2, SLICE_OVERLAP_HELP, bound=OVERLAP)
-    slice_whole: bool = option(False, SLICE_WHOLE_HELP)
-    slice_merge: str = option(MERGES[0], SLICE_MERGE_HELP, choices=MERGES)
-    max_windows: int = option(DEFAULT_MAX_WINDOWS, MAX_WINDOWS_HELP + "; the service answers 413", bound=POSITIVE)
     workers: int = option(2, "threads that decode and letterbox images", bound=POSITIVE)
     queue_size: int = option(64, "requests taken at once (decoding, waiting or in a batch; a request is taken once "
                                  "its body is in); 503 with Retry-After above it", bound=POSITIVE)

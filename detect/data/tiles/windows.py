@@ -21,7 +21,7 @@ LOGGER = logging.getLogger(__name__)
 # through and stops a mistaken --tile 32 on it (250,000 windows); --max-windows raises it.
 DEFAULT_MAX_WINDOWS = 1024
 MAX_WINDOWS_HELP = ("an image that would need more windows (--tile or --slice, at its overlap) is skipped by name "
-                    "(predict's API refuses it)")
+                    "(predict's API refuses it; the service answers 413)")
 OVERLAP = Bound("a number in [0, 0.9]", lambda value: 0 <= value <= 0.9)  # 0.9: ten windows a side for each one
 # yolov5's augmentations keep a box cut to at least 10% of its area (box_candidates' area_thr), and so does SAHI's
 # slice_coco (min_area_ratio): the same rule for a box cut by a window's edge.

@@ -11,8 +11,9 @@ from detect.inference.slicing.predictor import (
     SLICE_WHOLE_HELP,
     SlicedPredictor,
     SliceSettings,
+    SlicingFlags,
     TooManyWindows,
 )
 
 __all__ = ["MERGES", "SLICE", "SLICE_HELP", "SLICE_MERGE_HELP", "SLICE_OVERLAP_HELP", "SLICE_WHOLE_HELP",
-           "SliceSettings", "SlicedPredictor", "TooManyWindows", "merge_seams"]
+           "SliceSettings", "SlicedPredictor", "SlicingFlags", "TooManyWindows", "merge_seams"]

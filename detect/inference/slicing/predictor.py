@@ -12,9 +12,9 @@ import numpy as np
 import torch
 
 from detect.backend import Backend
-from detect.config import MAX_IMGSZ, Bound
+from detect.config import MAX_IMGSZ, POSITIVE, Bound, Settings, option
 from detect.data.images.letterbox import PAD_VALUE, fitted_size
-from detect.data.tiles.windows import DEFAULT_MAX_WINDOWS
+from detect.data.tiles.windows import DEFAULT_MAX_WINDOWS, MAX_WINDOWS_HELP, OVERLAP
 from detect.errors import UserError
 from detect.inference.predictor import Predictor
 from detect.inference.slicing.merge import WHOLE, merge_seams
@@ -28,6 +28,18 @@ SLICE_WHOLE_HELP = "with --slice: the whole image fitted into one window too (ob
 SLICE_MERGE_HELP = ("with --slice: how boxes meet across windows: nms (NMS alone) or seam (NMS, then a box cut by a "
                     "window's edge merged into the box of another window that holds it)")
 SLICE = Bound(f"an integer in [32, {MAX_IMGSZ}]", lambda value: 32 <= value <= MAX_IMGSZ)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SlicingFlags(Settings):
+    """The sliced-inference flags that val, predict and serve share (SliceSettings.asked reads them); keyword-only,
+    so that a CLI's settings class that inherits them may still open with a required field."""
+
+    slice: int | None = option(None, SLICE_HELP, bound=SLICE)
+    slice_overlap: float = option(0.2, SLICE_OVERLAP_HELP, bound=OVERLAP)
+    slice_whole: bool = option(False, SLICE_WHOLE_HELP)
+    slice_merge: str = option(MERGES[0], SLICE_MERGE_HELP, choices=MERGES)
+    max_windows: int = option(DEFAULT_MAX_WINDOWS, MAX_WINDOWS_HELP, bound=POSITIVE)
 
 
 class TooManyWindows(UserError):
@@ -49,7 +61,7 @@ class SliceSettings:
     max_windows: int = DEFAULT_MAX_WINDOWS
 
     @classmethod
-    def asked(cls, flags: object, batch_size: int = 16) -> SliceSettings | None:
+    def asked(cls, flags: SlicingFlags, batch_size: int = 16) -> SliceSettings | None:
         """The slicing a CLI's settings ask for (their slice, slice_overlap, slice_whole, slice_merge and
         max_windows), or None without --slice."""
         if flags.slice is None:
