@@ -23,7 +23,7 @@ import typing
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
-from detect.config import NON_NEGATIVE, POSITIVE, UNIT, Bound, flag_name, options_from_dict
+from detect.config import NON_NEGATIVE, POSITIVE, UNIT, Bound, flag_name, options_from_dict, settings_fields
 from detect.errors import Interrupted, UserError, short_repr
 
 T = TypeVar("T")
@@ -104,10 +104,10 @@ def _flag_options(field: dataclasses.Field, annotation: Any) -> dict[str, Any]:
 
 
 def add_settings_flags(parser: argparse.ArgumentParser, settings_class: type) -> None:
-    """One flag per field of `settings_class`, with its aliases and yolov5's spellings of it; keyword-only fields (a
-    group several CLIs inherit, such as SlicingFlags) after the class's own, as its help lists them."""
+    """One flag per field of `settings_class` (config.settings_fields' order), with its aliases and yolov5's spellings
+    of it."""
     hints = typing.get_type_hints(settings_class)
-    for field in sorted(dataclasses.fields(settings_class), key=lambda field: field.kw_only):
+    for field in settings_fields(settings_class):
         flags = field.metadata.get("flags") or (flag_name(field),)
         options = _flag_options(field, hints[field.name])
         if not flags[0].startswith("-"):  # a positional argument: argparse names it by its dest, always required

@@ -181,10 +181,16 @@ def _wrong_item(value: Any, annotation: Any) -> str:
     return ""
 
 
+def settings_fields(settings: Any) -> list[dataclasses.Field]:
+    """A settings class's (or object's) fields in the order its flags and messages list them: its own, then the
+    keyword-only ones of a group it inherits (SlicingFlags)."""
+    return sorted(dataclasses.fields(settings), key=lambda field: field.kw_only)
+
+
 def from_mapping(cls: type[T], data: dict[str, Any], source: str | Path) -> T:
     """Build dataclass `cls` from `data`; an unknown key, missing key or wrong type names key and source."""
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in settings_fields(cls)}
     refuse_unknown_keys(data, fields, f"{source}:")
     values = {}
     for name, field in fields.items():
@@ -337,7 +343,7 @@ def flag_name(field: dataclasses.Field) -> str:
 
 def check_options(settings: Any) -> None:
     """A UserError naming the flag of the first field outside its bound or choices."""
-    for field in dataclasses.fields(settings):
+    for field in settings_fields(settings):
         value = getattr(settings, field.name)
         bound, choices = field.metadata.get("bound"), field.metadata.get("choices")
         values = value if isinstance(value, tuple) else (value,)
