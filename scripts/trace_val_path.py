@@ -1,11 +1,12 @@
 """The path of one `detect.val` call through the package, traced as it runs: the modules it stays in, in order, and
 how often it returns to a module it had already left (docs/architecture.md, "Validation's path").
 
-    python scripts/trace_val_path.py [--imgsz 64] [--list]
+    python scripts/trace_val_path.py [--data shapes.yaml] [--imgsz 64] [--list]
 
-It scores an untrained yolov5n (5 classes) on the built-in shapes dataset's val split (generated on first use, where
-$DETECT_DATA_DIR says) on the CPU, loader workers 0. A first, untraced call generates the data and writes the label
-cache, so that the traced second one follows the usual path; it follows `validate(settings)` with sys.setprofile: the
+It scores an untrained yolov5n (as many classes as the data yaml names) on the val split of `--data` (by default the
+built-in shapes dataset, generated on first use where $DETECT_DATA_DIR says; any data yaml: a folder, a COCO json split
+as coco128.yaml's val_json, a bucket's s3:// path) on the CPU, loader workers 0. A first, untraced call generates the
+data and writes the label cache, so that the traced second one follows the usual path; it follows `validate(settings)` with sys.setprofile: the
 first call of each function defined under detect/ is recorded in order (calls in other threads, e.g. the label
 check's pool, are not seen); consecutive calls in one module make one stay.
 """
@@ -93,26 +94,27 @@ def walk_of(calls: list[tuple[str, str]]) -> Walk:
     return Walk(tuple(stays))
 
 
-def tiny_validation(folder: Path, imgsz: int = 64) -> tuple[Callable[..., Any], Any]:
-    """`detect.val.validate` and its settings: an untrained yolov5n for the shapes dataset, saved in `folder`, scored
-    on the CPU with results under `folder`."""
+def tiny_validation(folder: Path, imgsz: int = 64, data: str = "shapes.yaml") -> tuple[Callable[..., Any], Any]:
+    """`detect.val.validate` and its settings: an untrained yolov5n for `data`'s classes, saved in `folder`, scored on
+    the CPU with results under `folder`."""
     from detect import val
-    from detect.data.builtin import SHAPE_NAMES
+    from detect.data.data_config import load_data_config
     from detect.models import build_model
     from detect.models.safe_io import save_checkpoint
     from detect.models.weights import weights_payload
 
-    model = build_model("yolov5n.yaml", num_classes=len(SHAPE_NAMES), names=list(SHAPE_NAMES))
+    names = list(load_data_config(data).names)
+    model = build_model("yolov5n.yaml", num_classes=len(names), names=names)
     weights = save_checkpoint(folder / "untrained.pt", weights_payload(model))
-    settings = val.parse_args(["--weights", str(weights), "--data", "shapes.yaml", "--imgsz", str(imgsz),
+    settings = val.parse_args(["--weights", str(weights), "--data", data, "--imgsz", str(imgsz),
                                "--device", "cpu", "--workers", "0", "--project", str(folder / "runs"),
                                "--cache-dir", str(folder / "caches"), "--no-progress"])
     return val.validate, settings
 
 
-def trace_validation(folder: Path, imgsz: int = 64) -> Walk:
+def trace_validation(folder: Path, imgsz: int = 64, data: str = "shapes.yaml") -> Walk:
     """The walk of one tiny `detect.val` call (tiny_validation) after an untraced first one, its files in `folder`."""
-    validate, settings = tiny_validation(folder, imgsz)
+    validate, settings = tiny_validation(folder, imgsz, data)
     validate(settings)
     _, calls = traced_calls(validate, dataclasses.replace(settings, name="traced"))
     return walk_of(calls)
@@ -120,12 +122,13 @@ def trace_validation(folder: Path, imgsz: int = 64) -> Walk:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default="shapes.yaml", help="the data yaml whose val split is scored")
     parser.add_argument("--imgsz", type=int, default=64)
     parser.add_argument("--list", action="store_true", help="print every stay, not only the counts")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory() as folder:
-        walk = trace_validation(Path(folder), args.imgsz)
+        walk = trace_validation(Path(folder), args.imgsz, args.data)
     if args.list:
         print("\n".join(walk.lines()))
     print(walk.summary())

@@ -79,6 +79,12 @@ class RecordTable(Sequence[ImageRecord]):
         return RecordTable(self.paths[indices], self.image_ids[indices], self.widths[indices], self.heights[indices],
                            offsets, self.rows[positions], self.crowd[positions])
 
+    def single_class(self) -> RecordTable:
+        """Every box class 0 (yolov5's --single-cls), a copy."""
+        rows = self.rows.copy()
+        rows[:, 0] = 0
+        return dataclasses.replace(self, rows=rows)
+
     @classmethod
     def from_records(cls, records: Sequence[ImageRecord]) -> RecordTable:
         """A table of the given records (a RecordTable is returned as it is)."""

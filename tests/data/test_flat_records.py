@@ -12,7 +12,7 @@ import pytest
 from detect.data import ImageRecord, load_data_config, load_split
 from detect.data.labels import cache as label_cache
 from detect.data.labels import check
-from detect.data.labels.checked import CheckedImages
+from detect.data.labels.check import CheckedImages
 from detect.data.records import RecordTable, assign_image_ids, label_path_for
 from tests.scripts.modules import script
 

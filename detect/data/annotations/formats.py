@@ -136,9 +136,12 @@ def _class_lookup(parsed: ParsedLabels, names: Sequence[str], details: list[str]
                     "`names`, or leave `names` out to take the file's")
 
 
-def _classes(parsed: ParsedLabels, lookup: np.ndarray, counts: collections.Counter,
-             details: list[str]) -> np.ndarray:
-    """(M,) each box's yaml class by `lookup`, -1 for a class the yaml does not name (one warning line per name)."""
+def _classes(parsed: ParsedLabels, names: Sequence[str], counts: collections.Counter,
+             details: list[str]) -> tuple[np.ndarray, list[int] | None]:
+    """(M,) each box's yaml class (_class_lookup), -1 for a class the yaml does not name (one warning line per name);
+    for a COCO json, the json's category id of each of the yaml's classes (one the json lacks gets a fresh id above
+    them all)."""
+    lookup = _class_lookup(parsed, names, details)
     classes = lookup[parsed.labels] if len(parsed.labels) else np.zeros(0, np.int64)
     for label in np.unique(parsed.labels[classes < 0]):
         name, boxes = parsed.class_names[label], int((parsed.labels == label).sum())
@@ -147,15 +150,20 @@ def _classes(parsed: ParsedLabels, lookup: np.ndarray, counts: collections.Count
         LOGGER.warning("%s", line)
         counts[f"unknown class {name!r}"] += boxes
         details.append(line)
-    return classes
+    if parsed.category_ids is None:
+        return classes, None
+    id_of = {int(cls): category for category, cls in zip(parsed.category_ids, lookup.tolist()) if cls >= 0}
+    fresh = iter(range(max(parsed.category_ids, default=0) + 1, 2**31))
+    return classes, [id_of[cls] if cls in id_of else next(fresh) for cls in range(len(names))]
 
 
 def read_split_labels(source: AnnotationSource, names: Sequence[str], images: Sequence[str]) -> SplitLabels:
     """The labels of `images` from `source`, classes by `names`."""
     parsed = read_labels(source)
     counts, details = collections.Counter(parsed.counts), list(parsed.details)
-    lookup = _class_lookup(parsed, names, details)
-    targets, classes = _match(parsed, images, counts, details), _classes(parsed, lookup, counts, details)
+    targets = _match(parsed, images, counts, details)
+    image_ids = None if parsed.image_ids is None else _image_ids(parsed.image_ids, targets, len(images))
+    classes, category_ids = _classes(parsed, names, counts, details)
     keep = classes >= 0
     rows = np.concatenate([classes[keep, None], xyxy_to_xywh(parsed.boxes[keep])], axis=1).astype(np.float32)
     owners, crowd = parsed.owners[keep], parsed.crowd[keep]
@@ -166,12 +174,9 @@ def read_split_labels(source: AnnotationSource, names: Sequence[str], images: Se
     given: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(images)
     for number in np.flatnonzero(targets >= 0):
         given[targets[number]] = (rows[starts[number]:stops[number]], crowd[starts[number]:stops[number]])
-    files = [str(path) for path in parsed.files]
-    if parsed.category_ids is None:
-        return SplitLabels(given=given, counts=dict(counts), details=details, files=files)
-    return SplitLabels(given=given, counts=dict(counts), details=details, files=files, coco_json=source.path,
-                       image_ids=_image_ids(parsed.image_ids, targets, len(images)),
-                       category_ids=_category_ids(parsed.category_ids, lookup, len(names)))
+    return SplitLabels(given=given, counts=dict(counts), details=details, files=[str(path) for path in parsed.files],
+                       coco_json=None if category_ids is None else source.path, image_ids=image_ids,
+                       category_ids=category_ids)
 
 
 def _image_ids(json_ids: list[int], targets: np.ndarray, count: int) -> np.ndarray:
@@ -182,14 +187,6 @@ def _image_ids(json_ids: list[int], targets: np.ndarray, count: int) -> np.ndarr
     matched[targets[targets >= 0]] = True
     ids[~matched] = max(json_ids, default=0) + 1 + np.arange(int((~matched).sum()))
     return ids
-
-
-def _category_ids(json_ids: list[int], lookup: np.ndarray, count: int) -> list[int]:
-    """The json's category id of each of the yaml's `count` classes (`lookup`: the class of each category); a class
-    the json lacks gets a fresh id above them all."""
-    id_of = {int(cls): category for category, cls in zip(json_ids, lookup.tolist()) if cls >= 0}
-    fresh = iter(range(max(json_ids, default=0) + 1, 2**31))
-    return [id_of[cls] if cls in id_of else next(fresh) for cls in range(count)]
 
 
 def names_of(source: AnnotationSource) -> tuple[str, ...]:

@@ -1,6 +1,6 @@
 """The label-check cache: flat numpy arrays in one .npz, keyed by a hash of the split's file list, every file's size
-and mtime, the class count and CACHE_VERSION, with a checksum of its contents; never trusted stale or corrupt. Where
-it goes: storage/places.py."""
+and mtime, the class count and CACHE_VERSION, with a checksum of its contents; never trusted stale or corrupt; and
+the check's details file beside it. Where they go: storage/places.py."""
 
 from __future__ import annotations
 
@@ -16,8 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from detect.atomic_file import replacing
-from detect.data.labels.check import DEFAULT_BOUNDS, ImageBounds
-from detect.data.labels.checked import CheckedImages
+from detect.data.labels.check import DEFAULT_BOUNDS, CheckedImages, ImageBounds
 from detect.data.storage.places import CACHE_DIR_VARIABLE, folder_writable
 
 LOGGER = logging.getLogger(__name__)
@@ -97,20 +96,40 @@ def read_cache(path: Path, expected: str) -> CheckedImages | None:
         return None
 
 
-def write_cache(path: Path, key: str, checked: CheckedImages) -> bool:
-    """Write atomically (temp + rename), making its folder; a read-only folder gives a warning and no cache."""
+def keep(path: Path, key: str, checked: CheckedImages | None, details: list[str]) -> tuple[str, Path | None]:
+    """What a check leaves in `path`'s folder, made if missing: the cache of a check just run (`checked`; None: it
+    was loaded from `path`), written atomically (temp + rename), and beside it the check's details
+    (<cache>.problems.txt, where there are any). A read-only folder gives a warning and neither. The cache's state
+    ("loaded", "written" or "not written") and the details file (None where none was written)."""
+    state = "loaded" if checked is None else "not written"
+    if checked is None and not details:
+        return state, None
+    if checked is not None:
+        arrays, problems = {name: getattr(checked, name) for name in ARRAYS}, json.dumps(checked.problems)
+        digest = checksum(key, problems, arrays)
     with contextlib.suppress(OSError):  # a folder that cannot be made is named by the warning below
         path.parent.mkdir(parents=True, exist_ok=True)
     if not folder_writable(path.parent):
-        LOGGER.warning("%s: folder is not writable, running without a label cache (--cache-dir or %s can name a "
-                       "writable one)", path.parent, CACHE_DIR_VARIABLE)
-        return False
-    arrays, problems = {name: getattr(checked, name) for name in ARRAYS}, json.dumps(checked.problems)
+        LOGGER.warning("%s: folder is not writable, running without %s (--cache-dir or %s can name a writable one)",
+                       path.parent, "the label-check details" if checked is None else "a label cache",
+                       CACHE_DIR_VARIABLE)
+        return state, None
+    if checked is not None:
+        try:
+            with replacing(path) as temporary, open(temporary, "wb") as handle:
+                np.savez(handle, version=np.array(CACHE_VERSION), key=np.array(key), problems=np.array(problems),
+                         checksum=np.array(digest), **arrays)
+            state = "written"
+            LOGGER.info("%s: label cache written", path)
+        except OSError as error:
+            LOGGER.warning("%s: cannot write the label cache (%s), running without it", path, error)
+    if not details:
+        return state, None
+    target = path.with_suffix(".problems.txt")
     try:
-        with replacing(path) as temporary, open(temporary, "wb") as handle:
-            np.savez(handle, version=np.array(CACHE_VERSION), key=np.array(key), problems=np.array(problems),
-                     checksum=np.array(checksum(key, problems, arrays)), **arrays)
+        target.write_text("\n".join(details) + "\n")
     except OSError as error:
-        LOGGER.warning("%s: cannot write the label cache (%s), running without it", path, error)
-        return False
-    return True
+        LOGGER.warning("%s: cannot write the label-check details (%s)", target, error)
+        return state, None
+    LOGGER.info("label-check details: %s", target)
+    return state, target

@@ -1,9 +1,11 @@
-"""Check one image and its label rows: every problem gets a name, a count and a line in the details file."""
+"""Check one image and its label rows: every problem gets a name, a count and a line in the details file; the checks
+of a split's images, flat (CheckedImages)."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -250,3 +252,41 @@ def check_image(
         result.details = [f"{label_file or image}: {detail}" for detail in result.details]
         result.background = len(result.rows) == 0
     return result
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CheckedImages:
+    """N checked images in listing order: widths, heights (N,) int32, offsets (N + 1,) int64 into rows (M, 5)
+    float32 and crowd (M,) bool, background (N,) bool, and one dict per image with anything to report
+    ({"index", "skipped", "fixes", "notes", "details"}; most images have none, so this list stays short)."""
+
+    widths: np.ndarray
+    heights: np.ndarray
+    offsets: np.ndarray
+    rows: np.ndarray
+    crowd: np.ndarray
+    background: np.ndarray
+    problems: list[dict]
+
+    @classmethod
+    def from_results(cls, results: Sequence[CheckResult]) -> CheckedImages:
+        """Flatten per-image results (a skipped image keeps no rows)."""
+        kept = [result.rows if result.skipped is None else result.rows[:0] for result in results]
+        offsets = np.zeros(len(results) + 1, np.int64)
+        np.cumsum([len(rows) for rows in kept], out=offsets[1:])
+        crowd = [result.crowd[:len(rows)] for result, rows in zip(results, kept)]
+        problems = [{"index": index, "skipped": result.skipped, "fixes": result.fixes, "notes": result.notes,
+                     "details": result.details} for index, result in enumerate(results)
+                    if result.skipped or result.fixes or result.notes or result.details]
+        return cls(widths=np.array([result.width for result in results], np.int32),
+                   heights=np.array([result.height for result in results], np.int32), offsets=offsets,
+                   rows=np.concatenate(kept or [np.zeros((0, 5), np.float32)]).astype(np.float32).reshape(-1, 5),
+                   crowd=np.concatenate(crowd or [np.zeros(0, bool)]).astype(bool),
+                   background=np.array([result.background for result in results], bool), problems=problems)
+
+    @property
+    def usable(self) -> np.ndarray:
+        """(N,) bool: not skipped."""
+        usable = np.ones(len(self.widths), bool)
+        usable[[problem["index"] for problem in self.problems if problem["skipped"]]] = False
+        return usable

@@ -1,24 +1,19 @@
-"""The label check of a whole split, run in parallel, and what it found, flat: sizes, label rows, background flags,
-and the few problems."""
+"""The label check of a whole split, run in parallel: local files in processes or threads, a bucket's fetched as
+they are checked."""
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import ctypes
-import dataclasses
 import logging
 import multiprocessing
 import os
 import signal
-from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from itertools import repeat
 
-import numpy as np
-
 from detect.data.labels import check
-from detect.data.labels.check import MISSING_LABELS, CheckResult
+from detect.data.labels.check import CheckedImages
 from detect.data.storage.local import LOCAL, Storage
 
 LOGGER = logging.getLogger(__name__)
@@ -28,82 +23,6 @@ PROCESS_POOL_FROM = 5_000
 # an image, docs/scale.md), while 3,700 chunks for COCO's 118k images cost well under a second of hand-offs.
 CHECK_CHUNK = 32
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class CheckedImages:
-    """N checked images in listing order: widths, heights (N,) int32, offsets (N + 1,) int64 into rows (M, 5)
-    float32 and crowd (M,) bool, background (N,) bool, and one dict per image with anything to report
-    ({"index", "skipped", "fixes", "notes", "details"}; most images have none, so this list stays short)."""
-
-    widths: np.ndarray
-    heights: np.ndarray
-    offsets: np.ndarray
-    rows: np.ndarray
-    crowd: np.ndarray
-    background: np.ndarray
-    problems: list[dict]
-
-    @classmethod
-    def from_results(cls, results: Sequence[CheckResult]) -> CheckedImages:
-        """Flatten per-image results (a skipped image keeps no rows)."""
-        kept = [result.rows if result.skipped is None else result.rows[:0] for result in results]
-        offsets = np.zeros(len(results) + 1, np.int64)
-        np.cumsum([len(rows) for rows in kept], out=offsets[1:])
-        crowd = [result.crowd[:len(rows)] for result, rows in zip(results, kept)]
-        problems = [{"index": index, "skipped": result.skipped, "fixes": result.fixes, "notes": result.notes,
-                     "details": result.details} for index, result in enumerate(results)
-                    if result.skipped or result.fixes or result.notes or result.details]
-        return cls(widths=np.array([result.width for result in results], np.int32),
-                   heights=np.array([result.height for result in results], np.int32), offsets=offsets,
-                   rows=np.concatenate(kept or [np.zeros((0, 5), np.float32)]).astype(np.float32).reshape(-1, 5),
-                   crowd=np.concatenate(crowd or [np.zeros(0, bool)]).astype(bool),
-                   background=np.array([result.background for result in results], bool), problems=problems)
-
-    @property
-    def usable(self) -> np.ndarray:
-        """(N,) bool: not skipped."""
-        usable = np.ones(len(self.widths), bool)
-        usable[[problem["index"] for problem in self.problems if problem["skipped"]]] = False
-        return usable
-
-
-def summarise(split: str, images: Sequence[str], checked: CheckedImages, cache_state: str,
-              unlisted: Sequence[tuple[str, str]] = (), noted: Mapping[str, int] | None = None,
-              noted_details: Sequence[str] = ()) -> tuple[dict[str, int], list[str]]:
-    """(counts by problem name, detail lines), and the summary table logged. `unlisted` are the (path, why) of the
-    entries the listing could not take (a broken or looping link, an unreadable folder, a FIFO named x.jpg): each
-    is found and skipped, by its reason. `noted` counts what reading a label file left out (data/annotations), by
-    name, with its `noted_details` lines."""
-    usable = checked.usable
-    counts = collections.Counter(found=len(usable), background=int((checked.background & usable).sum()), fixed=0,
-                                  skipped=0)
-    counts.update({f"label file: {name}": count for name, count in (noted or {}).items()})
-    details = [*noted_details, *_count_unlisted(unlisted, counts)]
-    for problem in checked.problems:
-        path, skipped = images[problem["index"]], problem["skipped"]
-        if skipped:
-            counts[f"skipped: {skipped}"] += 1
-        counts.update(f"fixed: {fix}" for fix in problem["fixes"])
-        counts.update(("background: " if note == MISSING_LABELS else "note: ") + note for note in problem["notes"])
-        counts["fixed"] += bool(problem["fixes"]) and not skipped
-        counts["skipped"] += bool(skipped)
-        details += problem["details"] or ([f"{path}: {skipped}"] if skipped else [])
-        details += [f"{path}: {note}" for note in problem["notes"]]
-    counts["usable"] = counts["found"] - counts["skipped"]
-    lines = [f"label check, {split} split (cache {cache_state}):"]
-    lines += [f"  {key:<40} {counts[key]:>8}" for key in ("found", "usable", "background", "fixed", "skipped")]
-    lines += [f"  {key:<40} {value:>8}" for key, value in sorted(counts.items()) if ":" in key]
-    LOGGER.info("\n".join(lines))
-    return dict(counts), details
-
-
-def _count_unlisted(unlisted: Sequence[tuple[str, str]], counts: collections.Counter) -> list[str]:
-    """Count the entries the listing skipped as found and skipped (by reason); their detail lines."""
-    counts["found"] += len(unlisted)
-    counts["skipped"] += len(unlisted)
-    counts.update(f"skipped: {why}" for _, why in unlisted)
-    return [f"{path}: {why}" for path, why in unlisted]
 
 
 def check_images(images: list[str], labels: list[str | None], given: list, num_classes: int,

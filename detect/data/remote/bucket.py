@@ -160,7 +160,8 @@ class BucketStorage(Storage):
     def cache_file(self, usual: Path, cache_dir: str | Path | None) -> Path:
         """In the meta folder, named by object keys, not by the cache folder: a node that is sent this cache finds
         it its own (keep_label_cache)."""
-        return relocated(Path(self.key(usual) or usual), self.meta)
+        key = self.key(usual)
+        return relocated(Path(key or usual), self.meta)
 
     def keep_label_cache(self, name: str, contents: bytes) -> None:
         """Write label cache `name`, checked on another node, where this node's load_split finds it. Atomic: the
