@@ -214,3 +214,56 @@ def test_modules_and_folders_stay_small():
                if (count := len(list(folder.glob("*.py")))) > MAX_MODULES_PER_FOLDER]
     assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
     assert not crowded, f"folders with more than {MAX_MODULES_PER_FOLDER} modules: {crowded}"
+
+
+# docs/architecture.md, "Floors": a public function takes at most 8 parameters, unless the comment right above it
+# says why ("... on purpose": a settings object would only rename them); at most 3 do.
+MAX_PARAMETERS = 8
+MAX_WIDE_FUNCTIONS = 3
+MAX_EPOCH_LINES = 45  # train_one_epoch: the step in view, the bookkeeping in named helpers
+
+
+def parameter_count(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """The parameters a caller passes (self and cls not counted; *args and **kwargs one each)."""
+    arguments = function.args
+    named = [*arguments.posonlyargs, *arguments.args]
+    bound = bool(named) and named[0].arg in ("self", "cls")
+    return len(named) - bound + len(arguments.kwonlyargs) + (arguments.vararg is not None) + (
+        arguments.kwarg is not None)
+
+
+def wide_functions() -> list[tuple[Path, ast.FunctionDef, bool]]:
+    """(file, function, whether the comment above it says why) for each public function over MAX_PARAMETERS."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        lines = path.read_text().splitlines()
+        for node in ast.walk(ast.parse("\n".join(lines))):
+            if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_")
+                    and parameter_count(node) > MAX_PARAMETERS):
+                first = min([node.lineno, *(decorator.lineno for decorator in node.decorator_list)])
+                comment = []
+                for line in reversed(lines[:first - 1]):
+                    if not line.lstrip().startswith("#"):
+                        break
+                    comment.insert(0, line.lstrip("# "))
+                found.append((path, node, "on purpose" in " ".join(comment)))
+    return found
+
+
+def test_parameter_count_counts_what_a_caller_passes():
+    method = ast.parse("class A:\n    def f(self, a, /, b, *rest, c, **extra): ...").body[0].body[0]
+    assert parameter_count(method) == 5
+
+
+def test_public_functions_take_few_parameters_or_say_why():
+    wide = wide_functions()
+    unexplained = [f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name}" for path, node, why in wide
+                   if not why]
+    assert not unexplained, f"over {MAX_PARAMETERS} parameters with no '... on purpose' comment above: {unexplained}"
+    assert len(wide) <= MAX_WIDE_FUNCTIONS, [node.name for _, node, _ in wide]
+
+
+def test_train_one_epoch_stays_short():
+    node = next(node for node in ast.walk(ast.parse((PACKAGE / "training" / "epoch.py").read_text()))
+                if isinstance(node, ast.FunctionDef) and node.name == "train_one_epoch")
+    assert node.end_lineno - node.lineno + 1 <= MAX_EPOCH_LINES
