@@ -6,9 +6,9 @@ how often it returns to a module it had already left (docs/architecture.md, "Val
 It scores an untrained yolov5n (as many classes as the data yaml names) on the val split of `--data` (by default the
 built-in shapes dataset, generated on first use where $DETECT_DATA_DIR says; any data yaml: a folder, a COCO json split
 as coco128.yaml's val_json, a bucket's s3:// path) on the CPU, loader workers 0. A first, untraced call generates the
-data and writes the label cache, so that the traced second one follows the usual path; it follows `validate(settings)` with sys.setprofile: the
-first call of each function defined under detect/ is recorded in order (calls in other threads, e.g. the label
-check's pool, are not seen); consecutive calls in one module make one stay.
+data and writes the label cache, so that the traced second one follows the usual path; it follows
+`validate(settings)` with sys.setprofile: the first call of each function defined under detect/ is recorded in order
+(calls in other threads, e.g. the label check's pool, are not seen); consecutive calls in one module make one stay.
 """
 
 from __future__ import annotations

@@ -46,14 +46,14 @@ def test_traced_calls_record_the_first_call_of_each_package_function_in_order():
 
 
 def traced_returns(cwd: Path, *flags: str, environ: dict[str, str] | None = None) -> tuple[int, str]:
-    """The returns of the script's traced walk, and the walk, as a user runs it (`flags` after --list), in a fresh process: what
-    earlier tests imported or called cannot move the figure."""
+    """The returns of the script's traced walk, and the walk, as a user runs it (`flags` after --list): in a fresh
+    process, so that what earlier tests imported or called cannot move the figure."""
     finished = subprocess.run([sys.executable, str(REPO / "scripts" / "trace_val_path.py"), "--list", *flags],
                               cwd=cwd, capture_output=True, text=True, timeout=300, check=True,
                               env={**(environ or os.environ), "PYTHONPATH": str(REPO)})
     *stays, summary = finished.stdout.strip().splitlines()
-    stays_count, modules, returns = map(int, re.fullmatch(
-        r"(\d+) stays in (\d+) modules, (\d+) returns to a module already left", summary).groups())
+    stays_count, modules, returns = map(int, re.fullmatch(r"(\d+) stays in (\d+) modules, (\d+) returns to a module "
+                                                          r"already left", summary).groups())
     assert stays[0].endswith(". val.py") and stays_count == len(stays) and modules > 20, finished.stdout
     return returns, finished.stdout
 

@@ -75,7 +75,7 @@ def load_split(config: DataConfig, split: str = "train", single_class: bool = Fa
     # the names too where a label file names the classes: the same count in another order maps boxes otherwise
     key = label_cache.fingerprint(key_files, len(config.names), bounds, config.names if sources.named else (), stats)
     cached = label_cache.read_cache(cache_file, key)
-    checked = cached if cached is not None else check_images(images, sources.labels, sources.given, len(config.names), bounds, storage)
+    checked = cached or check_images(images, sources.labels, sources.given, len(config.names), bounds, storage)
     counts, details = summarise(split, images, checked, cached is not None, unlisted, sources.noted, sources.details)
     cache_state, details_file = label_cache.keep(cache_file, key, None if cached else checked, details)
     if not counts["usable"]:
