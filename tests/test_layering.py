@@ -236,8 +236,9 @@ def wide_functions() -> list[tuple[Path, ast.FunctionDef, bool]]:
     """(file, function, whether the comment above it says why) for each public function over MAX_PARAMETERS."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        lines = path.read_text().splitlines()
-        for node in ast.walk(ast.parse("\n".join(lines))):
+        source = path.read_text()
+        lines = source.splitlines()
+        for node in ast.walk(ast.parse(source)):
             if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_")
                     and parameter_count(node) > MAX_PARAMETERS):
                 first = min([node.lineno, *(decorator.lineno for decorator in node.decorator_list)])
