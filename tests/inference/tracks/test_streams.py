@@ -122,4 +122,6 @@ def test_the_track_extra_holds_what_the_library_needs_but_its_opencv():
     needed = {Requirement(text).name for text in metadata.requires("trackers") if "extra ==" not in text}
     assert needed - extra == {"opencv-python"}
     assert {"opencv-python-headless"} <= {Requirement(text).name for text in pyproject["project"]["dependencies"]}
+    supervision = {Requirement(text).name for text in metadata.requires("supervision") if "extra ==" not in text}
+    assert "opencv-python" not in supervision  # before 0.30 it asked for it: the extra's bound keeps it out
     assert metadata.version("trackers") == library.INSTALL.split("==")[1].strip('"')
