@@ -5,8 +5,8 @@ their own environment on the same detections (scripts/track_ultralytics.py), eve
 IDF1 (the trackers library's evaluator, TrackEval's definitions). Prints a markdown table (docs/benchmarks.md,
 "Tracking") and writes results.json.
 
-    python scripts/track_benchmark.py --weights ../shared/weights/yolov5n.pt --coco128 ../shared/data/coco128 \\
-        --out /tmp/track-bench --ultralytics-python /work/venvs/ultralytics/bin/python
+    python scripts/track_benchmark.py --weights weights/yolov5n.pt --coco128 ../datasets/coco128 \\
+        --out /tmp/track-bench --ultralytics-python ~/venvs/ultralytics/bin/python
 """
 
 from __future__ import annotations
