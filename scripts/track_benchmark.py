@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import cv2
@@ -29,7 +30,8 @@ from track_sequences import crossing, pan
 
 from detect.inference.detector import Detector, PredictSettings
 from detect.inference.slicing import SliceSettings
-from detect.inference.tracks.settings import KINDS
+from detect.inference.tracks.outputs import mot_lines
+from detect.inference.tracks.settings import KINDS, load_tracker_settings
 from detect.inference.tracks.streams import StreamTracker
 
 ULTRALYTICS_SCRIPT = Path(__file__).resolve().parent / "track_ultralytics.py"
@@ -42,10 +44,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--frames", type=int, default=80, help="frames of each crossing sequence")
     parser.add_argument("--pan-frames", type=int, default=40, help="frames of the pan")
+    parser.add_argument("--pan-heights", type=int, nargs="+", default=[1080, 2160],
+                        help="the pan's frame heights (16:9 frames: 1080 is 1920 x 1080, 2160 is 4K)")
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--slice", type=int, default=640, help="window of the pan's sliced detections")
     parser.add_argument("--conf", type=float, default=0.1, help="detector threshold (detect.track's default)")
     parser.add_argument("--ultralytics-python", help="the interpreter of a venv with ultralytics (never ours)")
+    parser.add_argument("--trackers", nargs="+", default=list(KINDS),
+                        help="our trackers: kinds (also run on ultralytics' side) or yamls of settings")
+    parser.add_argument("--reuse", action="store_true", help="keep --out's sequences and detections from a run before")
     return parser.parse_args()
 
 
@@ -53,9 +60,12 @@ def frame_files(sequence: Path) -> list[Path]:
     return sorted((sequence / "frames").glob("*.jpg"))
 
 
-def detect(sequence: Path, detector: Detector, out: Path) -> tuple[Path, float]:
-    """Every frame's detections as rows [frame, x1, y1, x2, y2, score, class] in `out`; returns it and the
-    detector's frames per second."""
+def detect(sequence: Path, detector: Detector, out: Path, reuse: bool) -> tuple[Path, float]:
+    """Every frame's detections as rows [frame, x1, y1, x2, y2, score, class] in `out` (kept from an earlier run with
+    `reuse`); returns it and the detector's frames per second (beside it, in a .json)."""
+    timing = out.with_suffix(".json")
+    if reuse and out.is_file() and timing.is_file():
+        return out, json.loads(timing.read_text())["fps"]
     rows, seconds = [], 0.0
     for number, path in enumerate(frame_files(sequence), 1):
         image = cv2.imread(str(path))
@@ -64,6 +74,7 @@ def detect(sequence: Path, detector: Detector, out: Path) -> tuple[Path, float]:
         seconds += time.perf_counter() - start
         rows.append(np.concatenate([np.full((len(found), 1), number, np.float32), found], axis=1))
     np.savetxt(out, np.concatenate(rows), fmt="%.4f", delimiter=",")
+    timing.write_text(json.dumps({"fps": len(rows) / seconds}))
     return out, len(rows) / seconds
 
 
@@ -72,21 +83,19 @@ def read_detections(path: Path, frames: int) -> list[np.ndarray]:
     return [table[table[:, 0] == number, 1:] for number in range(1, frames + 1)]
 
 
-def track_ours(sequence: Path, detections: Path, kind: str, out: Path, names: tuple[str, ...]) -> float:
-    """Our tracker `kind` (its bundled settings) over the stored detections into a MOT file; returns its frames per
-    second (the tracker alone)."""
+def track_ours(sequence: Path, detections: Path, tracker: str, out: Path, names: tuple[str, ...]) -> float:
+    """Our tracker (a kind's bundled settings, or a yaml) over the stored detections into a MOT file; returns its
+    frames per second (the tracker alone)."""
     files = frame_files(sequence)
     per_frame = read_detections(detections, len(files))
-    tracker = StreamTracker(KINDS[kind](), names)
+    state = StreamTracker(load_tracker_settings(tracker), names)
     lines, seconds = [], 0.0
     for number, (path, rows) in enumerate(zip(files, per_frame), 1):
         image = cv2.imread(str(path))
         start = time.perf_counter()
-        tracks = tracker.update(rows, image)
+        tracks = state.update(rows, image)
         seconds += time.perf_counter() - start
-        lines += [f"{number},{track_id},{x1:.2f},{y1:.2f},{x2 - x1:.2f},{y2 - y1:.2f},{score:.4f},{cls}\n"
-                  for track_id, (x1, y1, x2, y2), score, cls in zip(tracks.ids.tolist(), tracks.boxes.tolist(),
-                                                                   tracks.scores.tolist(), tracks.classes.tolist())]
+        lines.append(mot_lines(number, tracks))
     out.write_text("".join(lines))
     return len(files) / seconds
 
@@ -110,12 +119,19 @@ def score(gt: Path, result: Path) -> dict[str, float]:
 
 
 def runs_of(args: argparse.Namespace) -> list[tuple[str, Path, str]]:
-    """(name, folder, detections mode) of each sequence to score: the crossings plain, the pan plain and sliced."""
+    """(name, folder, detections mode) of each sequence to score: the crossings plain, each pan plain and sliced."""
     sequences = args.out / "sequences"
-    made = [(f"crossing{seed}", crossing(args.coco128, sequences / f"crossing{seed}", args.frames, seed))
-            for seed in (1, 2)]
-    made.append(("pan", pan(args.coco128, sequences / "pan", args.pan_frames)))
-    return [(name, folder, "plain") for name, folder in made] + [("pan", made[-1][1], "sliced")]
+
+    def made(name: str, build: Callable[[Path], Path]) -> tuple[str, Path]:
+        folder = sequences / name
+        return name, folder if args.reuse and (folder / "gt.txt").is_file() else build(folder)
+
+    built = [made(f"crossing{seed}", lambda folder, seed=seed: crossing(args.coco128, folder, args.frames, seed))
+             for seed in (1, 2)]
+    pans = [made(f"pan{height}", lambda folder, height=height: pan(args.coco128, folder, args.pan_frames,
+                                                                     (height, height * 16 // 9)))
+            for height in args.pan_heights]
+    return [(name, folder, "plain") for name, folder in built + pans] + [(name, folder, "sliced") for name, folder in pans]
 
 
 def main() -> None:
@@ -126,18 +142,20 @@ def main() -> None:
                  "sliced": Detector(args.weights, "cpu", PredictSettings((args.imgsz, args.imgsz), args.conf,
                                                                            slicing=SliceSettings(args.slice)))}
     results = []
-    sides = ["ours"] + (["ultralytics"] if args.ultralytics_python else [])
     for name, folder, mode in runs_of(args):
-        detections, detector_fps = detect(folder, detectors[mode], args.out / f"{name}-{mode}-detections.txt")
+        detections, detector_fps = detect(folder, detectors[mode], args.out / f"{name}-{mode}-detections.txt",
+                                          args.reuse)
         print(f"{name} {mode}: detector {detector_fps:.2f} frames/s", flush=True)
-        for kind in KINDS:
+        for tracker in args.trackers:
+            label = Path(tracker).stem
+            sides = ["ours"] + (["ultralytics"] if args.ultralytics_python and tracker in KINDS else [])
             for side in sides:
-                out = args.out / "mot" / f"{name}-{mode}-{side}-{kind}.txt"
+                out = args.out / "mot" / f"{name}-{mode}-{side}-{label}.txt"
                 if side == "ours":
-                    tracker_fps = track_ours(folder, detections, kind, out, detectors[mode].names)
+                    tracker_fps = track_ours(folder, detections, tracker, out, detectors[mode].names)
                 else:
-                    tracker_fps = track_ultralytics(args.ultralytics_python, folder, detections, kind, out)
-                row = {"sequence": name, "detections": mode, "side": side, "tracker": kind,
+                    tracker_fps = track_ultralytics(args.ultralytics_python, folder, detections, tracker, out)
+                row = {"sequence": name, "detections": mode, "side": side, "tracker": label,
                        "tracker_fps": tracker_fps, "detector_fps": detector_fps, **score(folder / "gt.txt", out)}
                 results.append(row)
                 print(json.dumps(row), flush=True)
