@@ -44,8 +44,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--frames", type=int, default=80, help="frames of each crossing sequence")
     parser.add_argument("--pan-frames", type=int, default=40, help="frames of the pan")
-    parser.add_argument("--pan-heights", type=int, nargs="+", default=[1080, 2160],
+    parser.add_argument("--pan-heights", type=int, nargs="+", default=[1080],
                         help="the pan's frame heights (16:9 frames: 1080 is 1920 x 1080, 2160 is 4K)")
+    parser.add_argument("--mosaic-grid", type=int, default=6, help="the pan's mosaic: grid x grid photos")
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--slice", type=int, default=640, help="window of the pan's sliced detections")
     parser.add_argument("--conf", type=float, default=0.1, help="detector threshold (detect.track's default)")
@@ -128,9 +129,8 @@ def runs_of(args: argparse.Namespace) -> list[tuple[str, Path, str]]:
 
     built = [made(f"crossing{seed}", lambda folder, seed=seed: crossing(args.coco128, folder, args.frames, seed))
              for seed in (1, 2)]
-    pans = [made(f"pan{height}", lambda folder, height=height: pan(args.coco128, folder, args.pan_frames,
-                                                                     (height, height * 16 // 9)))
-            for height in args.pan_heights]
+    pans = [made(f"pan{height}_{args.mosaic_grid}x{args.mosaic_grid}", lambda folder, height=height: pan(
+        args.coco128, folder, args.pan_frames, (height, height * 16 // 9), args.mosaic_grid)) for height in args.pan_heights]
     return [(name, folder, "plain") for name, folder in built + pans] + [(name, folder, "sliced") for name, folder in pans]
 
 

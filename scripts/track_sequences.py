@@ -4,8 +4,8 @@
   crossing and hiding behind each other (a fixed depth order; an object less than MIN_VISIBLE visible has no truth row
   for that frame, so hiding costs no false negatives, only the risk of a new id after it); the photo's own labelled
   objects stand still behind them, with ids of their own.
-- `pan`: a camera panning and zooming over a 3000 x 3000 mosaic of 16 coco128 photos, whose labels move with it; the
-  frames are large (1920 x 1080) and most objects small in them.
+- `pan`: a camera panning and zooming over a 3000 x 3000 mosaic of coco128 photos (6 x 6 of 500 px by default), whose
+  labels move with it; the frames are large (1920 x 1080, or 4K) and most objects small in them.
 
 Each sequence is a folder of JPEG frames and `gt.txt`, MOTChallenge ground truth (frame, id, x, y, w, h, 1, 1, 1: every
 row scored, as a pedestrian)."""
@@ -20,7 +20,7 @@ import numpy as np
 
 MIN_VISIBLE = 0.4  # of an object's box that must be unhidden for it to count in a frame
 MIN_SIDE = 8  # px: a smaller box in a pan frame has no truth row (no detector finds it; it would only add misses)
-MOSAIC, TILE = 3000, 750  # the pan's mosaic: 4 x 4 photos of 750 px
+MOSAIC = 3000  # px, the pan's mosaic: grid x grid photos
 BACKGROUND_IDS = 1000  # a crossing's background photo's labelled objects: ids from here
 
 
@@ -121,23 +121,24 @@ def visible(placed: list[tuple[int, np.ndarray]], width: int, height: int) -> li
     return kept
 
 
-def mosaic(coco128: Path) -> tuple[np.ndarray, list[tuple[int, np.ndarray]]]:
-    """The 3000 x 3000 mosaic of the first 16 coco128 photos (each resized to 750 px) and its labels."""
-    canvas = np.zeros((MOSAIC, MOSAIC, 3), np.uint8)
+def mosaic(coco128: Path, grid: int) -> tuple[np.ndarray, list[tuple[int, np.ndarray]]]:
+    """The 3000 x 3000 mosaic of the first grid x grid coco128 photos (each resized to 3000 / grid px) and its
+    labels."""
+    canvas, tile = np.zeros((MOSAIC, MOSAIC, 3), np.uint8), MOSAIC // grid
     labels = []
-    for index, path in enumerate(photos(coco128)[:16]):
-        top, left = (index // 4) * TILE, (index % 4) * TILE
-        canvas[top:top + TILE, left:left + TILE] = cv2.resize(cv2.imread(str(path)), (TILE, TILE),
-                                                               interpolation=cv2.INTER_AREA)
-        for _, box in labelled_boxes(coco128, path.stem, TILE, TILE):
+    for index, path in enumerate(photos(coco128)[:grid * grid]):
+        top, left = (index // grid) * tile, (index % grid) * tile
+        canvas[top:top + tile, left:left + tile] = cv2.resize(cv2.imread(str(path)), (tile, tile),
+                                                              interpolation=cv2.INTER_AREA)
+        for _, box in labelled_boxes(coco128, path.stem, tile, tile):
             labels.append((len(labels) + 1, box + np.array([left, top, left, top], np.float32)))
     return canvas, labels
 
 
-def pan(coco128: Path, folder: Path, frames: int, size: tuple[int, int] = (1080, 1920)) -> Path:
+def pan(coco128: Path, folder: Path, frames: int, size: tuple[int, int] = (1080, 1920), grid: int = 6) -> Path:
     """The camera over the mosaic (see the module's docstring): its view starts 2900 px wide centred at (1300, 1300)
     and, each frame, narrows by 15 px while its centre moves by (10, 9) px of the mosaic; frames of `size` (h, w)."""
-    canvas, labels = mosaic(coco128)
+    canvas, labels = mosaic(coco128, grid)
     height, width = size
     images, truth = [], []
     for number in range(1, frames + 1):

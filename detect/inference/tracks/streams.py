@@ -57,7 +57,6 @@ class StreamTracker:
         self.trails: dict[int, collections.deque] = {}
         self.last_seen: dict[int, int] = {}
         self.frames = 0
-        self.classes: dict[int, int] = {}  # each id's class when it was first confirmed
 
     def update(self, rows: np.ndarray, image: np.ndarray, timestamp: float | None = None) -> Tracks:
         """(n, 6) [x1, y1, x2, y2, score, class] detections of a (h, w, 3) BGR frame, in its pixels -> its Tracks;
@@ -81,10 +80,9 @@ class StreamTracker:
     def _trails(self, rows: np.ndarray, ids: np.ndarray) -> dict[int, np.ndarray]:
         """Each id's recent centres, this frame's added; ids unseen for TRAIL_FRAMES frames are forgotten."""
         centres = (rows[:, :2] + rows[:, 2:4]) / 2
-        for track_id, centre, cls in zip(ids.tolist(), centres, rows[:, 5].astype(int).tolist()):
+        for track_id, centre in zip(ids.tolist(), centres):
             self.trails.setdefault(track_id, collections.deque(maxlen=TRAIL_FRAMES)).append(centre)
             self.last_seen[track_id] = self.frames
-            self.classes.setdefault(track_id, cls)
         for track_id in [key for key, seen in self.last_seen.items() if self.frames - seen > TRAIL_FRAMES]:
             del self.trails[track_id], self.last_seen[track_id]
         return {track_id: np.array(self.trails[track_id]) for track_id in ids.tolist()}
