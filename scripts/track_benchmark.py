@@ -3,7 +3,7 @@ detections of each frame made once (plain, and sliced on the large-frame pan), o
 through detect's adapter) and, with --ultralytics-python, ultralytics' own ByteTrack, BoT-SORT and OC-SORT run from
 their own environment on the same detections (scripts/track_ultralytics.py), every result scored with HOTA, MOTA and
 IDF1 (the trackers library's evaluator, TrackEval's definitions). Prints a markdown table (docs/benchmarks.md,
-"Tracking") and writes results.json.
+"Tracking") and writes results.json (with each result's DetA, AssA and false positives too).
 
     python scripts/track_benchmark.py --weights weights/yolov5n.pt --coco128 ../datasets/coco128 \\
         --out /tmp/track-bench --ultralytics-python ~/venvs/ultralytics/bin/python
@@ -113,10 +113,10 @@ def score(gt: Path, result: Path) -> dict[str, float]:
     from trackers.eval import evaluate_mot_sequence
 
     if not result.read_text().strip():
-        return {"HOTA": 0.0, "MOTA": 0.0, "IDF1": 0.0, "IDSW": 0}
+        return {"HOTA": 0.0, "DetA": 0.0, "AssA": 0.0, "MOTA": 0.0, "IDF1": 0.0, "IDSW": 0, "FP": 0}
     scored = evaluate_mot_sequence(gt, result, metrics=["CLEAR", "HOTA", "Identity"])
-    return {"HOTA": scored.HOTA.HOTA, "MOTA": scored.CLEAR.MOTA, "IDF1": scored.Identity.IDF1,
-            "IDSW": scored.CLEAR.IDSW}
+    return {"HOTA": scored.HOTA.HOTA, "DetA": scored.HOTA.DetA, "AssA": scored.HOTA.AssA, "MOTA": scored.CLEAR.MOTA,
+            "IDF1": scored.Identity.IDF1, "IDSW": scored.CLEAR.IDSW, "FP": scored.CLEAR.CLR_FP}
 
 
 def runs_of(args: argparse.Namespace) -> list[tuple[str, Path, str]]:
