@@ -1,6 +1,7 @@
 """python -m detect.track end to end with yolov5n.pt on clips cut from coco128 (tests/inference/tracks/clips.py): a
-video, a folder of frames with a corrupt one, a looped live stream, frames whose size changes, a video that cannot be
-opened, --slice on frames larger than the input size, and the hub model's track call per stream."""
+video, a folder of frames with a corrupt one, a looped live stream, a stream that stalls, frames whose size changes, a
+video that cannot be opened, --slice on frames larger than the input size, and the hub model's track call per
+stream."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from detect import track
 from detect.hub import HubModel
+from detect.inference import streams
 from detect.inference.detector import Detector, PredictSettings
 from tests.inference.stream_server import StreamServer
 from tests.inference.tracks.clips import clip
@@ -169,3 +171,20 @@ def test_the_detector_and_the_hub_model_keep_a_state_per_stream():
     assert "a" not in detector.tracking.streams and "b" in detector.tracking.streams
     hub.reset_tracks()
     assert detector.tracking.streams == {}
+
+
+def test_a_stream_that_stalls_ends_in_one_line_and_keeps_its_tracks(tmp_path, caplog, monkeypatch):
+    monkeypatch.setattr(streams, "READ_TIMEOUT_MS", 1500)  # FFmpeg gives up on a silent stream after this
+    images, _ = clip(6, (320, 320), 160, step=4)
+    server = StreamServer(interval=0.05, loop=images, stall=(8, 30.0))  # 8 frames, then silence
+    server.streams["/cam"] = [30]
+    server.start()
+    try:
+        with caplog.at_level(logging.INFO):
+            code = track.main(["--source", server.url("/cam"), "--project", str(tmp_path / "runs"), *FLAGS])
+    finally:
+        server.stop()
+    assert code == 0
+    rows = read_mot(next((tmp_path / "runs" / "exp").glob("*.txt")))
+    assert 0 < rows[:, 0].max() <= 8  # what came before the stall is tracked and kept
+    assert "ended after 8 frames (it could not be reopened)" in caplog.text
