@@ -25,14 +25,15 @@ FALLBACK_FPS = 30.0  # a folder of frames, or a video that does not say its rate
 
 
 @dataclasses.dataclass
-class Sequence:
+class TrackedSequence:
     """One tracked sequence: its stream key, file name, frame rate (of its numbering), and frames seen so far."""
 
     key: Hashable
     name: str
     fps: float
     live: bool = False  # a live stream
-    frames: int = 0  # of a folder: how many frames (read or not) it has had; MOT numbers them from 1
+    frames: int = 0  # the number of its latest frame (a folder's: frames read or not so far); MOT's, from 1
+    tracked: int = 0  # frames tracked
     ids: dict[int, int] = dataclasses.field(default_factory=dict)  # track id -> its class, when first seen
 
 
@@ -59,12 +60,11 @@ class TrackOutputs:
     def __init__(self, save_dir: Path, save_videos: bool, vid_stride: int = 1, line_thickness: int = 2) -> None:
         self.save_dir, self.save_videos = save_dir, save_videos
         self.vid_stride, self.line_thickness = vid_stride, line_thickness
-        self.sequences: dict[Hashable, Sequence] = {}
+        self.sequences: dict[Hashable, TrackedSequence] = {}
         self._mot: dict[Hashable, TextIO] = {}
         self._videos: dict[Hashable, tuple[cv2.VideoWriter, tuple[int, int]]] = {}
-        self.saved: list[Path] = []
 
-    def sequence(self, frame: Frame) -> Sequence:
+    def sequence(self, frame: Frame) -> TrackedSequence:
         """The frame's sequence (made at its first frame), its frame count advanced to this frame."""
         key, stem = sequence_key(frame)
         found = self.sequences.get(key)
@@ -74,24 +74,24 @@ class TrackOutputs:
             while name in taken:
                 name, number = f"{safe_name(stem, 'sequence')}_{number}", number + 1
             rate = frame.fps * self.vid_stride if frame.video and frame.fps > 0 else FALLBACK_FPS
-            found = self.sequences[key] = Sequence(key, name, rate, frame.stream)
+            found = self.sequences[key] = TrackedSequence(key, name, rate, frame.stream)
         found.frames = frame.index + 1 if frame.video else found.frames + 1
         return found
 
-    def add(self, sequence: Sequence, frame: Frame, tracks: Tracks) -> None:
+    def add(self, sequence: TrackedSequence, frame: Frame, tracks: Tracks) -> None:
         """One frame's tracks: its MOT rows, and its drawn frame in the sequence's video."""
+        sequence.tracked += 1
         for track_id, cls in zip(tracks.ids.tolist(), tracks.classes.tolist()):
             sequence.ids.setdefault(track_id, cls)
         mot = self._mot.get(sequence.key)
         if mot is None:  # opened at the first frame read: a video that cannot be opened leaves no file
             mot = self._mot[sequence.key] = (self.save_dir / f"{sequence.name}.txt").open("w")
-            self.saved.append(self.save_dir / f"{sequence.name}.txt")
         mot.write(mot_lines(sequence.frames, tracks))
         mot.flush()  # a stopped run keeps every frame it tracked
         if self.save_videos:
             self._write_video(sequence, draw_tracks(frame.image, tracks, self.line_thickness))
 
-    def _write_video(self, sequence: Sequence, image: np.ndarray) -> None:
+    def _write_video(self, sequence: TrackedSequence, image: np.ndarray) -> None:
         """The frame into its sequence's video; a frame of another size is resized to the video's (a video has
         one). A video or folder's sequence closes the one before it; live streams, whose frames take turns, stay
         open."""
@@ -104,7 +104,6 @@ class TrackOutputs:
             if not writer.isOpened():
                 raise UserError(f"{path}: OpenCV cannot write an mp4v video here")
             self._videos[sequence.key] = (writer, size)
-            self.saved.append(path)
         writer, size = self._videos[sequence.key]
         writer.write(image if (image.shape[1], image.shape[0]) == size else cv2.resize(image, size))
 
@@ -120,10 +119,10 @@ class TrackOutputs:
             mot.close()
 
     def summary(self, names: tuple[str, ...]) -> str:
-        """'3 sequences, 240 frames, 17 tracks: 12 person, 5 car' (ids per class in class order)."""
+        """'3 sequences, 240 frames, 17 tracks: 12 person, 5 car' (frames tracked; ids per class in class order)."""
         classes = collections.Counter(cls for sequence in self.sequences.values() for cls in sequence.ids.values())
         per_class = ", ".join(f"{classes[index]} {names[index]}" for index in sorted(classes))
-        frames = sum(sequence.frames for sequence in self.sequences.values())
+        frames = sum(sequence.tracked for sequence in self.sequences.values())
         count = len(self.sequences)
         return (f"{count} sequence{'s' if count != 1 else ''}, {frames} frames, {sum(classes.values())} tracks"
                 + (f": {per_class}" if per_class else ""))
