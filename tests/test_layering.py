@@ -110,7 +110,7 @@ FLOORS = {
     "training": 6,
     "evolution": 7, "tracking": 7,
     "cli": 8, "train": 8, "val": 8, "predict": 8, "export": 8, "benchmarks": 8, "doctor": 8, "tools": 8, "hub": 8,
-    "serve": 8,
+    "serve": 8, "track": 8,
 }
 TOP_FLOOR = max(FLOORS.values())
 MAX_MODULE_LINES = 400  # docs/architecture.md, "Floors"

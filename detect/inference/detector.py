@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 
 import cv2
@@ -22,6 +22,8 @@ from detect.inference.media import load_image
 from detect.inference.model import InferenceModel, Weights, load_inference_model
 from detect.inference.predictor import Predictor
 from detect.inference.slicing import SlicedPredictor, SliceSettings
+from detect.inference.tracks.settings import TrackerSettings, as_tracker_settings
+from detect.inference.tracks.streams import StreamTrackers, Tracks
 from detect.inference.tta import augment_model
 
 LOGGER = logging.getLogger(__name__)
@@ -121,6 +123,7 @@ class Detector:
                 raise UserError(f"--slice runs windows of {settings.slicing.size} px: this export is static at "
                                 f"{self.model.fixed_shape}; export it --dynamic, or slice at its size")
             self.sliced = SlicedPredictor(self.predictor, self.backend, settings.slicing, self.model.stride)
+        self.tracking = StreamTrackers(self.names)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -210,6 +213,19 @@ class Detector:
         batch = [self.prepare(array, shape) for array in arrays]
         return self.detections(self.predict_batch(batch), batch)
 
+    def track(self, image: ImageInput, stream: Hashable = 0, tracker: str | Path | TrackerSettings = "bytetrack",
+              frame_rate: float = 30.0, timestamp: float | None = None) -> Tracks:
+        """One frame of `stream` (any key: a camera's name, a file) tracked: its detections (sliced too) fed to that
+        stream's tracker, made at its first frame (`tracker`: a kind, a yaml or settings; inference/tracks/). Frames of
+        a stream come in order; `timestamp` (seconds) tells the tracker how much time passed since the last one
+        (None: one frame at `frame_rate`). reset_tracks(stream) starts it afresh."""
+        array = _as_array(image)
+        state = self.tracking.get(stream, as_tracker_settings(tracker), frame_rate)
+        return state.update(self(array)[0].rows.numpy(), array, timestamp)
+
+    def reset_tracks(self, stream: Hashable | None = None) -> None:
+        """Forget one stream's tracks (its next frame starts ids from 1), or every stream's (None)."""
+        self.tracking.reset(stream)
 
     def _sliced(self, array: np.ndarray) -> Detections:
         """One image's detections by sliced inference (TooManyWindows, in one line, past --max-windows)."""
