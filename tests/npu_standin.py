@@ -319,3 +319,20 @@ def write_broken_torch_npu(folder: Path, message: str) -> Path:
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch_npu\nVersion: 2.14.0\n")
     (info / "entry_points.txt").write_text("[torch.backends]\ntorch_npu = torch_npu:_autoload\n")
     return folder
+
+
+def write_cann_toolkit(folder: Path, version: str, monkeypatch: pytest.MonkeyPatch | None = None,
+                       arch: str = "x86_64") -> Path:
+    """A CANN toolkit folder as its installer lays it out, with the parts torch_npu's CANN package check looks for
+    (opp/, runtime/, compiler/: torch_npu/_init/registry/registry_manager.py) and the toolkit's install record,
+    <arch>-linux/ascend_toolkit_install.info, whose `version=` line is the one CANN's installation guide reads; with
+    `monkeypatch`, ASCEND_HOME_PATH and ASCEND_OPP_PATH point at it as its set_env.sh exports them."""
+    for part in ("opp", "runtime", "compiler", f"{arch}-linux"):
+        (folder / part).mkdir(parents=True, exist_ok=True)
+    (folder / f"{arch}-linux" / "ascend_toolkit_install.info").write_text(
+        f"package_name=Ascend-cann-toolkit\nversion={version}\ninnerversion=V100R001C23SPC001B231\n"
+        f"compatible_version=[V100R001C15],[V100R001C18]\narch={arch}\nos=linux\npath={folder}/{arch}-linux\n")
+    if monkeypatch is not None:
+        monkeypatch.setenv("ASCEND_HOME_PATH", str(folder))
+        monkeypatch.setenv("ASCEND_OPP_PATH", str(folder / "opp"))
+    return folder

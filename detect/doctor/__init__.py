@@ -1,7 +1,7 @@
 """`python -m detect.doctor`: is this machine ready to train? Versions and whether they pair, devices, process-group
 backends and the environment variables that matter, then a verdict with hints. It only reads; no network.
-`--ops [--cfg yolov5s.yaml]`: instead, every op of each phase of training and validation of that model and where an
-Ascend 910B with torch_npu 2.14 runs it (no NPU needed).
+`--ops [--cfg yolov5s.yaml] [--npu-release 2.9]`: instead, every op of each phase of training and validation of that
+model and where an Ascend 910B with that torch_npu runs it (no NPU needed).
 
 Exit code 0: ready (warnings allowed), or with --ops every op runs on the NPU; 1: a problem (FAIL) was found, or with
 --ops some op would run on the CPU; 2: bad flags, or a model yaml that cannot be built.
@@ -47,8 +47,10 @@ class DoctorSettings(Settings):
     """`python -m detect.doctor` reads the machine; --ops reads a model's ops instead."""
 
     ops: bool = option(False, "list every op of each phase of training and validation and where an Ascend 910B "
-                              "with torch-npu 2.14 runs it (exit 1 when some op would run on the CPU)")
+                              "with torch-npu runs it (exit 1 when some op would run on the CPU)")
     cfg: str | None = option(None, "with --ops: the model yaml (a bundled name or a path; default yolov5s.yaml)")
+    npu_release: str | None = option(None, "with --ops: the torch-npu release whose kernel lists to read (2.9 or "
+                                           "2.14; default: the installed one's, else the newest)")
 
 
 parse_args = cli.settings_reader(DoctorSettings, "python -m detect.doctor", __doc__)
@@ -56,12 +58,12 @@ parse_args = cli.settings_reader(DoctorSettings, "python -m detect.doctor", __do
 
 def examine(settings: DoctorSettings) -> int:
     """Print every check and the verdict (with --ops: every op of the model); 1 when a check failed."""
-    if settings.cfg is not None and not settings.ops:
-        raise UserError("--cfg goes with --ops (the model whose ops to list)")
+    if (settings.cfg is not None or settings.npu_release is not None) and not settings.ops:
+        raise UserError("--cfg and --npu-release go with --ops (the model whose ops to list, the lists to read)")
     if settings.ops:
         from detect.doctor import ops  # training code, loaded only for --ops
 
-        return ops.report(settings.cfg or "yolov5s.yaml")
+        return ops.report(settings.cfg or "yolov5s.yaml", settings.npu_release)
     diagnosis = diagnose(os.environ)
     print("\n".join(format_check(check) for check in diagnosis.checks))
     print(verdict(diagnosis))
