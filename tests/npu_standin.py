@@ -42,7 +42,8 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from detect.backend.npu import NpuBackend
 from detect.backend.npu_ops import OpCheck, Verdict, npu_kernels
-from detect.backend.npu_ops.dry_run import HostGradScaler, nms_on_the_host, npu_nms_v4_op
+from detect.backend.npu_ops.dry_run import nms_on_the_host, npu_nms_v4_op
+from tests.npu_scaler_standin import GradScaler
 
 # The op check of each install() in this process that is still active, innermost last (tests/conftest.py leaves them).
 ACTIVE_CHECKS: list[OpCheck] = []
@@ -110,8 +111,6 @@ class NpuConfig:
         super().__setattr__(name, value)
 
 
-# torch_npu.npu.amp.GradScaler's signature and host syncs, scaling on the CPU (docs/torch-npu.md, "AMP and the scaler").
-GradScaler = HostGradScaler
 
 
 class Hf32Flag:
@@ -230,6 +229,7 @@ def make_torch_npu(device_count: int = 1) -> ModuleType:
     module.__version__ = "2.14.0"  # torch_npu/__init__.py re-exports torch_npu.version.__version__
     module.npu_nms_v4 = nms
     module.bf16_supported = True  # what is_bf16_supported() answers; a test may set False
+    module.inf_nan = True  # what npu.utils.is_support_inf_nan() answers: the 910B's INF_NAN mode; False: saturation
     module.npu = SimpleNamespace(
         is_available=record("is_available", True),
         device_count=record("device_count", device_count),
@@ -249,7 +249,8 @@ def make_torch_npu(device_count: int = 1) -> ModuleType:
         # 910B (A2) defaults: conv HF32 on, matmul HF32 off (docs/torch-npu.md, "Compile mode and HF32").
         conv=Hf32Flag(True),
         matmul=Hf32Flag(False),
-        amp=SimpleNamespace(GradScaler=GradScaler),
+        amp=SimpleNamespace(GradScaler=GradScaler),  # tests/npu_scaler_standin.py
+        utils=SimpleNamespace(is_support_inf_nan=lambda: module.inf_nan),
         config=NpuConfig(calls),
     )
     module.profiler = ModuleType("torch_npu.profiler")  # a subpackage: install() registers it in sys.modules

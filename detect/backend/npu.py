@@ -6,8 +6,10 @@ Every torch_npu name used here is checked against the 2.14.0 wheel in docs/torch
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import importlib.util
+import io
 import logging
 from pathlib import Path
 from types import ModuleType
@@ -46,6 +48,53 @@ def import_torch_npu() -> ModuleType:
         message = f"NPU was asked for but torch_npu cannot be imported ({one_line(error)}); {INSTALL_HINT}"
         raise BackendUnavailable(message) from error
     return torch_npu
+
+
+class _LogLines(io.TextIOBase):
+    """A text stream whose lines go to this module's log at DEBUG."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            if line.strip():
+                LOGGER.debug("torch_npu's GradScaler: %s", line.strip())
+        return len(text)
+
+
+@functools.cache
+def logged_scaler(base: type) -> type:
+    """torch_npu's GradScaler class `base`, whose print()s go to the log and whose load_state_dict takes any resumable
+    state (docs/torch-npu.md, "AMP and the scaler"):
+    - it print()s each skipped step and each change of scale (torch_npu/npu/amp/grad_scaler.py L334, L493, L504): a
+      dozen lines through the progress bar in the first steps at init_scale 2**16; the epoch's numerics count them;
+    - its load_state_dict reads a "dynamic" key (L459) that torch's own GradScaler never writes, so the state of a CPU
+      or CUDA last.pt raised KeyError; and it refuses an empty state (L454), which a run without fp16 loss scaling
+      (CPU fp32 or bf16) saves."""
+
+    class LoggedGradScaler(base):
+        def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+            with contextlib.redirect_stdout(_LogLines()):  # only while torch_npu's code runs, on this thread
+                super().unscale_(optimizer)
+
+        def step(self, optimizer: torch.optim.Optimizer, *args, **kwargs):
+            with contextlib.redirect_stdout(_LogLines()):
+                return super().step(optimizer, *args, **kwargs)
+
+        def update(self, new_scale: float | torch.Tensor | None = None) -> None:
+            with contextlib.redirect_stdout(_LogLines()):
+                super().update(new_scale)
+
+        def load_state_dict(self, state_dict: dict) -> None:
+            if self.is_enabled() and not state_dict:
+                LOGGER.info("the checkpoint's run had no fp16 loss scaling: the GradScaler starts at its initial scale")
+                return
+            # our scalers are dynamic (grad_scaler's defaults); torch's state lacks the key
+            super().load_state_dict({"dynamic": getattr(self, "_dynamic", True), **state_dict})
+
+    LoggedGradScaler.__name__ = LoggedGradScaler.__qualname__ = f"Logged{base.__name__}"
+    return LoggedGradScaler
 
 
 def is_available() -> bool:
@@ -139,9 +188,9 @@ class NpuBackend(AcceleratorBackend):
         return self.device.index or 0
 
     def _fp16_scaler(self, **settings: float) -> torch.amp.GradScaler:
-        # torch_npu's own scaler, dynamic by default (docs/torch-npu.md, "AMP and the scaler");
+        # torch_npu's own scaler, dynamic by default (docs/torch-npu.md, "AMP and the scaler"), its prints logged;
         # torch.amp.GradScaler("npu") is unverified.
-        return self.runtime.amp.GradScaler(**settings)
+        return logged_scaler(self.runtime.amp.GradScaler)(**settings)
 
     def profiler(self, trace_dir: Path, schedule: ProfileSchedule) -> contextlib.AbstractContextManager:
         """torch_npu's profiler (docs/torch-npu.md, "Profiler"): host and NPU activity, Level1 with AI Core pipe

@@ -14,12 +14,15 @@ with. PATCH is any of:
   save-due           --save-minutes' clock is always due (as tests/training/test_preemption.py forces it)
   no-better-fitness  the callback puts the best fitness out of reach from the start (best epoch: the first), so
                      --patience fires
+  scaler-log         what torch_npu's GradScaler printed (the NPU backend's log at DEBUG) is written down, with each
+                     epoch's numerics
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import sys
 import time
@@ -38,7 +41,7 @@ from detect.training.resume import TrainingCheckpoint
 RANK = int(os.environ.get("RANK", "0"))
 UNREACHABLE_FITNESS = 2.0  # fitness is a weighted mean of mAPs, at most 1
 RECORD: dict = {"rank": RANK, "calls": [], "writes": [], "callbacks": [], "hooks": [], "profiled": [], "saves": [],
-                "anchors": []}
+                "anchors": [], "scaler_log": [], "numerics": []}
 
 
 def npu_standins_on_the_cpu() -> None:
@@ -84,6 +87,19 @@ def writes_recorded() -> None:
     hooks.save_checkpoint = recorded(hooks.save_checkpoint, 0)
     cv2.imwrite = recorded(cv2.imwrite, 0)
     Figure.savefig = recorded(Figure.savefig, 1)
+
+
+class ScalerLog(logging.Handler):
+    """The NPU backend's log lines (torch_npu's GradScaler prints among them), into RECORD."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        RECORD["scaler_log"].append(record.getMessage())
+
+
+def scaler_logged() -> None:
+    logger = logging.getLogger("detect.backend.npu")
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(ScalerLog())
 
 
 def amp_disagrees() -> None:
@@ -133,6 +149,7 @@ class Witness(Hook):
 
     def after_epoch(self, run, epoch, row) -> None:
         RECORD["hooks"].append(["after_epoch", epoch])
+        RECORD["numerics"].append([epoch, row.get("train/nonfinite_grad_steps"), row.get("amp/loss_scale_last")])
 
     def after_train(self, run, metrics) -> None:
         RECORD["anchors"].append(anchors(run))
@@ -179,6 +196,8 @@ def main(options_path: str, records: str, patches: list[str]) -> int:
             cpu_with_flags(patch.split(":", 1)[1])
     if "save-due" in patches:
         save_always_due()
+    if "scaler-log" in patches:
+        scaler_logged()
     own_hooks = trainer.run_hooks
     trainer.run_hooks = lambda run, profile, callbacks, signals: HookList(
         run, [*own_hooks(run, profile, callbacks, signals).hooks, Witness(records)])
