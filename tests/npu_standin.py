@@ -81,6 +81,21 @@ def _check_nms_contract(boxes: torch.Tensor, scores: torch.Tensor, max_output_si
     _require(isinstance(max_output_size, int) and max_output_size > 0, "max_output_size must be a positive int")
 
 
+# torch_npu 2.14.0's refusal of an acl op under ACL_OP_INIT_MODE=2 (csrc/framework/LazyInitAclops.cpp, LazyInitAclops;
+# the message and its error-code line as NPUException.cpp's formatErrorCode writes them).
+ACL_OPS_OFF = ("Acl op is disabled! Please check the environment variable ACL_OP_INIT_MODE.\n[ERROR] 2026-12-07-10:00:00 "
+               "(PID:1, Device:0, RankID:-1) ERR00007 PTA feature not supported")
+JIT_OFF = ("Jit compile set is disabled! If you want to set, please change the environment variable ACL_OP_INIT_MODE to "
+           "0 or 1.\n[ERROR] 2026-12-07-10:00:00 (PID:1, Device:0, RankID:-1) ERR00007 PTA feature not supported")
+
+
+def acl_op_init_mode() -> int:
+    """ACL_OP_INIT_MODE as torch_npu reads it (OptionsManager::GetAclOpInitMode): 0, 1 or 2 from the environment, else
+    the default, 1 on a 910B with CANN 8.3.RC1 or newer."""
+    value = os.environ.get("ACL_OP_INIT_MODE", "")
+    return int(value) if value in ("0", "1", "2") else 1
+
+
 class StandinOpCheck(OpCheck):
     """OpCheck, plus the refusal of an op that torch_npu's library says takes no tensor in an internal format
     ("Current operator _foreach_norm do not support internal format.": ultralytics #22270 on a 910B, gradient clipping)
@@ -91,9 +106,12 @@ class StandinOpCheck(OpCheck):
         self.module = module
 
     def refusal(self, op: str, found: Verdict, args: tuple, kwargs: dict) -> str | None:
-        base = op.split("::", 1)[1].split(".", 1)[0]
+        name = op.split("::", 1)[1]
+        base = name.split(".", 1)[0]
         if self.module.npu.config.allow_internal_format and base in npu_kernels().refuse_internal_format:
             return f"Current operator {base} do not support internal format. "  # torch_npu's words
+        if self.module.acl_op_init_mode == 2 and self.kernels.acl_op_only(name):
+            return ACL_OPS_OFF  # an op with only a legacy acl_op kernel (op-plugin) under ACL_OP_INIT_MODE=2
         return None
 
 
@@ -230,13 +248,22 @@ def make_torch_npu(device_count: int = 1) -> ModuleType:
     module.npu_nms_v4 = nms
     module.bf16_supported = True  # what is_bf16_supported() answers; a test may set False
     module.inf_nan = True  # what npu.utils.is_support_inf_nan() answers: the 910B's INF_NAN mode; False: saturation
+    module.acl_op_init_mode = acl_op_init_mode()  # 2: the ops with only an acl_op kernel refuse to run
+
+    def set_compile_mode(jit_compile: bool) -> None:
+        calls.append(("set_compile_mode", (), {"jit_compile": jit_compile}))
+        # the jitCompile option's hook refuses a change from the 910B's default (off) in mode 2
+        _require(isinstance(jit_compile, bool), "jit_compile must be a bool")
+        if module.acl_op_init_mode == 2 and jit_compile:
+            raise RuntimeError(JIT_OFF)
+
     module.npu = SimpleNamespace(
         is_available=record("is_available", True),
         device_count=record("device_count", device_count),
         get_device_name=record("get_device_name", "Ascend910B3"),  # torch_npu/npu/__init__.py: get_device_name
         is_bf16_supported=is_bf16_supported,
         set_device=record("set_device"),
-        set_compile_mode=record("set_compile_mode"),
+        set_compile_mode=set_compile_mode,
         manual_seed_all=record("manual_seed_all"),
         get_rng_state=record("get_rng_state", torch.arange(8, dtype=torch.uint8)),
         set_rng_state=record("set_rng_state"),

@@ -11,6 +11,7 @@ import importlib
 import importlib.util
 import io
 import logging
+import os
 from pathlib import Path
 from types import ModuleType
 
@@ -20,7 +21,7 @@ import torch.nn.functional as F
 from detect.backend.base import AcceleratorBackend, BackendUnavailable
 from detect.backend.placement import npu_local_cores
 from detect.backend.profiler import ProfileSchedule
-from detect.errors import one_line
+from detect.errors import UserError, one_line
 
 LOGGER = logging.getLogger(__name__)
 
@@ -31,6 +32,9 @@ INSTALL_HINT = (
 # Candidate counts are padded up to a multiple of this, so npu_nms_v4 sees few shapes
 # (docs/torch-npu.md, "NMS on the NPU").
 NMS_BUCKET = 1024
+# torch_npu's words when ACL_OP_INIT_MODE=2 has turned the legacy acl ops off (libtorch_npu.so, LazyInitAclops and
+# the jitCompile option's hook; docs/torch-npu.md, "First hour").
+ACL_OPS_DISABLED = ("Acl op is disabled!", "Jit compile set is disabled!")
 # npu_nms_v4 drops scores at or below this, which removes the zero-score pad rows. Real scores must be above it:
 # callers pass confidence-filtered scores (YOLOv5's smallest conf_thres is 0.001: docs/yolov5.md, "NMS").
 NMS_SCORE_FLOOR = 1e-6
@@ -95,6 +99,16 @@ def logged_scaler(base: type) -> type:
 
     LoggedGradScaler.__name__ = LoggedGradScaler.__qualname__ = f"Logged{base.__name__}"
     return LoggedGradScaler
+
+
+def acl_ops_disabled(error: BaseException, what: str, instead: str) -> UserError | None:
+    """One line for torch_npu's refusal of a legacy acl op under ACL_OP_INIT_MODE=2 (None for any other error)."""
+    if not any(words in str(error) for words in ACL_OPS_DISABLED):
+        return None
+    mode = os.environ.get("ACL_OP_INIT_MODE")
+    setting = f"ACL_OP_INIT_MODE={mode}" if mode is not None else "ACL_OP_INIT_MODE (unset: 2 on this chip)"
+    return UserError(f"{what} needs torch_npu's acl ops, which {setting} turns off: unset it or set it to 0 or 1, "
+                     f"or {instead}")
 
 
 def is_available() -> bool:
@@ -165,7 +179,13 @@ class NpuBackend(AcceleratorBackend):
         if jit_compile is not None:
             # 910B (A2) defaults to jit_compile=False (binary mode); keep it unless measured
             # (docs/torch-npu.md, "Compile mode and HF32").
-            self.runtime.set_compile_mode(jit_compile=jit_compile)
+            try:
+                self.runtime.set_compile_mode(jit_compile=jit_compile)
+            except RuntimeError as error:
+                refusal = acl_ops_disabled(error, "--npu-jit-compile", "leave --npu-jit-compile out")
+                if refusal is None:
+                    raise
+                raise refusal from None
         if allow_hf32 is not None:
             # A2 defaults: conv HF32 on, matmul off; False gives strict FP32 parity with CPU/GPU
             # (docs/torch-npu.md, "Compile mode and HF32").
@@ -178,7 +198,7 @@ class NpuBackend(AcceleratorBackend):
     def nms_arguments(self) -> dict:
         # Candidate indices found on the device (nonzero), never through numpy: the branch an NPU tensor takes, kept
         # when the backend runs on the host (doctor --ops, the stand-in).
-        return {**super().nms_arguments(), "numpy_where": False}
+        return super().nms_arguments() if self.nms_on_host else {**super().nms_arguments(), "numpy_where": False}
 
     def onnx_provider(self) -> tuple[str, dict, str]:
         # onnxruntime's CANN execution provider, built into the onnxruntime-cann wheel (not in the plain one).
@@ -224,8 +244,14 @@ class NpuBackend(AcceleratorBackend):
         # npu_nms_v4 is deprecated in torch_npu 2.14 (it warns once) yet is the NMS op documented for 910B
         # (docs/torch-npu.md, "NMS on the NPU"); it is called only here, so a successor can replace it in this one
         # method.
-        selected, valid = self.torch_npu.npu_nms_v4(
-            padded_boxes, padded_scores, bucket, iou, floor, pad_to_max_output_size=True
-        )  # fixed-length output (bucket), valid entries first
+        try:
+            selected, valid = self.torch_npu.npu_nms_v4(
+                padded_boxes, padded_scores, bucket, iou, floor, pad_to_max_output_size=True
+            )  # fixed-length output (bucket), valid entries first
+        except RuntimeError as error:  # npu_nms_v4 has only an acl_op kernel (docs/torch-npu.md, "NMS on the NPU")
+            refusal = acl_ops_disabled(error, "NMS on the NPU (npu_nms_v4)", "run NMS on the host: --nms-device cpu")
+            if refusal is None:
+                raise
+            raise refusal from None
         keep = selected[: int(valid)].long()  # int(): one host sync, as in the port's valid.cpu()
         return keep[keep < count]  # belt and braces: a pad row never survives, whatever the op's threshold rule

@@ -234,7 +234,8 @@ def test_a_cpu_run_resumes_on_two_npus_with_torch_npus_scaler_logged(tmp_path, m
     """A CPU run stopped in its second epoch resumes on two NPU stand-ins (fp16 AMP, torch_npu's GradScaler, whose
     state a CPU run leaves empty), at a loss scale so large that every step overflows. In INF_NAN mode torch_npu's
     scaler decides each rank alone (no all-reduce: tests/npu_scaler_standin.py): both ranks skip the same steps, each
-    says so in its log (not through the progress bar), and the numerics line counts them on every rank."""
+    says so in its log (not through the progress bar), and the numerics line counts them on every rank. The job has
+    ACL_OP_INIT_MODE=2 (npu_nms_v4 refused) and --nms-device cpu: its validation suppresses on the host."""
     import signal
 
     from detect import train
@@ -255,8 +256,9 @@ def test_a_cpu_run_resumes_on_two_npus_with_torch_npus_scaler_logged(tmp_path, m
                        "2", "--workers", "0", "--device", "cpu", "--hyp", str(hyp), "--project", str(tmp_path / "runs"),
                        "--noval", "--noplots", "--no-progress"]) == 143
     monkeypatch.undo()
+    monkeypatch.setenv("ACL_OP_INIT_MODE", "2")
     finished = launch({"resume": str(tmp_path / "runs" / "exp"), "device": "npu", "workers": 0, "progress": False,
-                       "cpu_affinity": "none"}, tmp_path / "job", 2, "npu", "scaler-log")
+                       "cpu_affinity": "none", "nms_device": "cpu"}, tmp_path / "job", 2, "npu:warn", "scaler-log")
     skipped = []
     for record in finished.records:
         assert (record["amp"], record["scaler"]) == (True, True), record["rank"]
@@ -266,5 +268,7 @@ def test_a_cpu_run_resumes_on_two_npus_with_torch_npus_scaler_logged(tmp_path, m
     assert skipped[0] == skipped[1] == 1  # the step left of epoch 2, on each rank
     assert "Gradient overflow. Skipping step" not in finished.output.splitlines()  # no bare print
     assert "had no fp16 loss scaling" in finished.output
+    assert finished.main["npu_nms_v4"] == finished.records[1]["npu_nms_v4"] == 0  # validated, NMS on the host
+    assert "mAP50-95" in finished.output
     resumed = TrainingCheckpoint.load(tmp_path / "runs" / "exp" / "weights" / "last.pt")
     assert resumed.counters.epoch == 2 and resumed.scaler["dynamic"] is True
