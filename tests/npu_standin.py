@@ -217,9 +217,9 @@ def profile(*, activities: list | None = None, schedule: Schedule | None = None,
         on_trace_ready=on_trace_ready, record_shapes=record_shapes)
 
 
-def make_torch_npu(device_count: int = 1) -> ModuleType:
-    """A fresh fake torch_npu that sees `device_count` NPUs; `.calls` records (name, args, kwargs) of each npu.* call
-    and of npu_nms_v4."""
+def make_torch_npu(device_count: int = 1, chip: str = "Ascend910B3") -> ModuleType:
+    """A fresh fake torch_npu that sees `device_count` NPUs of SoC `chip` (`module.chip`, a test may change it);
+    `.calls` records (name, args, kwargs) of each npu.* call and of npu_nms_v4."""
     calls: list[tuple[Any, ...]] = []
     module = ModuleType("torch_npu")
     module.__doc__ = "CPU stand-in for torch_npu (tests/npu_standin.py)"
@@ -237,6 +237,15 @@ def make_torch_npu(device_count: int = 1) -> ModuleType:
         _check_nms_contract(boxes, scores, max_output_size, iou_threshold, scores_threshold)
         return npu_nms_v4_op()(boxes, scores, max_output_size, iou_threshold, scores_threshold, **kwargs)
 
+    def get_device_name(device: Any = None) -> str:
+        # torch_npu/npu/__init__.py: an index out of range is an AssertionError; the name is CANN's aclrtGetSocName
+        # (csrc/npu/Module.cpp, GetDeviceName): the chip, as ATC's --soc_version names it
+        index = device.index or 0 if isinstance(device, torch.device) else int(device or 0)
+        if not 0 <= index < device_count:
+            raise AssertionError("Invalid device id")
+        calls.append(("get_device_name", (device,), {}))
+        return module.chip
+
     def is_bf16_supported() -> bool:
         # It initialises the runtime on the current device, so it belongs after set_device
         # (docs/torch-npu.md, "AMP and the scaler").
@@ -246,6 +255,7 @@ def make_torch_npu(device_count: int = 1) -> ModuleType:
 
     module.__version__ = "2.14.0"  # torch_npu/__init__.py re-exports torch_npu.version.__version__
     module.npu_nms_v4 = nms
+    module.chip = chip
     module.bf16_supported = True  # what is_bf16_supported() answers; a test may set False
     module.inf_nan = True  # what npu.utils.is_support_inf_nan() answers: the 910B's INF_NAN mode; False: saturation
     module.acl_op_init_mode = acl_op_init_mode()  # 2: the ops with only an acl_op kernel refuse to run
@@ -260,7 +270,7 @@ def make_torch_npu(device_count: int = 1) -> ModuleType:
     module.npu = SimpleNamespace(
         is_available=record("is_available", True),
         device_count=record("device_count", device_count),
-        get_device_name=record("get_device_name", "Ascend910B3"),  # torch_npu/npu/__init__.py: get_device_name
+        get_device_name=get_device_name,
         is_bf16_supported=is_bf16_supported,
         set_device=record("set_device"),
         set_compile_mode=set_compile_mode,

@@ -9,8 +9,9 @@ from detect.backend.base import Backend, BackendUnavailable, MemoryStats
 from detect.backend.cpu import host_memory_stats
 from detect.errors import UserError
 
-__all__ = ["NMS_DEVICES", "NMS_DEVICE_HELP", "NPU_ALLOW_HF32_HELP", "NPU_JIT_COMPILE_HELP", "SPEC_HELP", "Backend", "BackendUnavailable", "DeviceRequest", "MemoryStats", "host_memory_stats",
-           "parse_devices", "parse_spec", "select"]
+__all__ = ["NMS_DEVICES", "NMS_DEVICE_HELP", "NPU_ALLOW_HF32_HELP", "NPU_JIT_COMPILE_HELP", "SPEC_HELP", "Backend",
+           "BackendUnavailable", "DeviceRequest", "MemoryStats", "ascend_chip", "host_memory_stats", "parse_devices",
+           "parse_spec", "select"]
 
 SPEC_HELP = ("auto (npu > cuda > cpu), cpu, cuda, cuda:N, npu, npu:N, or as yolov5 writes it: 0 or 0,1,2,3 "
              "(accelerator indices: the NPUs when torch_npu works, else the CUDA GPUs)")
@@ -75,6 +76,16 @@ def accelerator_kind() -> str:
         return "cuda"
     raise BackendUnavailable("--device with an index names an accelerator, but this machine has neither a working "
                              "NPU (torch_npu) nor a CUDA GPU; use --device cpu")
+
+
+def ascend_chip(spec: str = "npu:0") -> str | None:
+    """The chip (SoC) name of the Ascend NPU `spec` names (its index; npu:0 for any other spec), e.g. "Ascend910B3", or
+    None where there is no NPU to ask."""
+    request = parse_devices(spec)
+    index = request.indices[0] if request.kind in ("npu", "accelerator") else 0
+    from detect.backend import npu
+
+    return npu.chip_name(index)
 
 
 def select(

@@ -123,6 +123,23 @@ def is_available() -> bool:
         return False
 
 
+def chip_name(index: int = 0) -> str | None:
+    """The chip (SoC) of NPU `index` as CANN names it, e.g. "Ascend910B3": torch_npu's get_device_name is CANN's
+    aclrtGetSocName (torch_npu/npu/__init__.py, csrc/npu/Module.cpp GetDeviceName), the name ATC's --soc_version takes
+    and an .om is compiled for (docs/torch-npu.md, "First hour"); None where torch_npu does not import or sees no such
+    NPU."""
+    if importlib.util.find_spec("torch_npu") is None:
+        return None
+    try:
+        runtime = import_torch_npu().npu
+        if not runtime.is_available() or index >= runtime.device_count():
+            return None
+        return str(runtime.get_device_name(index))
+    except Exception as error:  # noqa: BLE001 (a broken install reads as "no NPU here"; the caller says what to give)
+        LOGGER.debug("no chip name from torch_npu: %s", one_line(error))
+        return None
+
+
 class NpuBackend(AcceleratorBackend):
     """One Ascend NPU, npu:index. `device` overrides the torch.device and `torch_npu` the package (doctor --ops and the
     tests run it on the host: detect/backend/npu_ops/dry_run.py, tests/npu_standin.py)."""

@@ -35,7 +35,8 @@ def _infer_session():
     return InferSession
 
 
-def _metadata(path: Path) -> ExportInfo:
+def _metadata(path: Path) -> tuple[ExportInfo, str | None]:
+    """The .om's export metadata and the chip it was compiled for, from <stem>.om.json."""
     sidecar = path.with_suffix(METADATA_SUFFIX)
     if not sidecar.is_file():
         raise UserError(f"{path}: its metadata {sidecar.name} is missing (python -m detect.export --include om "
@@ -44,7 +45,16 @@ def _metadata(path: Path) -> ExportInfo:
         values = json.loads(sidecar.read_text())
     except (OSError, ValueError) as error:
         raise UserError(f"{sidecar}: not readable JSON ({error})") from None
-    return ExportInfo.from_values(values, path)
+    return ExportInfo.from_values(values, path), values.get("soc_version")
+
+
+def _check_chip(path: Path, compiled_for: str | None, backend: Backend) -> None:
+    """An .om runs on the chip ATC compiled it for: one named in its .om.json that is not this NPU's is refused
+    (docs/torch-npu.md, "First hour")."""
+    chip = backend.device_name()
+    if compiled_for and compiled_for != chip:
+        raise UserError(f"{path} was compiled for {compiled_for} (its {METADATA_SUFFIX}) but {backend.device} is "
+                        f"{chip}: export it again with --soc-version {chip}")
 
 
 class OmInference(ExportedModel):
@@ -56,7 +66,8 @@ class OmInference(ExportedModel):
     def __init__(self, path: str | Path, backend: Backend) -> None:
         self.path = existing_file(path, "OM")
         device_id = backend.offline_model_device()
-        info = _metadata(self.path)
+        info, compiled_for = _metadata(self.path)
+        _check_chip(self.path, compiled_for, backend)
         self.session = _infer_session()(device_id, str(self.path))
         graph_input = self.session.get_inputs()[0]
         dtype = ACL_DTYPES.get(int(graph_input.datatype))
