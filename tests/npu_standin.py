@@ -31,6 +31,7 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -43,6 +44,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from detect.backend.npu import NpuBackend
 from detect.backend.npu_ops import OpCheck, Verdict, npu_kernels
 from detect.backend.npu_ops.dry_run import nms_on_the_host, npu_nms_v4_op
+from tests import acl_standin
 from tests.npu_scaler_standin import GradScaler
 
 # The op check of each install() in this process that is still active, innermost last (tests/conftest.py leaves them).
@@ -112,6 +114,10 @@ class StandinOpCheck(OpCheck):
             return f"Current operator {base} do not support internal format. "  # torch_npu's words
         if self.module.acl_op_init_mode == 2 and self.kernels.acl_op_only(name):
             return ACL_OPS_OFF  # an op with only a legacy acl_op kernel (op-plugin) under ACL_OP_INIT_MODE=2
+        own = self.module.thread_context()
+        if own is not None and acl_standin.runtime().current != own:
+            return (f"torch_npu stand-in: {op} ran while {acl_standin.runtime().current} is current on this thread, "
+                    f"not torch_npu's ({own}); nothing documents that torch_npu's ops run then (tests/acl_standin.py)")
         return None
 
 
@@ -217,6 +223,44 @@ def profile(*, activities: list | None = None, schedule: Schedule | None = None,
         on_trace_ready=on_trace_ready, record_shapes=record_shapes)
 
 
+def _index(device: Any) -> int:
+    """A device's index as torch_npu takes one: an int, or a torch.device ("npu:3"; no index: 0)."""
+    return device.index or 0 if isinstance(device, torch.device) else int(device or 0)
+
+
+class Devices:
+    """torch_npu.npu's device calls: set_device (aclrtSetDevice once per thread and device: SetDevice returns early for
+    the thread's cached device, csrc/core/npu/NPUFunctions.cpp, so it does not make its context current again) and
+    get_device_name (CANN's aclrtGetSocName: the chip, as ATC's --soc_version names it; csrc/npu/Module.cpp
+    GetDeviceName; an index out of range is an AssertionError, torch_npu/npu/__init__.py). A fresh one starts a
+    fresh process's ACL state (tests/acl_standin.py)."""
+
+    def __init__(self, module: ModuleType, calls: list, count: int) -> None:
+        self.module, self.calls, self.count = module, calls, count
+        self.local = threading.local()  # torch_npu's thread_local `local_device`
+        acl_standin.reset()
+
+    def set_device(self, device: Any) -> None:
+        self.calls.append(("set_device", (device,), {}))
+        index = _index(device)
+        if getattr(self.local, "device", None) == index:
+            return
+        acl_standin.runtime().init()
+        acl_standin.runtime().context("torch_npu", index)  # the device's default context, current on this thread
+        self.local.device = index
+
+    def thread_context(self) -> str | None:
+        """torch_npu's context of this thread's device, None before set_device on this thread."""
+        index = getattr(self.local, "device", None)
+        return None if index is None else acl_standin.runtime().contexts[("torch_npu", index)]
+
+    def get_device_name(self, device: Any = None) -> str:
+        if not 0 <= _index(device) < self.count:
+            raise AssertionError("Invalid device id")
+        self.calls.append(("get_device_name", (device,), {}))
+        return self.module.chip
+
+
 def make_torch_npu(device_count: int = 1, chip: str = "Ascend910B3") -> ModuleType:
     """A fresh fake torch_npu that sees `device_count` NPUs of SoC `chip` (`module.chip`, a test may change it);
     `.calls` records (name, args, kwargs) of each npu.* call and of npu_nms_v4."""
@@ -237,14 +281,7 @@ def make_torch_npu(device_count: int = 1, chip: str = "Ascend910B3") -> ModuleTy
         _check_nms_contract(boxes, scores, max_output_size, iou_threshold, scores_threshold)
         return npu_nms_v4_op()(boxes, scores, max_output_size, iou_threshold, scores_threshold, **kwargs)
 
-    def get_device_name(device: Any = None) -> str:
-        # torch_npu/npu/__init__.py: an index out of range is an AssertionError; the name is CANN's aclrtGetSocName
-        # (csrc/npu/Module.cpp, GetDeviceName): the chip, as ATC's --soc_version names it
-        index = device.index or 0 if isinstance(device, torch.device) else int(device or 0)
-        if not 0 <= index < device_count:
-            raise AssertionError("Invalid device id")
-        calls.append(("get_device_name", (device,), {}))
-        return module.chip
+    devices = Devices(module, calls, device_count)
 
     def is_bf16_supported() -> bool:
         # It initialises the runtime on the current device, so it belongs after set_device
@@ -256,6 +293,7 @@ def make_torch_npu(device_count: int = 1, chip: str = "Ascend910B3") -> ModuleTy
     module.__version__ = "2.14.0"  # torch_npu/__init__.py re-exports torch_npu.version.__version__
     module.npu_nms_v4 = nms
     module.chip = chip
+    module.thread_context = devices.thread_context
     module.bf16_supported = True  # what is_bf16_supported() answers; a test may set False
     module.inf_nan = True  # what npu.utils.is_support_inf_nan() answers: the 910B's INF_NAN mode; False: saturation
     module.acl_op_init_mode = acl_op_init_mode()  # 2: the ops with only an acl_op kernel refuse to run
@@ -270,9 +308,9 @@ def make_torch_npu(device_count: int = 1, chip: str = "Ascend910B3") -> ModuleTy
     module.npu = SimpleNamespace(
         is_available=record("is_available", True),
         device_count=record("device_count", device_count),
-        get_device_name=get_device_name,
+        get_device_name=devices.get_device_name,
         is_bf16_supported=is_bf16_supported,
-        set_device=record("set_device"),
+        set_device=devices.set_device,
         set_compile_mode=set_compile_mode,
         manual_seed_all=record("manual_seed_all"),
         get_rng_state=record("get_rng_state", torch.arange(8, dtype=torch.uint8)),
