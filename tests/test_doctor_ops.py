@@ -103,3 +103,13 @@ def test_the_lists_of_another_release_are_named(monkeypatch, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("ops of yolov5n.yaml on an Ascend NPU with torch_npu 2.9.0 (")
     assert "op-plugin v2.9 (517f2e7d0f20)" in op_line(lines, "npu::npu_nms_v4", "NMS")
+
+
+def test_torch_npu_2_9_lacks_the_losss_scatter_reduce(monkeypatch, capsys):
+    """What the 2.9.0 lists show (docs/torch-npu.md, "Versions"): the loss's scatter_reduce amax has no NPU kernel in
+    that wheel, so it would run on the CPU; 2.14.0 has one."""
+    monkeypatch.setattr(kernels, "installed_version", lambda: None)
+    assert doctor.main(["--ops", "--cfg", "yolov5n.yaml", "--npu-release", "2.9"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == ("verdict: NOT ON THE NPU: 1 op(s) would run on the CPU (torch-npu's fallback): "
+                         "aten::scatter_reduce.two_out (loss with target assignment: DetectionLoss)")
