@@ -120,3 +120,17 @@ def test_doctor_says_when_the_devices_nms_cannot_run(on_the_standin, weights, tm
     assert lines == [("NMS on cpu cannot run: NMS on the NPU (npu_nms_v4) needs torch_npu's acl ops, which "
                       "ACL_OP_INIT_MODE (unset: 2 on this chip) turns off: unset it or set it to 0 or 1, or run NMS "
                       "on the host: --nms-device cpu"), "verdict: use --nms-device cpu"]
+
+
+def test_val_and_predict_suppress_on_the_host_when_asked(on_the_standin, weights, tmp_path):
+    data = tiny_dataset(tmp_path / "data")
+    common = {"weights": str(weights), "imgsz": 64, "device": "npu:0", "nms_device": "cpu"}
+    run = val.run(**common, data=str(data), batch_size=4, workers=0, conf_thres=0.001, project=str(tmp_path / "val"),
+                  progress=False)
+    saved = predict.run(weights=str(weights), source=str(data.parent / "images" / "train"), imgsz=[64], device="npu:0",
+                        nms_device="cpu", conf_thres=0.001, project=str(tmp_path / "predict"))
+    assert run.metrics is not None and len(list(saved.glob("*.png"))) == 8
+    assert "npu_nms_v4" not in call_names(on_the_standin)  # every NMS ran on the host
+    val.run(**{**common, "nms_device": "device"}, data=str(data), batch_size=4, workers=0, conf_thres=0.001,
+            project=str(tmp_path / "val"), progress=False)
+    assert "npu_nms_v4" in call_names(on_the_standin)  # and the default is the device's
