@@ -135,7 +135,7 @@ def npu_checks(environ: Mapping[str, str]) -> tuple[list[Check], Accelerator | N
 def op_lists_check(version: str) -> Check:
     """Which torch_npu release the kernel lists of `doctor --ops` describe, against the installed one."""
     described = lists_for(version)
-    if _minor(described) == _minor(version):
+    if re.match(r"\d+\.\d+", version) and _minor(described) == _minor(version):
         return Check("NPU op lists", OK, f"torch_npu {described}'s (python -m detect.doctor --ops)")
     return Check("NPU op lists", WARN, f"none for torch_npu {version}: python -m detect.doctor --ops describes "
                                        f"torch_npu {described}", 'pip install "detect-trainer[npu]" pins the '
