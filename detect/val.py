@@ -58,6 +58,7 @@ class ValSettings(SlicingFlags):
     iou_thres: float = option(EvalSettings.iou_threshold, "NMS IoU threshold", bound=UNIT)
     max_det: int = option(EvalSettings.max_det, "maximum detections per image", bound=POSITIVE)
     device: str = option("auto", backends.SPEC_HELP)
+    nms_device: str = option("device", backends.NMS_DEVICE_HELP, choices=backends.NMS_DEVICES)
     workers: int | None = option(None, "data loader workers (default: by CPU count)", bound=NON_NEGATIVE)
     cache_dir: str | None = option(None, CACHE_DIR_HELP)
     max_pixels: int = option(DEFAULT_MAX_PIXELS, MAX_PIXELS_HELP, bound=MAX_PIXELS)
@@ -115,7 +116,7 @@ def run_tasks(settings: ValSettings) -> list[Any]:
 def _prepare(settings: ValSettings, weights: str | tuple[str, ...],
              imgsz: int) -> tuple[backends.Backend, Predict, Loader]:
     """The backend, the model's predict and the loader of the split --task names (val for speed and study)."""
-    backend = backends.select(settings.device, amp=False)
+    backend = backends.select(settings.device, amp=False, nms_device=settings.nms_device)
     backend.set_device()
     split = settings.task if settings.task in SPLITS else "val"
     scored = ScoredSplit(settings.data, split, settings.cache_dir, ImageBounds(settings.max_pixels, settings.max_boxes))

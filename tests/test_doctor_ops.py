@@ -9,6 +9,7 @@ import torch
 import yaml
 
 from detect import doctor
+from detect.backend.npu_ops import kernels
 from detect.doctor import ops
 from detect.doctor.phases import record_phases
 from detect.models import build_model
@@ -75,7 +76,8 @@ def test_a_yaml_that_cannot_be_built_is_one_line(tmp_path, capsys):
 
 def test_cfg_without_ops_is_refused(capsys):
     assert doctor.main(["--cfg", "yolov5s.yaml"]) == 2
-    assert capsys.readouterr().err.strip() == "error: --cfg goes with --ops (the model whose ops to list)"
+    assert capsys.readouterr().err.strip() == ("error: --cfg and --npu-release go with --ops (the model whose ops to list, "
+                                               "the lists to read)")
 
 
 @pytest.mark.slow
@@ -88,3 +90,26 @@ def test_each_yolov5_yaml_trains_and_validates_on_npu_kernels(tmp_path, name):
     assert [phase.name for phase in phases][:4] == PHASES[:4] and phases[-1].name == "NMS"
     assert not [(phase.name, use.op) for phase in phases for use in phase.uncovered]
     assert any(use.op == "npu::npu_nms_v4" for use in phases[-1].ops.values())
+
+
+def test_the_lists_of_another_release_are_named(monkeypatch, capsys):
+    monkeypatch.setattr(kernels, "installed_version", lambda: "2.12.0")  # a release without lists of its own
+    doctor.main(["--ops", "--cfg", "yolov5n.yaml"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "torch_npu 2.12.0 is installed; these lists describe torch_npu 2.14.0"
+    assert lines[1].startswith("ops of yolov5n.yaml on an Ascend NPU with torch_npu 2.14.0 ")
+    monkeypatch.setattr(kernels, "installed_version", lambda: None)
+    doctor.main(["--ops", "--cfg", "yolov5n.yaml", "--npu-release", "2.9"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("ops of yolov5n.yaml on an Ascend NPU with torch_npu 2.9.0 (")
+    assert "op-plugin v2.9 (517f2e7d0f20)" in op_line(lines, "npu::npu_nms_v4", "NMS")
+
+
+def test_torch_npu_2_9_lacks_the_losss_scatter_reduce(monkeypatch, capsys):
+    """What the 2.9.0 lists show (docs/torch-npu.md, "Versions"): the loss's scatter_reduce amax has no NPU kernel in
+    that wheel, so it would run on the CPU; 2.14.0 has one."""
+    monkeypatch.setattr(kernels, "installed_version", lambda: None)
+    assert doctor.main(["--ops", "--cfg", "yolov5n.yaml", "--npu-release", "2.9"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == ("verdict: NOT ON THE NPU: 1 op(s) would run on the CPU (torch-npu's fallback): "
+                         "aten::scatter_reduce.two_out (loss with target assignment: DetectionLoss)")

@@ -77,6 +77,8 @@ class Backend:
     # Whether data-dependent shapes cost nothing here (no graph to compile again, no queue that a host sync drains):
     # the training loss then scores the matched candidates only (DetectionLoss.matched_only).
     dynamic_shapes: ClassVar[bool] = False
+    # --nms-device cpu: NMS runs on the host (the decoded rows copied there, torchvision's kernel), whatever the device.
+    nms_on_host: bool = False
 
     def __init__(self, device: torch.device, *, amp: bool | None = None, amp_dtype: str | None = None) -> None:
         self.device = device
@@ -219,8 +221,15 @@ class Backend:
         return 1
 
     def nms_arguments(self) -> dict:
-        """This backend's keyword arguments to ops.nms.non_max_suppression: its kernel, whole-batch mode, threads."""
+        """This backend's keyword arguments to ops.nms.non_max_suppression: its kernel, whole-batch mode, threads (with
+        nms_on_host: torchvision's kernel, a call per image and class group, on one thread)."""
+        if self.nms_on_host:
+            return {"nms": _torchvision_nms(), "whole_batch": False, "threads": 1}
         return {"nms": self.nms, "whole_batch": self.nms_whole_batch, "threads": self.nms_threads}
+
+    def nms_input(self, prediction: torch.Tensor) -> torch.Tensor:
+        """The decoded rows where this backend's NMS runs: on the host with nms_on_host, else where they are."""
+        return prediction.cpu() if self.nms_on_host else prediction
 
     def local_cores(self, index: int) -> set[int] | None:
         """The host cores NUMA-local to this kind's device `index`, where the topology says (placement.py)."""

@@ -1,6 +1,6 @@
 """The ops each phase of training and validation runs on an Ascend NPU, recorded on the host: the NPU backend run dry
 (detect/backend/npu_ops/dry_run.py: its own code paths, tensors on the CPU) under OpCheck, which sorts every op by
-where torch_npu 2.14 runs it; each op with the layers it came from (a module tracker follows forward and backward)."""
+where the chosen torch_npu runs it; each op with the layers it came from (a module tracker follows forward and backward)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from torch import nn
 from torch.utils.module_tracker import ModuleTracker
 
 from detect.backend import Backend
-from detect.backend.npu_ops import OpCheck, OpEvent, Verdict
+from detect.backend.npu_ops import NpuKernels, OpCheck, OpEvent, Verdict
 from detect.backend.npu_ops.dry_run import dry_run_backend
 from detect.config import load_hyp
 from detect.data.batch import Batch, Sample, collate
@@ -63,8 +63,9 @@ class Recorder:
     """Sorts the ops run inside `phase(name)` blocks by phase, naming each op's layer ("model.24 (Detect)"); a context
     manager around all the phases."""
 
-    def __init__(self, *roots: nn.Module, naming: bool = True) -> None:
+    def __init__(self, *roots: nn.Module, naming: bool = True, kernels: NpuKernels | None = None) -> None:
         self.naming = naming  # name each op's layer (False: every op is the phase's own)
+        self.kernels = kernels  # the torch_npu release's lists to sort by (None: the newest)
         self.phases: list[PhaseOps] = []
         self.tracker = ModuleTracker()
         self.layers: dict[str, str] = {}
@@ -111,7 +112,7 @@ class Recorder:
         self._current = PhaseOps(name)
         self.phases.append(self._current)
         try:
-            with OpCheck(self.add, fallback="run"):
+            with OpCheck(self.add, fallback="run", kernels=self.kernels):
                 yield
         finally:
             self._current = None
@@ -213,15 +214,16 @@ def record_ddp(recorder: Recorder, model: DetectionModel, backend: Backend, imgs
 
 def record_phases(model: DetectionModel, imgsz: int | None = None, batch_size: int = 2,
                   optimizers: tuple[str, ...] = OPTIMIZERS, validation: bool = True, ddp: bool = True,
-                  layers: bool = True) -> list[PhaseOps]:
+                  layers: bool = True, kernels: NpuKernels | None = None) -> list[PhaseOps]:
     """Every phase's ops for `model` (trained in place a step; give a copy to keep it) at `imgsz` (default: twice its
     largest stride), in fp16 autocast with torch_npu's GradScaler, as training on a 910B runs; `layers`: name the
-    layers each op came from (hooks on every layer and tensor: the recording's slowest part)."""
+    layers each op came from (hooks on every layer and tensor: the recording's slowest part); `kernels`: the lists of
+    the torch_npu release to sort by (default: the newest)."""
     imgsz = imgsz or 2 * model.max_stride
     backend = dry_run_backend()
     model = model.float().train()
     ema = ModelEMA(model)  # copied before the recorder hooks the model's layers
-    with Recorder(model, naming=layers) as recorder:
+    with Recorder(model, naming=layers, kernels=kernels) as recorder:
         record_training(recorder, model, ema, backend, imgsz, batch_size, optimizers)
         if validation:
             record_validation(recorder, ema, backend, imgsz, batch_size)

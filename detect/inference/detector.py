@@ -42,6 +42,7 @@ class PredictSettings:
     agnostic: bool = False  # NMS across classes
     multi_label: bool = False  # each box once per class above conf_threshold, as validation; off in yolov5's detect
     slicing: SliceSettings | None = None  # windows of the full-resolution image instead of it fitted into imgsz
+    nms_device: str = "device"  # "cpu": NMS on the host (backends.NMS_DEVICE_HELP)
 
     def __post_init__(self) -> None:
         if not all(IMAGE_SIZE.accept(side) for side in self.imgsz):
@@ -105,7 +106,7 @@ class Detector:
 
     def __init__(self, weights: Weights, device: str = "auto",
                  settings: PredictSettings = PredictSettings(), half: bool = False, augment: bool = False) -> None:
-        self.backend = backends.select(device, amp=False)
+        self.backend = backends.select(device, amp=False, nms_device=settings.nms_device)
         if half and self.backend.device.type == "cpu":
             LOGGER.warning("--half: fp16 needs an accelerator; predicting in fp32 on the CPU (as yolov5 does)")
             half = False

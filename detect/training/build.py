@@ -85,7 +85,7 @@ def select_backend(settings: TrainSettings, context: DistContext) -> backends.Ba
             kind = backends.select(kind, amp=False).name if kind == "auto" else kind
             spec = kind if kind == "cpu" else f"{kind}:{context.local_rank}"
     return backends.select(spec, amp=settings.amp, npu_jit_compile=settings.npu_jit_compile,
-                           npu_allow_hf32=settings.npu_allow_hf32)
+                           npu_allow_hf32=settings.npu_allow_hf32, nms_device=settings.nms_device)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -146,7 +147,7 @@ class EpochStats:
     learning_rates: tuple[float, ...]
     nonfinite_steps: int  # batches skipped for a non-finite loss
     problems: tuple[str, ...]
-    nonfinite_grad_steps: int = 0  # optimizer steps whose gradients were not finite (the GradScaler skips them)
+    nonfinite_grad_steps: int = 0  # optimizer steps whose gradients were not finite or that the GradScaler skipped
     grad_norm_mean: float | None = None  # of the finite gradient norms before clipping
     grad_norm_max: float | None = None
     loss_scale_min: float | None = None  # the GradScaler's scale after each step (None: no loss scaling)
@@ -187,11 +188,17 @@ def optimizer_step(train_model: nn.Module, optimizer: torch.optim.Optimizer, sca
                    ema: ModelEMA | None) -> torch.Tensor:
     """unscale -> clip at 10 -> step -> update the scale -> zero grads -> EMA
     (docs/yolov5.md, "Step order and gradient clip"); returns the gradients' total norm before clipping (a device
-    tensor)."""
+    tensor; inf for a step the scaler skipped)."""
     scaler.unscale_(optimizer)
     grad_norm = nn.utils.clip_grad_norm_(train_model.parameters(), max_norm=MAX_GRAD_NORM)
+    # A step the scaler skipped counts as non-finite whatever the norm says: an overflow in a 910B's saturation mode
+    # leaves finite gradients, and in INF_NAN mode torch_npu's scaler decides per rank (docs/torch-npu.md, "AMP and
+    # the scaler"). Its scale drops exactly then; a copy, since torch_npu's scaler scales in place.
+    scale = scaler._get_scale_async().clone() if scaler.is_enabled() else None
     scaler.step(optimizer)
     scaler.update()
+    if scale is not None:
+        grad_norm = torch.where(scaler._get_scale_async() < scale, math.inf, grad_norm)
     optimizer.zero_grad(set_to_none=True)
     if ema is not None:
         ema.update(train_model)

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from detect.backend import NPU_ALLOW_HF32_HELP, NPU_JIT_COMPILE_HELP, SPEC_HELP
+from detect.backend import NMS_DEVICE_HELP, NMS_DEVICES, NPU_ALLOW_HF32_HELP, NPU_JIT_COMPILE_HELP, SPEC_HELP
 from detect.backend.placement import AFFINITY_HELP, check_affinity
 from detect.config import MAX_IMGSZ, NON_NEGATIVE, POSITIVE, Bound, Settings, option, options_from_dict
 from detect.data.images.cache import CACHE_CHOICES
@@ -85,6 +85,8 @@ class TrainSettings(Settings):
                                          "or AVX512-BF16; else off)")
     npu_jit_compile: bool | None = option(None, NPU_JIT_COMPILE_HELP)
     npu_allow_hf32: bool | None = option(None, NPU_ALLOW_HF32_HELP)
+    nms_device: str = option("device", NMS_DEVICE_HELP + "; for the validation during training",
+                             choices=NMS_DEVICES, again_on_resume=True)
     cpu_affinity: str = option("auto", AFFINITY_HELP, again_on_resume=True)
     dist_timeout: float = option(1800.0, "seconds any collective may wait (torchrun jobs)", bound=POSITIVE_SECONDS)
     progress: bool = option(True, "progress bars (--no-progress: one line per epoch only)", flags=("--no-progress",),

@@ -250,4 +250,4 @@ def test_each_rank_takes_its_local_device_with_the_npu_switches(monkeypatch, dev
     monkeypatch.setattr(build_module.backends, "select", lambda spec, **options: calls.append((spec, options)))
     settings = TrainSettings(cfg="yolov5n.yaml", device=device, amp=False, npu_allow_hf32=True)
     select_backend(settings, context)
-    assert calls == [(spec, {"amp": False, "npu_jit_compile": None, "npu_allow_hf32": True})]
+    assert calls == [(spec, {"amp": False, "npu_jit_compile": None, "npu_allow_hf32": True, "nms_device": "device"})]

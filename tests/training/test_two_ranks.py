@@ -228,3 +228,47 @@ def test_a_cpu_without_bf16_units_trains_fp32_unchecked_on_every_rank(runs):
         assert "check_amp" not in finished.main["calls"]
         assert finished.output.count("precision: fp32 (the CPU has no bf16 unit (AMX-BF16 or AVX512-BF16); "
                                      "--amp for bf16 autocast)") == 1
+
+
+def test_a_cpu_run_resumes_on_two_npus_with_torch_npus_scaler_logged(tmp_path, monkeypatch):
+    """A CPU run stopped in its second epoch resumes on two NPU stand-ins (fp16 AMP, torch_npu's GradScaler, whose
+    state a CPU run leaves empty), at a loss scale so large that every step overflows. In INF_NAN mode torch_npu's
+    scaler decides each rank alone (no all-reduce: tests/npu_scaler_standin.py): both ranks skip the same steps, each
+    says so in its log (not through the progress bar), and the numerics line counts them on every rank. The job has
+    ACL_OP_INIT_MODE=2 (npu_nms_v4 refused) and --nms-device cpu: its validation suppresses on the host."""
+    import signal
+
+    from detect import train
+    from detect.training import hooks
+
+    hyp = tmp_path / "hyp.yaml"
+    hyp.write_text("amp_init_scale: 3.0e+38\n")  # the first fp16 steps overflow at any loss above 1.2
+    steps = []
+
+    def stop_at_the_third_step(self, run, index, batch) -> None:
+        steps.append(index)
+        if len(steps) >= 3:
+            run.control.stop_signal = signal.SIGTERM
+
+    monkeypatch.setattr(hooks.SignalStop, "before_step", stop_at_the_third_step)
+    data = tiny_dataset(tmp_path / "data")  # 2 steps an epoch: stopped at the start of epoch 2's second
+    assert train.main(["--cfg", "yolov5n.yaml", "--data", str(data), "--imgsz", "64", "--batch-size", "4", "--epochs",
+                       "2", "--workers", "0", "--device", "cpu", "--hyp", str(hyp), "--project", str(tmp_path / "runs"),
+                       "--noval", "--noplots", "--no-progress"]) == 143
+    monkeypatch.undo()
+    monkeypatch.setenv("ACL_OP_INIT_MODE", "2")
+    finished = launch({"resume": str(tmp_path / "runs" / "exp"), "device": "npu", "workers": 0, "progress": False,
+                       "cpu_affinity": "none", "nms_device": "cpu"}, tmp_path / "job", 2, "npu:warn", "scaler-log")
+    skipped = []
+    for record in finished.records:
+        assert (record["amp"], record["scaler"]) == (True, True), record["rank"]
+        lines = [line for line in record["scaler_log"] if line.startswith("torch_npu's GradScaler: ")]
+        skipped.append(lines.count("torch_npu's GradScaler: Gradient overflow. Skipping step"))
+        assert record["numerics"][-1][:2] == [1, skipped[-1]], record  # epoch 2 (index 1): every skip counted
+    assert skipped[0] == skipped[1] == 1  # the step left of epoch 2, on each rank
+    assert "Gradient overflow. Skipping step" not in finished.output.splitlines()  # no bare print
+    assert "had no fp16 loss scaling" in finished.output
+    assert finished.main["npu_nms_v4"] == finished.records[1]["npu_nms_v4"] == 0  # validated, NMS on the host
+    assert "mAP50-95" in finished.output
+    resumed = TrainingCheckpoint.load(tmp_path / "runs" / "exp" / "weights" / "last.pt")
+    assert resumed.counters.epoch == 2 and resumed.scaler["dynamic"] is True
