@@ -17,7 +17,7 @@ from detect.config import MAX_IMGSZ, NON_NEGATIVE, POSITIVE, Bound, Settings, op
 from detect.data.images.cache import CACHE_CHOICES
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS, MAX_PIXELS_HELP
 from detect.data.labels.check import DEFAULT_MAX_BOXES, MAX_BOXES, MAX_BOXES_HELP
-from detect.data.storage.places import CACHE_DIR_HELP
+from detect.data.storage.cache_places import CACHE_DIR_HELP
 from detect.data.tiles.windows import DEFAULT_MAX_WINDOWS, MAX_WINDOWS_HELP, OVERLAP, TileSettings
 from detect.errors import UserError
 from detect.run_dir import check_run_folder

@@ -16,5 +16,5 @@ def test_validation_of_a_bucket_split_returns_to_a_module_at_most_the_measured_t
     yaml.write_text(data.read_text().replace(f"path: {data.parent}", "path: s3://traced/tiny"))
     assert "s3://traced/tiny" in yaml.read_text()
     returns, walk = traced_returns(tmp_path, "--data", str(yaml), environ=dict(os.environ))
-    assert returns <= MAX_RETURNS["bucket"] and "data/remote/bucket.py" in walk, walk
+    assert returns <= MAX_RETURNS["bucket"] and "data/storage/bucket.py" in walk, walk
     assert s3_environ.gets("traced", "tiny/images/") == 8  # the split was read from the bucket, each image once
