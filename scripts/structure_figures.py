@@ -1,7 +1,7 @@
 """The sizes a reader of detect/ meets, largest first: modules per folder, lines per module, lines per function and
 parameters per public function, each against the guidance of docs/architecture.md ("Sizes"). They guide; only the
-reader's guards are tests (tests/test_layering.py: no import upward, sideways or in a circle, public functions of at
-most 8 parameters unless said why).
+reader's guards are tests (tests/test_layering.py: no import upward, sideways or in a circle, functions of at most 60
+lines, public functions of at most 8 parameters unless said why).
 
     python scripts/structure_figures.py            # the 10 largest of each
     python scripts/structure_figures.py --top 0    # every folder, module and function
@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "detect"
 GUIDANCE = {  # docs/architecture.md, "Sizes"
     "modules per folder": "about a dozen, what a reader takes in at a glance",
     "lines per module": "about 150, up to 400, one job a reader keeps in mind",
-    "lines per function": "at most 60, one screen",
+    "lines per function": "at most 60, one screen; a test holds it",
     "parameters per public function": "at most 8 unless said why, a test holds it; 4 on the training set-up's path",
 }
 

@@ -212,6 +212,7 @@ def test_no_import_circle_between_modules():
 # says why ("... on purpose": a settings object would only rename them); at most 3 do.
 MAX_PARAMETERS = 8
 MAX_WIDE_FUNCTIONS = 3
+MAX_FUNCTION_LINES = 60  # docs/architecture.md, "Sizes": one screen
 MAX_EPOCH_LINES = 45  # train_one_epoch: the step in view, the bookkeeping in named helpers
 
 
@@ -245,6 +246,11 @@ def test_public_functions_take_few_parameters_or_say_why():
                    if not why]
     assert not unexplained, f"over {MAX_PARAMETERS} parameters with no '... on purpose' comment above: {unexplained}"
     assert len(wide) <= MAX_WIDE_FUNCTIONS, [node.name for _, node, _ in wide]
+
+
+def test_functions_fit_on_a_screen():
+    long = [row for row in FIGURES.figures(PACKAGE)["lines per function"] if row[1] > MAX_FUNCTION_LINES]
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
 
 
 def test_train_one_epoch_stays_short():

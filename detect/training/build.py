@@ -44,6 +44,7 @@ from detect.models.spec import with_anchors_per_level
 from detect.models.weights import load_model, model_from_state, restore_model_state
 from detect.models.yolo import check_class_count
 from detect.ops.anchors import check_anchors, evolve_anchors, label_sizes
+from detect.training.control import Control
 from detect.training.distributed import (
     DistContext,
     broadcast_object,
@@ -53,10 +54,11 @@ from detect.training.distributed import (
     one_voice,
     patient_barrier,
 )
-from detect.training.epoch import Control, StepRecipe, TrainingParts, build_parts
 from detect.training.optim import IterationPlan, ModelEMA, OptimSettings, build_scheduler, warmup_iterations
+from detect.training.phase_times import PhaseTimes
+from detect.training.results_log import ResultsLog
 from detect.training.resume import Counters, ResumePoint, TrainingCheckpoint, restore_rng_state, resume_point
-from detect.training.run import PhaseTimes, ResultsLog, Run, Validation
+from detect.training.run import Run, Validation
 from detect.training.run_folder import RunFolder
 from detect.training.settings import (
     AUTO_BATCH,
@@ -68,6 +70,7 @@ from detect.training.settings import (
     fit_imgsz,
     tile_settings,
 )
+from detect.training.step import StepRecipe, TrainingParts, build_parts, in_job
 
 LOGGER = logging.getLogger(__name__)
 
@@ -374,9 +377,8 @@ def build_run(settings: TrainSettings, context: DistContext, resume: Resume = NE
         model, ema = _model_and_ema(settings, hyp, train_loader, backend, context, source, point)
     backend = _amp_checked(backend, model, settings, context)
     optim_settings = OptimSettings.from_hyp(hyp, settings.optimizer, settings.cos_lr)
-    recipe = StepRecipe(hyp, optim_settings, settings.batch_size, settings.imgsz, settings.label_smoothing,
-                        settings.sync_bn)
-    parts = build_parts(model, backend, recipe, context, ema)
+    recipe = StepRecipe(hyp, optim_settings, settings.batch_size, settings.imgsz, settings.label_smoothing)
+    parts = in_job(build_parts(model, backend, recipe, ema), context, settings.sync_bn)
     scheduler = build_scheduler(parts.optimizer, optim_settings, settings.epochs)
     if point:
         _restore(point.checkpoint, model, parts, scheduler, backend)

@@ -34,7 +34,8 @@ from detect.training.distributed import (
 )
 from detect.training.epoch import EpochStats, train_one_epoch
 from detect.training.hooks import Hook, HookList, SignalStop, run_hooks
-from detect.training.run import Run, epoch_row
+from detect.training.results_log import epoch_row
+from detect.training.run import Run
 from detect.training.settings import NEW_RUN, Resume, TrainSettings
 
 LOGGER = logging.getLogger(__name__)
