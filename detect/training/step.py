@@ -60,7 +60,8 @@ class TrainingParts:
     context: DistContext = dataclasses.field(default_factory=DistContext)  # in_job: the job of a torchrun rank
 
 
-def build_parts(model: DetectionModel, backend: Backend, recipe: StepRecipe, ema: ModelEMA | None = None) -> TrainingParts:
+def build_parts(model: DetectionModel, backend: Backend, recipe: StepRecipe,
+                ema: ModelEMA | None = None) -> TrainingParts:
     """yolov5's optimizer groups, the GradScaler and the loss for `model` (already on the backend's device), in one
     process (in_job: under torchrun). The backend's process-wide settings for repeated steps are applied
     (Backend.prepare_steps)."""

@@ -34,6 +34,8 @@ from detect.training.distributed import (
 )
 from detect.training.epoch import EpochStats, train_one_epoch
 from detect.training.hooks import Hook, HookList, SignalStop, run_hooks
+from detect.training.phase_times import PhaseTimes
+from detect.training.recipe import resolve_run
 from detect.training.results_log import epoch_row
 from detect.training.run import Run
 from detect.training.settings import NEW_RUN, Resume, TrainSettings
@@ -94,7 +96,8 @@ class Trainer:
         validation batch (SignalStop)."""
         signals = SignalStop()
         with signals.handling():
-            run = build_run(self.settings, self.context, self.resume, self.resume_overrides)
+            phases = PhaseTimes()
+            run = build_run(resolve_run(self.settings, self.context, self.resume, self.resume_overrides), phases)
             hooks = run_hooks(run, self.profile, self.callbacks, signals)
             first_epoch, result = run.counters.epoch, None
             try:
