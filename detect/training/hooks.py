@@ -189,8 +189,8 @@ class Profiler(Hook):
 
 class ResultsLogger(Hook):
     """One results.csv row (and TensorBoard scalars) and one log line per epoch; results.png at the end, unless a stop
-    ends the run: drawing it took 1.2-3.2 s of the 5 s a stop has (2 ranks on a loaded 2-core machine, docs/scale.md
-    "Many nodes and preemption"); the resumed run draws it, or plot_results from results.csv."""
+    ends the run: drawing it would spend much of the few seconds a stop has (docs/scale.md, "Many nodes and
+    preemption"); the resumed run draws it, or plot_results from results.csv."""
 
     def after_epoch(self, run: Run, epoch: int, row: dict[str, float]) -> None:
         run.results.add(row)

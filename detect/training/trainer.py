@@ -181,9 +181,9 @@ class Trainer:
         return epoch_row(epoch, stats, metrics, backends.host_memory_stats().peak_bytes, device_peak)
 
     def stopped_after_epoch(self, run: Run, epoch: int) -> Interrupted:
-        """The end of a run whose stop came after the epoch's last validation batch, as soon as the epoch is saved: the
-        next epoch's loader start, first step and save took 1.1 s more of the 5 s a stop has (docs/scale.md,
-        "Many nodes and preemption")."""
+        """The end of a run whose stop came after the epoch's last validation batch, as soon as the epoch is saved:
+        going on to the next epoch's loader start, first step and save would spend the few seconds a stop has
+        (docs/scale.md, "Many nodes and preemption")."""
         if run.context.is_main and run.settings.nosave:  # last.pt is otherwise written at the last epoch alone
             run.save_last()
         return self.stopped(run, f"after epoch {epoch + 1}")
