@@ -14,7 +14,7 @@ from detect.data.data_config import SPLITS
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS, MAX_PIXELS_HELP
 from detect.data.labels.check import DEFAULT_MAX_BOXES, MAX_BOXES, MAX_BOXES_HELP, ImageBounds
 from detect.data.loader import Loader, ValLoaderSettings
-from detect.data.storage.places import CACHE_DIR_HELP
+from detect.data.storage.cache_places import CACHE_DIR_HELP
 from detect.evaluation.evaluator import BACKENDS, CocoEvaluator
 from detect.evaluation.report import coco_stats, metrics_table, problems_list
 from detect.evaluation.scoring import ScoredSplit, prepare_scoring

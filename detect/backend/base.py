@@ -30,8 +30,8 @@ AMP_DTYPES: dict[str, torch.dtype] = {
 
 @functools.cache
 def _torchvision_nms():
-    """torchvision's compiled nms without its Python package: `import torchvision` took 2.4 s here (2026-12-03; 2.0 s
-    of it torch._dynamo, which its ops import), a fifth of a coco128 val's wall time, for one kernel. Loading its
+    """torchvision's compiled nms without its Python package: `import torchvision` costs seconds (most of them
+    torch._dynamo, which its ops import) for one kernel (docs/benchmarks.md, "Inference"). Loading its
     kernel library registers torch.ops.torchvision.nms (what torchvision.ops.nms calls); where that library cannot
     be found or loaded, the package's nms."""
     spec = importlib.util.find_spec("torchvision")

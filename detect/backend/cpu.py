@@ -115,10 +115,10 @@ class CpuBackend(Backend):
     # (docs/benchmarks.md, "Measuring on shared CPUs").
     channels_last = True
     # One call per image: torchvision's CPU kernel compares each kept box with every later candidate, so one call
-    # over 16 images of coco128 at conf 0.001 took 6.5 s against 0.2 s for 16 calls (measured, torch 2.14).
+    # over a whole batch is many times slower than a call per image (docs/benchmarks.md, "Figures behind constants").
     nms_whole_batch = False
-    # The loss on the matched candidates only: 142-155 -> 30-31 ms of a yolov5n batch at 320, forward and backward
-    # (scripts/bench_loss.py).
+    # The loss on the matched candidates only: a fifth of the padded loss's time on the CPU, where dynamic shapes
+    # cost nothing (docs/usage.md, "Training").
     dynamic_shapes = True
 
     # Validation during training stays fp32 under bf16 autocast: bf16's mAP was further than 0.002 from fp32's

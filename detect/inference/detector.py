@@ -180,7 +180,8 @@ class Detector:
         pixels = np.stack([image.pixels for image in images])  # (B, H, W, 3)
         if isinstance(self.model, ExportedModel):
             # An export reads contiguous float32 (B, 3, H, W): made in two passes, not the three of float() / 255 and
-            # the export's copy to contiguous (the same values: 125 ms -> 28 ms at 8 x 640 x 640).
+            # the export's copy to contiguous (the same values, a fraction of the time: docs/benchmarks.md, "Figures
+            # behind constants").
             array = np.divide(np.ascontiguousarray(pixels.transpose(0, 3, 1, 2)), np.float32(255), dtype=np.float32)
             tensor = self.backend.to_device(torch.from_numpy(array))
         else:  # (B, 3, H, W) stored channels-last, as stack_images makes a loader's batch

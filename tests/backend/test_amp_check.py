@@ -4,6 +4,7 @@ one line when they disagree, on the main rank's word."""
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -16,9 +17,16 @@ from detect.models import build_model
 from detect.models.weights import load_model
 from detect.training import build as build_module
 from detect.training.distributed import DistContext
+from detect.training.recipe import PrecisionRequest, precision_request
 from detect.training.settings import TrainSettings
 from tests.npu_standin import npu_backend
 from tests.shared_data import ABSENT_REASON, SHARED_PRESENT, YOLOV5N
+
+
+def _recipe(settings: TrainSettings) -> SimpleNamespace:
+    """What the AMP check reads of a run's recipe: the precision asked, the image size, this rank's job."""
+    return SimpleNamespace(precision=precision_request(settings, DistContext()), imgsz=settings.imgsz,
+                           context=DistContext())
 
 
 def _model(pretrained: bool):
@@ -67,10 +75,10 @@ def test_disagreement_turns_amp_off_with_one_line(monkeypatch, caplog):
     monkeypatch.setattr(model, "predict", _broken_under_autocast(build_model("yolov5n.yaml", num_classes=80).eval()))
     chosen = []
     fp32 = backends.select("cpu", amp=False)
-    monkeypatch.setattr(build_module, "select_backend", lambda settings, context: chosen.append(settings.amp) or fp32)
+    monkeypatch.setattr(PrecisionRequest, "backend", lambda request: chosen.append(request.amp) or fp32)
     settings = TrainSettings(cfg="yolov5n.yaml", device="npu", imgsz=160)
     with caplog.at_level(logging.WARNING):
-        assert build_module._amp_checked(npu, model, settings, DistContext()) is fp32
+        assert build_module._amp_checked(npu, model, _recipe(settings)) is fp32
     assert chosen == [False]
     assert [record.getMessage().split(" (")[0] for record in caplog.records] == [
         "AMP check: autocast's predictions differ from fp32's"]
@@ -83,7 +91,7 @@ def test_amp_given_on_the_command_line_is_obeyed_unchecked(monkeypatch, amp):
     model = _model(False)
     monkeypatch.setattr(model, "predict", lambda images: pytest.fail("checked although --amp/--no-amp was given"))
     settings = TrainSettings(cfg="yolov5n.yaml", device="npu", amp=amp)
-    assert build_module._amp_checked(npu, model, settings, DistContext()) is npu
+    assert build_module._amp_checked(npu, model, _recipe(settings)) is npu
 
 
 def _precision_lines(caplog) -> list[str]:
@@ -95,7 +103,7 @@ def test_a_cpu_with_amx_checks_bf16_keeps_it_and_says_so(monkeypatch, caplog):
     cpu = backends.select("cpu")
     settings = TrainSettings(cfg="yolov5n.yaml", device="cpu", imgsz=64)
     with caplog.at_level(logging.INFO):
-        assert build_module._amp_checked(cpu, _model(False), settings, DistContext()) is cpu
+        assert build_module._amp_checked(cpu, _model(False), _recipe(settings)) is cpu
     lines = _precision_lines(caplog)
     assert lines[0].startswith("AMP check: autocast agrees with fp32") and len(lines) == 2
     assert lines[1] == "precision: bf16 autocast (the CPU has AMX-BF16; --no-amp for fp32)"
@@ -107,7 +115,7 @@ def test_the_check_turns_the_cpus_bf16_off(monkeypatch, caplog):
     monkeypatch.setattr(model, "predict", _broken_under_autocast(build_model("yolov5n.yaml", num_classes=80).eval()))
     settings = TrainSettings(cfg="yolov5n.yaml", device="cpu", imgsz=64)
     with caplog.at_level(logging.INFO):
-        chosen = build_module._amp_checked(backends.select("cpu"), model, settings, DistContext())
+        chosen = build_module._amp_checked(backends.select("cpu"), model, _recipe(settings))
     assert chosen.amp_enabled is False
     lines = _precision_lines(caplog)
     assert lines[0].startswith("AMP check: autocast's predictions differ from fp32's") and len(lines) == 2
@@ -125,6 +133,6 @@ def test_the_cpu_precision_unchecked_where_not_by_default(monkeypatch, caplog, f
     monkeypatch.setattr(model, "predict", lambda images: pytest.fail("checked without AMP on by default"))
     cpu = backends.select("cpu", amp=amp)
     with caplog.at_level(logging.INFO):
-        assert build_module._amp_checked(cpu, model, TrainSettings(cfg="yolov5n.yaml", device="cpu", amp=amp),
-                                         DistContext()) is cpu
+        assert build_module._amp_checked(cpu, model, _recipe(TrainSettings(cfg="yolov5n.yaml", device="cpu",
+                                                                           amp=amp))) is cpu
     assert _precision_lines(caplog) == [line]

@@ -14,7 +14,8 @@ import torch
 from detect import train
 from detect.backend import npu
 from detect.training import hooks
-from detect.training.epoch import StepNumerics, optimizer_step
+from detect.training.epoch import StepNumerics
+from detect.training.step import TrainingParts, optimizer_step
 from detect.training.resume import TrainingCheckpoint
 from tests.npu_scaler_standin import GradScaler
 from tests.npu_standin import install, npu_backend
@@ -29,7 +30,8 @@ def scaled_step(scaler: torch.amp.GradScaler, gradient: float) -> tuple[torch.Te
     model.weight = weight = torch.nn.Parameter(torch.ones(1))
     optimizer = torch.optim.SGD([weight], lr=0.1)
     scaler.scale((weight * gradient).sum()).backward()
-    return optimizer_step(model, optimizer, scaler, None), weight
+    parts = TrainingParts(model, criterion=None, optimizer=optimizer, scaler=scaler, ema=None, backend=None)
+    return optimizer_step(parts), weight
 
 
 def test_the_standin_scaler_is_torch_npus(monkeypatch, capsys):
