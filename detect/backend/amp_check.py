@@ -166,16 +166,17 @@ def time_amp(model: nn.Module, backend: Backend, batch_size: int, imgsz: int) ->
 
 
 def _cache_key(model: nn.Module, backend: Backend, batch_size: int, imgsz: int) -> dict:
-    """What a timing holds for: the device's model name, the host CPU's flags, torch's version, the network's layers
-    (its repr, hashed), the batch, the image size and the autocast dtype."""
+    """What a timing holds for: the device's model name, the host CPU's flags, torch's version and threads (one
+    Xeon timed bf16 1.44x fp32 on one thread and 0.15x on two: docs/benchmarks.md, "bf16 on the CPU"), the
+    network's layers (its repr, hashed), the batch, the image size and the autocast dtype."""
     return {"device": backend.device_name(), "flags": " ".join(sorted(cpu.cpu_flags())), "torch": torch.__version__,
-            "model": hashlib.sha256(repr(model).encode()).hexdigest()[:16], "batch_size": batch_size, "imgsz": imgsz,
-            "dtype": str(backend.amp_dtype)}
+            "threads": torch.get_num_threads(), "model": hashlib.sha256(repr(model).encode()).hexdigest()[:16],
+            "batch_size": batch_size, "imgsz": imgsz, "dtype": str(backend.amp_dtype)}
 
 
 def amp_speed(model: nn.Module, backend: Backend, batch_size: int, imgsz: int, cache_folder: Path) -> AmpSpeed:
-    """The timing kept in `cache_folder` for this device, torch, model, batch and size, else time_amp's, then kept
-    there; one line gives the figures and the file."""
+    """The timing kept in `cache_folder` for this device, torch, threads, model, batch and size, else time_amp's, then
+    kept there; one line gives the figures and the file."""
     key = _cache_key(model, backend, batch_size, imgsz)
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     path = Path(cache_folder) / CACHE_FOLDER / f"{digest}.json"
@@ -210,7 +211,7 @@ def _read_kept(path: Path, key: dict) -> AmpSpeed | None:
 def _keep(path: Path, key: dict, speed: AmpSpeed) -> str:
     """Write `speed` to `path` for `key` (whole or not at all); where it went, or why it did not."""
     record = {"key": key, "measured": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "threads": torch.get_num_threads(), **dataclasses.asdict(speed)}
+              **dataclasses.asdict(speed)}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with replacing(path) as temporary:

@@ -1,6 +1,6 @@
 """The AMP timing: the verdict as a function of measured seconds, the timing itself on a real model (which it leaves
-untouched), and its cache (per device, CPU flags, torch, model, batch and size; unreadable or unwritable said in a
-line)."""
+untouched), and its cache (per device, CPU flags, torch, threads, model, batch and size; unreadable or unwritable
+said in a line)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def timings(monkeypatch):
     return calls
 
 
-def test_a_verdict_is_kept_per_cpu_flags_torch_model_and_size(timings, monkeypatch, tmp_path, caplog):
+def test_a_verdict_is_kept_per_cpu_flags_torch_threads_model_and_size(timings, monkeypatch, tmp_path, caplog):
     model, bf16 = build_model("yolov5n.yaml", num_classes=3), backends.select("cpu", amp=True)
     with caplog.at_level(logging.INFO, logger=amp_check.__name__):
         first = amp_speed(model, bf16, 4, 64, tmp_path)
@@ -86,8 +86,10 @@ def test_a_verdict_is_kept_per_cpu_flags_torch_model_and_size(timings, monkeypat
     amp_speed(model, bf16, 4, 64, tmp_path)
     monkeypatch.setattr(cpu, "cpu_flags", lambda: frozenset({"avx2"}))
     amp_speed(model, bf16, 4, 64, tmp_path)
-    assert timings == [(4, 64), (8, 64), (4, 96), (4, 64), (4, 64), (4, 64)]
-    assert len(list((tmp_path / "amp_speed").glob("*.json"))) == 6
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 64)  # a rank of a job has fewer than a lone process
+    amp_speed(model, bf16, 4, 64, tmp_path)
+    assert timings == [(4, 64), (8, 64), (4, 96), (4, 64), (4, 64), (4, 64), (4, 64)]
+    assert len(list((tmp_path / "amp_speed").glob("*.json"))) == 7
 
 
 def test_an_unreadable_verdict_is_said_and_timed_again(timings, tmp_path, caplog):
