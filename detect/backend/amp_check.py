@@ -79,7 +79,7 @@ def image_batch(path: Path, size: int, device: torch.device) -> torch.Tensor:
 # timing's noise could make, goes to fp32 (docs/benchmarks.md, "bf16 on the CPU").
 CLEARLY_FASTER = 1.15
 ROUNDS = 3  # at most, each one fp32 and one autocast step back to back (timed_enough: fewer)
-BUDGET_SECONDS = 10.0
+BUDGET_SECONDS = 10.0  # a third round only while the timing, warm-up included, has taken less: it runs before every new key
 # A first round this many times off CLEARLY_FASTER, either way, decides alone: the load on a shared 2-core machine
 # swung one round's ratio 2.2x from the others' (docs/benchmarks.md, "bf16 on the CPU"), so a margin beyond that.
 DECISIVE = 3.0
