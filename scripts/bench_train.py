@@ -130,7 +130,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
+                        help="AMP (default: the backend's, fp32 on the CPU: training times bf16 first, this does not)")
     parser.add_argument("--cache", default=None, choices=("ram",))
     parser.add_argument("--batches", type=int, default=48, help="batches per round and mode")
     parser.add_argument("--rounds", type=int, default=3)

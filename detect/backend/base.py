@@ -66,6 +66,9 @@ class Backend:
     name: ClassVar[str] = ""
     distributed_backend: ClassVar[str] = ""
     amp_by_default: ClassVar[bool] = False
+    # Whether training turns AMP on by default only where its step times clearly faster than fp32's on the model
+    # (amp_check.amp_speed), instead of by amp_by_default.
+    amp_timed: ClassVar[bool] = False
     default_amp_dtype: ClassVar[str] = "fp16"
     supported_amp_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float16, torch.bfloat16)
     # Whether convolutions here run faster on channels_last tensors (measured where True).

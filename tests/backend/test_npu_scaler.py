@@ -15,8 +15,8 @@ from detect import train
 from detect.backend import npu
 from detect.training import hooks
 from detect.training.epoch import StepNumerics
-from detect.training.step import TrainingParts, optimizer_step
 from detect.training.resume import TrainingCheckpoint
+from detect.training.step import TrainingParts, optimizer_step
 from tests.npu_scaler_standin import GradScaler
 from tests.npu_standin import install, npu_backend
 from tests.training.helpers import tiny_dataset, train_args

@@ -5,14 +5,15 @@ writes what this rank saw to RECORDS/rank<RANK>.json.
 
 Every rank writes down its hook points (a hook appended after all of the rank's own), the anchors of its model and
 loss, its AMP choice, whether the profiler was on at each step, the step boundaries it saved at, the files it wrote
-(checkpoints and images), its calls of AutoAnchor, the AMP check and labels.png, and what a user callback was called
-with. PATCH is any of:
+(checkpoints and images), its calls of AutoAnchor, the AMP timing, the AMP check and labels.png, and what a user
+callback was called with. PATCH is any of:
   npu                two NPU stand-ins (tests/npu_standin.py) placed on the CPU, joined by gloo
   npu:warn           the same, an op without an NPU kernel warned about, not refused (host code such as NMS on the
                      host runs on CPU tensors, which the stand-in cannot tell from its NPU ones)
-  slow:NAME:S        on the main rank, build.NAME (autoanchor, check_amp or plot_label_stats) takes S seconds longer
+  slow:NAME:S        on the main rank, build.NAME (autoanchor, amp_speed, check_amp or plot_label_stats) takes S
+                     seconds longer
   amp-disagrees      the AMP check runs, and its verdict is then made a disagreement
-  cpu-flags:A,B      the CPU has the feature flags A and B only (e.g. amx_bf16: bf16 AMP by default)
+  amp-speed:X        the AMP timing's steps take 1 s in fp32 and 1/X s in bf16 (X > 1.15: bf16 by default)
   save-due           --save-minutes' clock is always due (as tests/training/test_preemption.py forces it)
   no-better-fitness  the callback puts the best fitness out of reach from the start (best epoch: the first), so
                      --patience fires
@@ -64,8 +65,8 @@ def npu_standins_on_the_cpu(fallback: str = "raise") -> None:
 
 
 def main_rank_work(delays: dict[str, float]) -> None:
-    """AutoAnchor, the AMP check and labels.png as build.py calls them: written down, and on the main rank (rank 0 of
-    a new job) `delays[name]` seconds longer."""
+    """AutoAnchor, the AMP timing, the AMP check and labels.png as build.py calls them: written down, and on the main
+    rank (rank 0 of a new job) `delays[name]` seconds longer."""
     def slowed(function, seconds: float):
         def call(*args, **kwargs):
             RECORD["calls"].append(function.__name__)
@@ -74,7 +75,7 @@ def main_rank_work(delays: dict[str, float]) -> None:
             return function(*args, **kwargs)
         return call
 
-    for name in ("autoanchor", "check_amp", "plot_label_stats"):
+    for name in ("autoanchor", "amp_speed", "check_amp", "plot_label_stats"):
         setattr(build, name, slowed(getattr(build, name), delays.get(name, 0.0)))
 
 
@@ -109,10 +110,12 @@ def amp_disagrees() -> None:
     build.check_amp = lambda *args: dataclasses.replace(checked(*args), nonfinite=1)
 
 
-def cpu_with_flags(flags: str) -> None:
-    from detect.backend import cpu
+def amp_timed_at(speedup: float) -> None:
+    """The AMP timing (amp_check.time_amp, under the real cache) measures bf16 `speedup` times as fast as fp32."""
+    from detect.backend import amp_check
 
-    cpu.cpu_flags = lambda: frozenset(flags.split(","))
+    amp_check.time_amp = lambda model, backend, batch_size, imgsz: amp_check.AmpSpeed(
+        (1.0,), (1.0 / speedup,), "bf16", "CPU")
 
 
 def save_always_due() -> None:
@@ -196,8 +199,8 @@ def main(options_path: str, records: str, patches: list[str]) -> int:
     if "amp-disagrees" in patches:
         amp_disagrees()
     for patch in patches:
-        if patch.startswith("cpu-flags:"):
-            cpu_with_flags(patch.split(":", 1)[1])
+        if patch.startswith("amp-speed:"):
+            amp_timed_at(float(patch.split(":", 1)[1]))
     if "save-due" in patches:
         save_always_due()
     if "scaler-log" in patches:
