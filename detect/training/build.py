@@ -27,6 +27,7 @@ from detect.models import DetectionModel
 from detect.models.transfer import autoanchor, freeze_layers
 from detect.models.weights import model_from_state, restore_model_state
 from detect.training.control import Control
+from detect.training.distill.cost import time_teacher
 from detect.training.distributed import DistContext, broadcast_object, gather_objects, main_rank_answer, patient_barrier
 from detect.training.optim import IterationPlan, ModelEMA, build_scheduler, warmup_iterations
 from detect.training.phase_times import PhaseTimes
@@ -53,6 +54,9 @@ def build_run(recipe: RunRecipe, phases: PhaseTimes) -> Run:
         model, ema = _model_and_ema(recipe, train_loader)
     backend = _amp_checked(recipe.backend, model, recipe)
     parts = in_job(build_parts(model, backend, recipe.step, ema), context, recipe.sync_bn)
+    if parts.distill is not None:
+        LOGGER.info("%s", recipe.step.distill.describe(recipe.epochs))
+        LOGGER.info("distillation's cost: %s", time_teacher(parts, recipe.rank_batch, recipe.imgsz))
     scheduler = build_scheduler(parts.optimizer, recipe.step.optim, recipe.epochs)
     if point:
         _restore(point.checkpoint, model, parts, scheduler)
@@ -137,8 +141,10 @@ def _label_sizes(records: list[ImageRecord]) -> tuple[np.ndarray, list[np.ndarra
 
 def _restore(checkpoint: TrainingCheckpoint, model: DetectionModel, parts: TrainingParts,
              scheduler: torch.optim.lr_scheduler.LambdaLR) -> None:
-    """Model, EMA, optimizer, scaler, scheduler and every RNG as the checkpoint left them."""
+    """Model, EMA, optimizer, scaler, scheduler, every RNG and a teacher's projectors as the checkpoint left them."""
     restore_model_state(model, checkpoint.model)
+    if parts.distill is not None:
+        parts.distill.restore(checkpoint.distill)
     if parts.ema is not None:
         restore_model_state(parts.ema.module, checkpoint.ema)
         parts.ema.updates = checkpoint.ema_updates
