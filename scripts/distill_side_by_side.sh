@@ -61,7 +61,7 @@ import sys
 import yaml
 from detect.data import load_data_config
 names = list(load_data_config("coco128.yaml").names)  # the bundled yaml's 80 names, yolov5n.pt's
-with open(f"{sys.argv[2]}/data.yaml", "w") as handle:
+with open(f"{sys.argv[1]}/data.yaml", "w") as handle:
     yaml.safe_dump({"path": sys.argv[1], "train": "train.txt", "val": "val.txt", "names": names}, handle)
 EOF
   for seed in $seeds; do
