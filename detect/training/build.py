@@ -27,7 +27,6 @@ from detect.models import DetectionModel
 from detect.models.transfer import autoanchor, freeze_layers
 from detect.models.weights import model_from_state, restore_model_state
 from detect.training.control import Control
-from detect.training.distill.cost import time_teacher
 from detect.training.distributed import DistContext, broadcast_object, gather_objects, main_rank_answer, patient_barrier
 from detect.training.optim import IterationPlan, ModelEMA, build_scheduler, warmup_iterations
 from detect.training.phase_times import PhaseTimes
@@ -54,9 +53,6 @@ def build_run(recipe: RunRecipe, phases: PhaseTimes) -> Run:
         model, ema = _model_and_ema(recipe, train_loader)
     backend = _amp_checked(recipe.backend, model, recipe)
     parts = in_job(build_parts(model, backend, recipe.step, ema), context, recipe.sync_bn)
-    if parts.distill is not None:
-        LOGGER.info("%s", recipe.step.distill.describe(recipe.epochs))
-        LOGGER.info("distillation's cost: %s", time_teacher(parts, recipe.rank_batch, recipe.imgsz))
     scheduler = build_scheduler(parts.optimizer, recipe.step.optim, recipe.epochs)
     if point:
         _restore(point.checkpoint, model, parts, scheduler)

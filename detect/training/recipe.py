@@ -118,8 +118,8 @@ def resolve_run(settings: TrainSettings, context: DistContext, resume: Resume = 
         del model
         backend.empty_cache()
     cores = host_cores(settings.cpu_affinity, settings.device, backend, context)
-    joined = _Joined(settings, hyp or point.checkpoint.hyp, context, backend, point, source, data, teacher)
-    return _resolved(joined, cores)
+    return _resolved(_Joined(settings, hyp or point.checkpoint.hyp, context, backend, point, source, data, teacher),
+                     cores)
 
 
 def _new_run(settings: TrainSettings) -> tuple[TrainSettings, Hyp, ModelSource]:
@@ -194,7 +194,7 @@ def _teacher(settings: TrainSettings, source: ModelSource | None, point: ResumeP
     (--single-cls: one), a resumed run's against the hash its last.pt keeps."""
     if settings.teacher is None:
         return None
-    teacher = Teacher.read(settings.teacher)
+    teacher = Teacher.from_file(settings.teacher)
     if point is not None:
         teacher.check_unchanged(point.checkpoint.distill, point.path)
     else:
@@ -231,6 +231,7 @@ def _resolved(joined: _Joined, cores: list[int] | None) -> RunRecipe:
                                     world_size=context.world_size, windows=tiles)
     slicing = tiles and SliceSettings(tiles.size, tiles.overlap, batch_size=val_batch, max_windows=tiles.max_windows)
     precision = precision_request(settings, context)
+    distill = _distillation(settings, hyp, joined.teacher)
     optim = OptimSettings.from_hyp(hyp, settings.optimizer, settings.cos_lr)
     anchors = None if joined.point is not None or settings.noautoanchor else AnchorFit(
         settings.imgsz, hyp.anchor_t, settings.seed, joined.source.anchors_to_compute)
@@ -239,8 +240,7 @@ def _resolved(joined: _Joined, cores: list[int] | None) -> RunRecipe:
         split_check=SplitCheck(settings.single_cls, settings.cache_dir, ImageBounds(settings.max_pixels,
                                                                                    settings.max_boxes)),
         train_loading=train_loading, val_loading=val_loading, slicing=slicing, freeze=settings.freeze, anchors=anchors,
-        step=StepRecipe(hyp, optim, settings.batch_size, settings.imgsz, settings.label_smoothing,
-                        _distillation(settings, hyp, joined.teacher)),
+        step=StepRecipe(hyp, optim, settings.batch_size, settings.imgsz, settings.label_smoothing, distill),
         sync_bn=settings.sync_bn, multi_scale=settings.multi_scale, epochs=settings.epochs, seed=settings.seed,
         folder=RunPlace(settings.project, settings.name, settings.exist_ok or joined.point is not None),
         label_plots=joined.point is None and not settings.noplots)

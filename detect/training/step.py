@@ -78,7 +78,7 @@ def build_parts(model: DetectionModel, backend: Backend, recipe: StepRecipe,
     backend's process-wide settings for repeated steps are applied (Backend.prepare_steps)."""
     backend.prepare_steps()
     hyp = recipe.hyp
-    distill = None if recipe.distill is None else DistillPart.build(model, recipe.distill, backend.device,
+    distill = None if recipe.distill is None else DistillPart.for_student(model, recipe.distill, backend.device,
                                                                      backend.channels_last)
     trained = model if distill is None else nn.ModuleList([model, distill.projectors])
     optimizer = build_optimizer(trained, recipe.optim, recipe.batch_size)

@@ -35,10 +35,11 @@ class DistillPart:
     mode: str
     gain: float
     until_epoch: int  # the term is on in the epochs before it
+    teacher_path: str
     teacher_sha256: str
 
     @classmethod
-    def build(cls, student: DetectionModel, distillation: Distillation, device: torch.device,
+    def for_student(cls, student: DetectionModel, distillation: Distillation, device: torch.device,
               channels_last: bool) -> DistillPart:
         """The teacher moved to `device`, frozen, its BatchNorms folded into their convolutions (it only ever runs in
         eval mode: the same maps, fewer ops), and new projectors for `student` (already on `device`)."""
@@ -47,7 +48,16 @@ class DistillPart:
         if channels_last:
             teacher, projecting = (module.to(memory_format=torch.channels_last) for module in (teacher, projecting))
         return cls(teacher, projecting, student.detect.anchors, distillation.mode, distillation.gain,
-                   distillation.until_epoch, distillation.teacher.sha256)
+                   distillation.until_epoch, distillation.teacher.path, distillation.teacher.sha256)
+
+    def describe(self, epochs: int) -> str:
+        """One line of what the run distils, from what, with what gain, until when (of its `epochs`)."""
+        off = epochs - self.until_epoch
+        until = f", off for the last {off} of {epochs} epochs" if off else ""
+        terms = "the feature and logit terms" if self.mode == "both" else f"the {self.mode} term"
+        parameters = sum(parameter.numel() for parameter in self.teacher.parameters())
+        return (f"distillation: {terms} from the teacher {self.teacher_path} (sha256 {self.teacher_sha256[:12]}, "
+                f"{parameters:,} parameters, eval mode, no gradients), gain {self.gain:g}{until}")
 
     def on_in(self, epoch: int) -> bool:
         """Whether the term is on in `epoch` (0-based)."""

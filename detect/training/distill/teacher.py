@@ -40,10 +40,11 @@ class Teacher:
     model: DetectionModel
 
     @classmethod
-    def read(cls, weights: str) -> Teacher:
+    def from_file(cls, weights: str) -> Teacher:
         """The teacher in `weights` (ours or a yolov5 .pt; a bad file is one line naming it, as for --weights)."""
         path = resolve_weights(weights)
-        return cls(str(path), file_sha256(path), load_model(path))
+        model = load_model(path)
+        return cls(str(path), file_sha256(path), model)
 
     def check_fits(self, student: ModelSpec, names: list[str], mode: str) -> None:
         """A UserError naming what differs between the teacher and a new run's student (built from `student` for
@@ -86,12 +87,3 @@ class Distillation:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise UserError(f"--distill {self.mode}: choose one of {', '.join(MODES)}")
-
-    def describe(self, epochs: int) -> str:
-        """One line of what the run distils, from what, with what gain, until when."""
-        off = epochs - self.until_epoch
-        until = f", off for the last {off} of {epochs} epochs" if off else ""
-        terms = "the feature and logit terms" if self.mode == "both" else f"the {self.mode} term"
-        return (f"distillation: {terms} from the teacher {self.teacher.path} (sha256 "
-                f"{self.teacher.sha256[:12]}, {sum(p.numel() for p in self.teacher.model.parameters()):,} parameters, "
-                f"eval mode, no gradients), gain {self.gain:g}{until}")

@@ -39,7 +39,7 @@ def identity_part(student, teacher, mode: str) -> DistillPart:
     """A part whose teacher is `teacher` as it is (not fused) and whose projectors are identities (the channels
     agree)."""
     part = DistillPart(teacher.eval().requires_grad_(False), torch.nn.ModuleList(), student.detect.anchors, mode, 1.0,
-                       1, "")
+                       1, "teacher.pt", "")
     for channels in student.head_channels:
         projector = torch.nn.Conv2d(channels, channels, 1, bias=False)
         torch.nn.init.dirac_(projector.weight)
@@ -53,7 +53,7 @@ def test_the_term_is_zero_when_the_student_is_its_teacher_with_identity_projecto
     outputs, maps = student(images, with_head_inputs=True)
     assert part.term(outputs, maps, part.teach(images)).item() == 0.0
     # the part as training builds it folds the teacher's BatchNorms: the same maps up to rounding
-    built = DistillPart.build(student, Distillation(Teacher("same", "", copy.deepcopy(student)), mode, 1.0, 1),
+    built = DistillPart.for_student(student, Distillation(Teacher("same", "", copy.deepcopy(student)), mode, 1.0, 1),
                               torch.device("cpu"), channels_last=False)
     for projector, identity in zip(built.projectors, part.projectors, strict=True):
         projector.weight.data.copy_(identity.weight)
