@@ -42,9 +42,11 @@ class DistillPart:
     def for_student(cls, student: DetectionModel, distillation: Distillation, device: torch.device,
               channels_last: bool) -> DistillPart:
         """The teacher moved to `device`, frozen, its BatchNorms folded into their convolutions (it only ever runs in
-        eval mode: the same maps, fewer ops), and new projectors for `student` (already on `device`)."""
+        eval mode: the same maps, fewer ops), and new projectors for `student` (already on `device`; none for the
+        logit term alone)."""
         teacher = distillation.teacher.model.to(device).eval().fuse().requires_grad_(False)
-        projecting = projectors(student, teacher).to(device)
+        # the logit term compares the heads' outputs: no maps to project
+        projecting = (nn.ModuleList() if distillation.mode == "logit" else projectors(student, teacher)).to(device)
         if channels_last:
             teacher, projecting = (module.to(memory_format=torch.channels_last) for module in (teacher, projecting))
         return cls(teacher, projecting, student.detect.anchors, distillation.mode, distillation.gain,
