@@ -116,11 +116,14 @@ for key in part:
         if student == "taught":
             for run in runs:
                 found = re.findall(r"distillation's cost: (.*)", (work / f"{run}.log").read_text())
-                costs.append(f"{run}: {found[-1] if found else '(no cost line)'}")
+                costs.append(f"{run}: {'; resumed: '.join(found) if found else '(no cost line)'}")  # one per set-up
     for index, what in ((0, "mAP@0.5"), (2, "mAP@0.5:0.95")):
         gain = means["taught"][index] - means["alone"][index]
         spread = max(means["taught"][index + 1], means["alone"][index + 1])
+        # compared as printed, so that a gain of 0.000 is never "above" a spread of 0.000; one seed has no spread
+        above = round(gain, 3) > round(spread, 3) and len(seeds) > 1
         verdicts.append(f"{label}, {what}: the teacher {'adds' if gain >= 0 else 'takes'} {abs(gain):.3f}, "
-                        f"{'above' if gain > spread else 'not above'} the spread {spread:.3f}")
+                        f"{'above' if above else 'not above'} the spread {spread:.3f}"
+                        f"{'' if len(seeds) > 1 else ' (one seed: no spread to compare with)'}")
 print("\n".join(["", *teachers, *costs, *verdicts]))
 EOF
