@@ -294,6 +294,10 @@ class Hyp:
     amp_init_scale: float = _key(65536.0, FINITE_POSITIVE)
     amp_growth_factor: float = _key(2.0, ABOVE_ONE)
     amp_growth_interval: int = _key(2000, STEPS)
+    # Ours: knowledge distillation (--teacher, docs/usage.md "Distillation"): the distillation term's gain, and the
+    # share of the run's last epochs trained without it (mmyolo's RTMDet distillation stops for the last 20 of 300).
+    distill: float = _key(0.1, FINITE_NON_NEGATIVE)
+    distill_off: float = _key(0.0667, BELOW_ONE)
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):

@@ -101,3 +101,16 @@ def collate(samples: list[Sample]) -> Batch:
         problems=tuple(line for sample in samples for line in sample.problems),
         unusable_ids=tuple(sample.image_id for sample in samples if not sample.usable),
     )
+
+
+def noise_batch(batch_size: int, imgsz: int, num_classes: int, seed: int) -> Batch:
+    """A seeded batch of noise images with three boxes each: what a step's ops see when their values do not matter
+    (doctor --ops records the step's ops on it; training times the teacher's cost on it)."""
+    rng = np.random.default_rng(seed)
+    samples = []
+    for index in range(batch_size):
+        image = rng.integers(0, 256, size=(3, imgsz, imgsz), dtype=np.uint8)
+        centres, sizes = rng.uniform(0.3, 0.7, size=(3, 2)), rng.uniform(0.1, 0.4, size=(3, 2))
+        labels = np.concatenate([rng.integers(num_classes, size=(3, 1)), centres, sizes], axis=1)
+        samples.append(Sample(image=image, labels=labels.astype(np.float32), path=f"noise/{index}", image_id=index))
+    return collate(samples)

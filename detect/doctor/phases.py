@@ -12,7 +12,6 @@ import functools
 from collections.abc import Iterator
 from typing import Self
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -22,7 +21,7 @@ from detect.backend import Backend
 from detect.backend.npu_ops import NpuKernels, OpCheck, OpEvent, Verdict
 from detect.backend.npu_ops.dry_run import dry_run_backend
 from detect.config import load_hyp
-from detect.data.batch import Batch, Sample, collate
+from detect.data.batch import noise_batch
 from detect.data.device_batch import to_device_batch
 from detect.inference.predictor import Predictor
 from detect.inference.runtimes.torch_model import TorchInference
@@ -141,19 +140,6 @@ class Recorder:
             hook.remove()
 
 
-def synthetic_batch(batch_size: int, imgsz: int, num_classes: int, seed: int) -> Batch:
-    """A seeded batch of grey-and-noise images with three boxes each (what the ops see; the values do not matter)."""
-    rng = np.random.default_rng(seed)
-    samples = []
-    for index in range(batch_size):
-        image = rng.integers(0, 256, size=(3, imgsz, imgsz), dtype=np.uint8)
-        centres, sizes = rng.uniform(0.3, 0.7, size=(3, 2)), rng.uniform(0.1, 0.4, size=(3, 2))
-        labels = np.concatenate([rng.integers(num_classes, size=(3, 1)), centres, sizes], axis=1)
-        samples.append(Sample(image=image, labels=labels.astype(np.float32), path=f"synthetic/{index}",
-                              image_id=index))
-    return collate(samples)
-
-
 def nms_threshold(output: torch.Tensor, candidates: int = NMS_CANDIDATES) -> float:
     """A score threshold that lets about `candidates` (box, class) pairs of a decoded output into NMS."""
     scores = (output[..., 4:5] * output[..., 5:]).flatten()
@@ -169,7 +155,7 @@ def record_training(recorder: Recorder, model: DetectionModel, ema: ModelEMA, ba
     recipe = StepRecipe(hyp, OptimSettings.from_hyp(hyp, optimizer=optimizers[0]), batch_size, imgsz)
     parts = build_parts(model, backend, recipe, ema)
     recorder.add_root(parts.criterion)
-    batch = to_device(parts, synthetic_batch(batch_size, imgsz, model.nc, seed=0), imgsz + model.max_stride,
+    batch = to_device(parts, noise_batch(batch_size, imgsz, model.nc, seed=0), imgsz + model.max_stride,
                       recorder.phase)
     backward(parts, forward_loss(parts, batch, recorder.phase)[0], recorder.phase)
     optimizer_step(parts, recorder.phase)
@@ -190,7 +176,7 @@ def record_validation(recorder: Recorder, ema: ModelEMA, backend: Backend, imgsz
     """Validation's phases: the fused EMA model's forward with its decode, then NMS as the NPU backend runs it."""
     inference = TorchInference(copy.deepcopy(ema.module), backend)
     recorder.add_root(inference.model)
-    batch = synthetic_batch(batch_size, imgsz, ema.module.nc, seed=1)
+    batch = noise_batch(batch_size, imgsz, ema.module.nc, seed=1)
     with recorder.phase("validation forward and decode"):
         output = inference(to_device_batch(batch, backend).images)
     threshold = nms_threshold(output)
@@ -207,7 +193,7 @@ def record_ddp(recorder: Recorder, model: DetectionModel, backend: Backend, imgs
         recipe = StepRecipe(hyp, OptimSettings.from_hyp(hyp), batch_size, imgsz)
         parts = in_job(build_parts(model, backend, recipe), DistContext(world_size=2))
         recorder.add_root(parts.train_model)
-        loss, _ = forward_loss(parts, to_device(parts, synthetic_batch(batch_size, imgsz, model.nc, seed=2)))
+        loss, _ = forward_loss(parts, to_device(parts, noise_batch(batch_size, imgsz, model.nc, seed=2)))
         ranks_agree(parts, loss, Control(), recorder.phase)
         backward(parts, loss, lambda phase: recorder.phase("DDP backward (gradient buckets, all-reduce)"))
     finally:

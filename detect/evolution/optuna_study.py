@@ -138,7 +138,7 @@ def open_study(optuna: ModuleType, storage: Any, name: str, sampler: Any, identi
 
 def check_settings(settings: TrainSettings) -> Hyp:
     """Fail before the first trial on what would fail every trial: no model, a bad yaml, a missing split folder,
-    missing weights."""
+    missing weights or teacher (every trial is taught by the same teacher)."""
     from detect.data import load_data_config
     from detect.data.data_config import check_sources
     from detect.models.spec import load_model_spec
@@ -150,6 +150,7 @@ def check_settings(settings: TrainSettings) -> Hyp:
     check_sources(load_data_config(settings.data), ("train", "val"))
     if settings.cfg is not None:
         load_model_spec(settings.cfg)
-    if settings.weights is not None:
-        resolve_weights(settings.weights)
+    for weights in (settings.weights, settings.teacher):
+        if weights is not None:
+            resolve_weights(weights)
     return start

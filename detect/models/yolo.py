@@ -143,12 +143,22 @@ class DetectionModel(nn.Module):
         P3-P4 only, as yolov5-p34's, still sits on a stride-32 backbone)."""
         return max(*self.detect.level_strides, 32)
 
-    def forward(self, images: torch.Tensor) -> list[torch.Tensor]:
-        """Raw head outputs, one (B, na, ny, nx, 5+nc) tensor per level, in train and eval mode alike (the loss's input).
+    def forward(self, images: torch.Tensor,
+                with_head_inputs: bool = False) -> list[torch.Tensor] | tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Raw head outputs, one (B, na, ny, nx, 5+nc) tensor per level, in train and eval mode alike (the loss's input);
+        `with_head_inputs`: (those outputs, the (B, C, ny, nx) maps the head read), what distillation compares (asked
+        through forward, so that DistributedDataParallel sees the whole graph).
 
         images: (B, 3, H, W) float in [0, 1], H and W multiples of the largest stride.
         """
-        return self.detect(self._head_inputs(images))
+        maps = self._head_inputs(images)
+        outputs = self.detect(maps)
+        return (outputs, maps) if with_head_inputs else outputs
+
+    @property
+    def head_channels(self) -> tuple[int, ...]:
+        """The channels of each map the Detect head reads (P3, P4, P5 for the standard yamls)."""
+        return tuple(conv.in_channels for conv in self.detect.m)
 
     def predict(self, images: torch.Tensor) -> torch.Tensor:
         """Decoded predictions (B, N, 5+nc) [cx, cy, w, h (input pixels), obj, class scores...], before NMS.

@@ -137,8 +137,10 @@ def _label_sizes(records: list[ImageRecord]) -> tuple[np.ndarray, list[np.ndarra
 
 def _restore(checkpoint: TrainingCheckpoint, model: DetectionModel, parts: TrainingParts,
              scheduler: torch.optim.lr_scheduler.LambdaLR) -> None:
-    """Model, EMA, optimizer, scaler, scheduler and every RNG as the checkpoint left them."""
+    """Model, EMA, optimizer, scaler, scheduler, every RNG and a teacher's projectors as the checkpoint left them."""
     restore_model_state(model, checkpoint.model)
+    if parts.distill is not None:
+        parts.distill.restore(checkpoint.distill)
     if parts.ema is not None:
         restore_model_state(parts.ema.module, checkpoint.ema)
         parts.ema.updates = checkpoint.ema_updates

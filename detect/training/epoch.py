@@ -16,7 +16,7 @@ from detect.errors import UserError
 from detect.training.control import NO_HOOKS, StepEnd, StepHooks
 from detect.training.optim import IterationPlan
 from detect.training.resume import Counters
-from detect.training.step import TrainingParts, forward_backward, optimizer_step, to_device
+from detect.training.step import TrainingParts, for_epoch, forward_backward, optimizer_step, to_device
 
 # A run stops after this many non-finite losses in a row: one is a bad batch, this many is a diverged run.
 MAX_NONFINITE_STREAK = 10
@@ -27,7 +27,7 @@ POSTFIX_SECONDS = 0.5  # the progress bar's losses and memory are read at most t
 class EpochStats:
     """Mean loss terms of the epoch's steps, throughput, numerics and what went wrong on the way."""
 
-    losses: tuple[float, float, float]  # box, obj, cls (not multiplied by the batch size)
+    losses: tuple[float, ...]  # box, obj, cls and, with a teacher, the distillation term (not times the batch size)
     images: int  # on all ranks together
     seconds: float
     learning_rates: tuple[float, ...]
@@ -73,17 +73,20 @@ class StepNumerics:
 def _postfix(backend: Backend, mean_losses: torch.Tensor, batch: Batch, size: int | None) -> str:
     """The progress bar's numbers after a step."""
     memory = backend.memory_stats().peak_bytes / 2**30
-    box, obj, cls = mean_losses.tolist()
-    return (f"mem {memory:.2f}G box {box:.4f} obj {obj:.4f} cls {cls:.4f} "
+    box, obj, cls, *distill = mean_losses.tolist()
+    taught = "".join(f" distill {term:.4f}" for term in distill)
+    return (f"mem {memory:.2f}G box {box:.4f} obj {obj:.4f} cls {cls:.4f}{taught} "
             f"instances {int(batch.target_counts.sum())} size {size or batch.images.shape[-1]}")
 
 
 class _Tally:
-    """An epoch's running sums (resumed from the counters, the loss summed on the device), the asks the ranks agreed
-    on since the last boundary, the steps skipped for a non-finite loss and what the batches reported."""
+    """An epoch's running sums (resumed from the counters, the loss summed on the device: `terms` of them), the asks
+    the ranks agreed on since the last boundary, the steps skipped for a non-finite loss and what the batches
+    reported."""
 
-    def __init__(self, counters: Counters, device: torch.device) -> None:
-        self.loss_sum = torch.tensor(counters.epoch_loss_sum, device=device)
+    def __init__(self, counters: Counters, device: torch.device, terms: int) -> None:
+        sums = counters.epoch_loss_sum[:terms]  # a new epoch's zeros may be fewer than a step's terms
+        self.loss_sum = torch.tensor(sums + [0.0] * (terms - len(sums)), device=device)
         self.steps, self.images, self.streak, self.nonfinite = counters.epoch_steps, counters.epoch_images, 0, 0
         self.problems: list[str] = []
         self.numerics = StepNumerics(device)
@@ -111,7 +114,7 @@ class _Tally:
 
     def stats(self, optimizer: torch.optim.Optimizer, seconds: float, stopped: bool) -> EpochStats:
         means = (self.loss_sum / max(self.steps, 1)).tolist()
-        return EpochStats(losses=(means[0], means[1], means[2]), images=self.images, seconds=seconds,
+        return EpochStats(losses=tuple(means), images=self.images, seconds=seconds,
                           learning_rates=tuple(group["lr"] for group in optimizer.param_groups),
                           nonfinite_steps=self.nonfinite, problems=tuple(self.problems), stopped=stopped,
                           **self.numerics.summary())
@@ -124,11 +127,11 @@ def train_one_epoch(parts: TrainingParts, loader: Loader, plan: IterationPlan, c
     record where the epoch stands and the after_step hooks get StepEnd.save_now; a stop then ends the epoch early
     (EpochStats.stopped). At the epoch's end the counters hold its last batch and sums (Counters.end_epoch starts the
     next one)."""
-    epoch, backend, optimizer = counters.epoch, parts.backend, parts.optimizer
+    epoch, backend, optimizer, parts = counters.epoch, parts.backend, parts.optimizer, for_epoch(parts, counters.epoch)
     parts.train_model.train()
     loader.set_epoch(epoch, start_batch=counters.batch)
     optimizer.zero_grad(set_to_none=True)
-    tally, stopped, started = _Tally(counters, backend.device), False, time.perf_counter()
+    tally, stopped, started = _Tally(counters, backend.device, parts.loss_terms), False, time.perf_counter()
     bar = tqdm(loader, desc=f"{epoch + 1}/{plan.epochs}", disable=not show_progress, leave=False, initial=counters.batch)
     progress = _Progress(bar, backend, show_progress)
     for index, batch in enumerate(bar, start=counters.batch):

@@ -1,13 +1,13 @@
 """The hook points of a training run, the public callback API (`train.run(..., callbacks=[MyHook()])`), and the
-trainer's own hooks: the signal stop, the timed mid-epoch save, first-batch plots, the profiler, the results log,
-checkpoints and early stopping.
+trainer's own hooks: the signal stop, a teacher's lines (what it teaches, what it costs), the timed mid-epoch save,
+first-batch plots, the profiler, the results log, checkpoints and early stopping.
 
 The trainer calls, in this order: before_train; for each epoch before_epoch, then for each step before_step and
 after_step, then after_epoch (after validation, with the epoch's results.csv row); after_train once the run ends
 (also when it fails or a signal stops it: then `metrics` is None). Hooks ask through `run.control` (control.Control:
 stop, save, end the run); the loop answers in the events: after_step's `step` (control.StepEnd) says when the ranks
-stopped at a boundary to save or to stop. Only the signal stop runs on every rank; the other hooks, yours included,
-run on the rank that writes the run (run.context.is_main)."""
+stopped at a boundary to save or to stop. Only the signal stop and the teacher's lines (every rank times its step at
+once) run on every rank; the other hooks, yours included, run on the rank that writes the run (run.context.is_main)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from detect.errors import Interrupted, UserError
 from detect.evaluation.evaluator import Metrics
 from detect.models.safe_io import save_checkpoint
 from detect.training.control import Control, StepEnd
+from detect.training.distill.cost import time_teacher
 from detect.training.distributed import stop_signals_handled_by
 from detect.training.results_log import epoch_line
 from detect.training.run import Run
@@ -242,10 +243,20 @@ class EarlyStopping(Hook):
         return stop
 
 
+class TeacherLines(Hook):
+    """A run with a teacher says before its first step what the teacher teaches, and what it costs a step (timed on
+    every rank at once, so that copies of a --sync-bn model find their peers; the main rank speaks)."""
+
+    def before_train(self, run: Run) -> None:
+        LOGGER.info("%s", run.parts.distill.describe(run.settings.epochs))
+        cost = time_teacher(run.parts, run.settings.batch_size // run.context.world_size, run.settings.imgsz)
+        LOGGER.info("distillation's cost: %s", cost)
+
+
 def run_hooks(run: Run, profile: ProfileSchedule | None, callbacks: Sequence[Hook], signals: SignalStop) -> HookList:
     """The run's hooks on this rank, in calling order: the trainer's own (`signals` already handling), then the
     user's callbacks."""
-    hooks: list[Hook] = [signals]
+    hooks: list[Hook] = [signals, *([TeacherLines()] if run.parts.distill is not None else [])]
     if run.context.is_main:
         settings = run.settings
         hooks += [FirstBatchPlots()] if not settings.noplots else []

@@ -19,12 +19,14 @@ from detect.config import Hyp, load_hyp
 from detect.data import AugmentSettings, DataConfig, TrainLoaderSettings, ValLoaderSettings, load_data_config
 from detect.data.data_config import check_sources
 from detect.data.labels.check import ImageBounds
+from detect.data.labels.split import SINGLE_CLASS_NAME
 from detect.data.loader import default_workers
 from detect.data.tiles.windows import TileSettings
 from detect.errors import UserError
 from detect.inference.slicing import SliceSettings
 from detect.models.transfer import AnchorFit, ModelSource
 from detect.models.yolo import check_class_count
+from detect.training.distill import MODES, Distillation, Teacher
 from detect.training.distributed import DistContext, host_cores, init_process_group, one_voice
 from detect.training.optim import OptimSettings
 from detect.training.resume import ResumePoint, resume_point
@@ -74,6 +76,7 @@ class RunRecipe:
     point: ResumePoint | None  # the checkpoint a resumed run continues (None: a new run)
     source: ModelSource | None  # what a new run's model is made from
     data: DataConfig
+    teacher: Teacher | None  # --teacher, checked against the student (a new run) or last.pt's hash (a resumed run)
     precision: PrecisionRequest
     imgsz: int  # fitted to the model's largest stride
     rank_batch: int  # this rank's share of the global batch
@@ -96,8 +99,9 @@ def resolve_run(settings: TrainSettings, context: DistContext, resume: Resume = 
                 overrides: dict[str, Any] | None = None) -> RunRecipe:
     """This rank's recipe, in order: a new run's batch, model and image size checked (before the process group:
     every rank can tell alone), this rank's device and the job's process group, where the run resumes from (a resumed
-    run's stored settings and device, `overrides` replacing some), the data yaml checked against the model,
-    AutoBatch's batch, this rank's host cores; then every value the set-up builds from."""
+    run's stored settings and device, `overrides` replacing some), the data yaml checked against the model, the
+    teacher checked against both, AutoBatch's batch, this rank's host cores; then every value the set-up builds
+    from."""
     hyp, source = None, None
     if not resume.asked:
         check_batch_size(settings, context)  # a bad flag must not leave ranks waiting
@@ -107,13 +111,15 @@ def resolve_run(settings: TrainSettings, context: DistContext, resume: Resume = 
     if source is not None:
         check_class_count(source.spec, len(data.names))  # before the label check
     check_sources(data, ("train", "val"))  # every rank validates its share
+    teacher = _teacher(settings, source, point, data)
     if settings.batch_size == AUTO_BATCH:  # measured with the new run's model on this device (one device)
         model = source.build(data.names).to(backend.device).train()
         settings = dataclasses.replace(settings, batch_size=fit_batch_size(model, backend, settings.imgsz))
         del model
         backend.empty_cache()
     cores = host_cores(settings.cpu_affinity, settings.device, backend, context)
-    return _resolved(_Joined(settings, hyp or point.checkpoint.hyp, context, backend, point, source, data), cores)
+    return _resolved(_Joined(settings, hyp or point.checkpoint.hyp, context, backend, point, source, data, teacher),
+                     cores)
 
 
 def _new_run(settings: TrainSettings) -> tuple[TrainSettings, Hyp, ModelSource]:
@@ -179,6 +185,32 @@ class _Joined:
     point: ResumePoint | None
     source: ModelSource | None
     data: DataConfig
+    teacher: Teacher | None
+
+
+def _teacher(settings: TrainSettings, source: ModelSource | None, point: ResumePoint | None,
+             data: DataConfig) -> Teacher | None:
+    """--teacher read as safely as --weights and checked: a new run's against its student and the data's classes
+    (--single-cls: one), a resumed run's against the hash its last.pt keeps."""
+    if settings.teacher is None:
+        return None
+    teacher = Teacher.from_file(settings.teacher)
+    if point is not None:
+        teacher.check_unchanged(point.checkpoint.distill, point.path)
+    else:
+        names = [SINGLE_CLASS_NAME] if settings.single_cls else list(data.names)
+        teacher.check_fits(source.spec, names, settings.distill or MODES[0])
+    return teacher
+
+
+def _distillation(settings: TrainSettings, hyp: Hyp, teacher: Teacher | None) -> Distillation | None:
+    """The step's distillation: the teacher's term (--distill, default feature), its gain (--distill-weight, else the
+    hyp's distill) and the first epoch without it (the hyp's distill_off, a share of the run's last epochs)."""
+    if teacher is None:
+        return None
+    gain = hyp.distill if settings.distill_weight is None else settings.distill_weight
+    return Distillation(teacher, settings.distill or MODES[0], gain,
+                        settings.epochs - round(hyp.distill_off * settings.epochs))
 
 
 def _resolved(joined: _Joined, cores: list[int] | None) -> RunRecipe:
@@ -199,6 +231,7 @@ def _resolved(joined: _Joined, cores: list[int] | None) -> RunRecipe:
                                     world_size=context.world_size, windows=tiles)
     slicing = tiles and SliceSettings(tiles.size, tiles.overlap, batch_size=val_batch, max_windows=tiles.max_windows)
     precision = precision_request(settings, context)
+    distill = _distillation(settings, hyp, joined.teacher)
     optim = OptimSettings.from_hyp(hyp, settings.optimizer, settings.cos_lr)
     anchors = None if joined.point is not None or settings.noautoanchor else AnchorFit(
         settings.imgsz, hyp.anchor_t, settings.seed, joined.source.anchors_to_compute)
@@ -207,7 +240,7 @@ def _resolved(joined: _Joined, cores: list[int] | None) -> RunRecipe:
         split_check=SplitCheck(settings.single_cls, settings.cache_dir, ImageBounds(settings.max_pixels,
                                                                                    settings.max_boxes)),
         train_loading=train_loading, val_loading=val_loading, slicing=slicing, freeze=settings.freeze, anchors=anchors,
-        step=StepRecipe(hyp, optim, settings.batch_size, settings.imgsz, settings.label_smoothing),
+        step=StepRecipe(hyp, optim, settings.batch_size, settings.imgsz, settings.label_smoothing, distill),
         sync_bn=settings.sync_bn, multi_scale=settings.multi_scale, epochs=settings.epochs, seed=settings.seed,
         folder=RunPlace(settings.project, settings.name, settings.exist_ok or joined.point is not None),
         label_plots=joined.point is None and not settings.noplots)

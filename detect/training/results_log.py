@@ -22,6 +22,7 @@ COLUMNS = (
     # the AMP loss scale (empty without loss scaling).
     "train/nonfinite_loss_steps", "train/nonfinite_grad_steps", "train/grad_norm_mean", "train/grad_norm_max",
     "amp/loss_scale_min", "amp/loss_scale_last",
+    "train/distill_loss",  # with a teacher (--teacher), in the epochs its term is on; last, to keep yolov5's columns
 )
 PLOTTED = COLUMNS[1:8]
 
@@ -100,6 +101,8 @@ def epoch_row(epoch: int, stats: EpochStats, metrics: Metrics | None, host_peak_
                 "train/grad_norm_max": stats.grad_norm_max, "amp/loss_scale_min": stats.loss_scale_min,
                 "amp/loss_scale_last": stats.loss_scale_last}
     row.update({column: value for column, value in numerics.items() if value is not None})
+    if len(stats.losses) > 3:
+        row["train/distill_loss"] = stats.losses[3]
     if device_peak_bytes is not None:
         row["memory/device_peak_gb"] = device_peak_bytes / 1e9
     if metrics is not None:
@@ -110,8 +113,9 @@ def epoch_row(epoch: int, stats: EpochStats, metrics: Metrics | None, host_peak_
 
 def epoch_line(epoch: int, epochs: int, row: dict[str, float]) -> str:
     """The one summary line per epoch."""
+    taught = f" distill {row['train/distill_loss']:.4f}" if "train/distill_loss" in row else ""
     line = (f"epoch {epoch + 1}/{epochs}: box {row['train/box_loss']:.4f} obj {row['train/obj_loss']:.4f} "
-            f"cls {row['train/cls_loss']:.4f}, {row['train/img_per_s']:.1f} img/s")
+            f"cls {row['train/cls_loss']:.4f}{taught}, {row['train/img_per_s']:.1f} img/s")
     if "metrics/mAP_0.5" in row:
         line += (f", P {row['metrics/precision']:.3f} R {row['metrics/recall']:.3f} "
                  f"mAP50 {row['metrics/mAP_0.5']:.3f} mAP50-95 {row['metrics/mAP_0.5:0.95']:.3f}")

@@ -74,8 +74,9 @@ def restore_rng_state(state: dict[str, Any], backend: Backend) -> None:
 @dataclasses.dataclass
 class TrainingCheckpoint:
     """What last.pt, best.pt and epoch<N>.pt hold. The model entries are models/weights.py's model_state (what every
-    weights reader loads); last.pt alone holds the optimizer, scaler, scheduler and RNG states a resume needs, and the
-    trackers' run ids when the run is tracked (an optional entry: files without it read as before)."""
+    weights reader loads); last.pt alone holds the optimizer, scaler, scheduler and RNG states a resume needs, the
+    trackers' run ids when the run is tracked, and a run with a teacher's distillation state (its projectors and the
+    teacher's hash: training/distill/part.py); those two are optional entries: files without them read as before."""
 
     FORMAT: ClassVar[str] = "detect-train-1"  # the payload layout; a new layout gets a new name and a reader here
 
@@ -90,6 +91,7 @@ class TrainingCheckpoint:
     scheduler: dict | None = None
     rng: dict | None = None
     tracking: dict[str, str] = dataclasses.field(default_factory=dict)  # experiment trackers' ids of the run
+    distill: dict | None = None  # DistillPart.state(): the projectors and the teacher's sha256
     date: str = dataclasses.field(
         default_factory=lambda: datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
 
@@ -107,6 +109,7 @@ class TrainingCheckpoint:
             "progress": dataclasses.asdict(self.counters), "rng": self.rng,
             "config": {"settings": self.settings.to_dict(), "hyp": dataclasses.asdict(self.hyp)},
             **({"tracking": dict(self.tracking)} if self.tracking else {}),
+            **({"distill": self.distill} if self.distill is not None else {}),
         }
 
     @classmethod
@@ -122,7 +125,7 @@ class TrainingCheckpoint:
                    settings=TrainSettings.from_dict(config["settings"], f"{source} (stored settings)"),
                    hyp=from_mapping(Hyp, config["hyp"], f"{source} (stored hyp)"), optimizer=payload["optimizer"],
                    scaler=payload["scaler"], scheduler=payload["scheduler"], rng=payload["rng"],
-                   tracking=dict(payload.get("tracking", {})), date=payload["date"])
+                   tracking=dict(payload.get("tracking", {})), distill=payload.get("distill"), date=payload["date"])
 
     @classmethod
     def load(cls, path: Path) -> TrainingCheckpoint:

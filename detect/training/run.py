@@ -79,14 +79,16 @@ class Run:
         return self.parts.context
 
     def checkpoint(self, full: bool) -> TrainingCheckpoint:
-        """The run as a checkpoint; `full` adds what resuming needs (optimizer, scaler, scheduler, every RNG)."""
+        """The run as a checkpoint; `full` adds what resuming needs (optimizer, scaler, scheduler, every RNG, the
+        projectors of a run with a teacher: best.pt holds the student alone)."""
         ema, parts = self.parts.ema, self.parts
         return TrainingCheckpoint(
             model=model_state(self.model), ema=model_state(ema.module), ema_updates=ema.updates,
             counters=self.counters, settings=self.settings, hyp=self.hyp,
             optimizer=parts.optimizer.state_dict() if full else None, scaler=parts.scaler.state_dict() if full else None,
             scheduler=self.scheduler.state_dict() if full else None, rng=rng_state(self.backend) if full else None,
-            tracking=dict(self.tracking) if full else {})
+            tracking=dict(self.tracking) if full else {},
+            distill=parts.distill.state() if full and parts.distill is not None else None)
 
     def save_last(self) -> None:
         """last.pt: the run where the counters stand, with all a resume needs (main rank)."""

@@ -20,6 +20,7 @@ from detect.data.storage.cache_places import CACHE_DIR_HELP
 from detect.data.tiles.windows import DEFAULT_MAX_WINDOWS, MAX_WINDOWS_HELP, OVERLAP
 from detect.errors import UserError
 from detect.run_dir import check_run_folder
+from detect.training.distill.teacher import MODES
 
 LOGGER = logging.getLogger(__name__)
 # at least the largest stride; at most MAX_IMGSZ
@@ -38,6 +39,13 @@ class TrainSettings(Settings):
 
     cfg: str | None = option(None, "model yaml: a bare name in configs/models/ or a path (from scratch)")
     weights: str | None = option(None, "initial weights: ours or an ultralytics/yolov5 .pt (fine-tuning)")
+    teacher: str | None = option(None, "knowledge distillation: a trained model (ours or an ultralytics/yolov5 .pt, "
+                                       "the same classes and levels) that teaches this one; it runs frozen beside it",
+                                 again_on_resume=True)
+    distill: str | None = option(None, "what the teacher teaches: feature (the maps its head reads; default), logit "
+                                       "(its head's outputs) or both", choices=MODES)
+    distill_weight: float | None = option(None, "the distillation term's gain (default: the hyp's distill)",
+                                          bound=NOT_NEGATIVE)
     data: str = option("shapes.yaml", "data yaml; shapes.yaml is the built-in dataset")
     hyp: str = option("scratch-low.yaml", "hyper-parameter yaml: a bare name in configs/hyps/ or a path")
     epochs: int = option(100, bound=POSITIVE)
@@ -96,6 +104,8 @@ class TrainSettings(Settings):
         check_affinity(self.cpu_affinity)
         if self.rect and self.multi_scale:
             raise UserError("--rect and --multi-scale do not go together: a rectangular batch has its own shape")
+        if self.teacher is None and (self.distill is not None or self.distill_weight is not None):
+            raise UserError("--distill and --distill-weight choose how a teacher teaches: give --teacher T.pt")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values only (a checkpoint and the run's yaml hold this)."""

@@ -1,12 +1,14 @@
 """The training step, written once: the parts it uses (`TrainingParts`, built from a `StepRecipe`), then for each batch
-the copy to the device, forward and loss under autocast, the ranks' agreement (skip, stop, save), the scaled backward,
-and every `accumulate` batches the optimizer step in yolov5's order (`OPTIMIZER_STEP`). The epoch loop, the throughput
-tool and `doctor --ops` all call these functions; `phase(name)` around each part is how the doctor records its ops."""
+the copy to the device, forward and loss under autocast (with a teacher, the distillation term added to the
+criterion's: training/distill/), the ranks' agreement (skip, stop, save), the scaled backward, and every `accumulate`
+batches the optimizer step in yolov5's order (`OPTIMIZER_STEP`). The epoch loop, the throughput tool and `doctor
+--ops` all call these functions; `phase(name)` around each part is how the doctor records its ops."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import math
 from collections.abc import Callable
 
@@ -20,6 +22,7 @@ from detect.data import Batch
 from detect.data.device_batch import DeviceBatch, to_device_batch
 from detect.models import DetectionModel
 from detect.training.control import Control
+from detect.training.distill import Distillation, DistillPart
 from detect.training.distributed import DistContext, any_rank, entering
 from detect.training.loss import DetectionLoss, LossSettings
 from detect.training.optim import ModelEMA, OptimSettings, build_optimizer
@@ -37,20 +40,21 @@ def unrecorded(name: str) -> contextlib.AbstractContextManager:
 @dataclasses.dataclass(frozen=True)
 class StepRecipe:
     """What a step's parts follow besides the model and the device: yolov5's hyp (the loss's gains, the scaler's
-    settings), the optimizer's settings, the global batch and the image size (the loss's scales) and label
-    smoothing."""
+    settings), the optimizer's settings, the global batch and the image size (the loss's scales), label smoothing and
+    the distillation (None: no teacher)."""
 
     hyp: Hyp
     optim: OptimSettings
     batch_size: int
     imgsz: int
     label_smoothing: float = 0.0
+    distill: Distillation | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainingParts:
     """What a training step uses besides the batch, the device and the job included; `ema` exists on the main rank
-    only."""
+    only, `distill` in a run with a teacher (None in the epochs the term is off: for_epoch)."""
 
     train_model: nn.Module  # what the step calls: DistributedDataParallel around the model under torchrun, else it
     criterion: Criterion
@@ -59,28 +63,39 @@ class TrainingParts:
     ema: ModelEMA | None
     backend: Backend
     context: DistContext = dataclasses.field(default_factory=DistContext)  # in_job: the job of a torchrun rank
+    distill: DistillPart | None = None
+
+    @property
+    def loss_terms(self) -> int:
+        """How many loss items a step gives: box, obj, cls, and the distillation term with a teacher."""
+        return 3 + (self.distill is not None)
 
 
 def build_parts(model: DetectionModel, backend: Backend, recipe: StepRecipe,
                 ema: ModelEMA | None = None) -> TrainingParts:
     """yolov5's optimizer groups, the GradScaler and the loss for `model` (already on the backend's device), in one
-    process (in_job: under torchrun). The backend's process-wide settings for repeated steps are applied
-    (Backend.prepare_steps)."""
+    process (in_job: under torchrun); with a teacher its part, whose projectors join the optimizer's groups. The
+    backend's process-wide settings for repeated steps are applied (Backend.prepare_steps)."""
     backend.prepare_steps()
     hyp = recipe.hyp
-    optimizer = build_optimizer(model, recipe.optim, recipe.batch_size)
+    distill = None if recipe.distill is None else DistillPart.for_student(model, recipe.distill, backend.device,
+                                                                     backend.channels_last)
+    trained = model if distill is None else nn.ModuleList([model, distill.projectors])
+    optimizer = build_optimizer(trained, recipe.optim, recipe.batch_size)
     scaler = backend.grad_scaler(init_scale=hyp.amp_init_scale, growth_factor=hyp.amp_growth_factor,
                                  growth_interval=hyp.amp_growth_interval)
     loss_settings = LossSettings.from_hyp(hyp, model.detect.nl, model.nc, recipe.imgsz, recipe.label_smoothing)
     criterion = DetectionLoss(loss_settings, model.detect.anchors, model.nc, matched_only=backend.dynamic_shapes)
-    return TrainingParts(model, criterion, optimizer, scaler, ema, backend)
+    return TrainingParts(model, criterion, optimizer, scaler, ema, backend, distill=distill)
 
 
 def in_job(parts: TrainingParts, context: DistContext, sync_bn: bool = False) -> TrainingParts:
-    """The parts of a rank of `context`'s job: under torchrun the model in DDP (with SyncBatchNorm when asked); in
-    one process `parts` as they are."""
+    """The parts of a rank of `context`'s job: under torchrun the model in DDP (with SyncBatchNorm when asked) and
+    the main rank's projectors on every rank; in one process `parts` as they are."""
     if not context.distributed:
         return parts
+    if parts.distill is not None:
+        parts.distill.in_job(context)
     model = nn.SyncBatchNorm.convert_sync_batchnorm(parts.train_model) if sync_bn else parts.train_model
     # DDP broadcasts rank 0's parameters and buffers (the AutoAnchor result included) to every rank.
     device_ids = None if parts.backend.device.type == "cpu" else [parts.backend.device.index]
@@ -95,15 +110,33 @@ def to_device(parts: TrainingParts, batch: Batch, size: int | None = None,
         return to_device_batch(batch, parts.backend, size)
 
 
+def for_epoch(parts: TrainingParts, epoch: int) -> TrainingParts:
+    """The parts `epoch`'s steps use: without the teacher in the epochs its term is off (the last epochs, as the hyp's
+    distill_off asks)."""
+    if parts.distill is None or parts.distill.on_in(epoch):
+        return parts
+    return dataclasses.replace(parts, distill=None)
+
+
 def forward_loss(parts: TrainingParts, batch: DeviceBatch,
                  phase: StepPhase = unrecorded) -> tuple[torch.Tensor, torch.Tensor]:
-    """The loss of the model's raw outputs and its items (box, obj, cls), under the backend's autocast (the loss
-    itself is computed in fp32: training/loss.py)."""
+    """The loss of the model's raw outputs and its items (box, obj, cls, and with a teacher the distillation term),
+    under the backend's autocast (the loss itself is computed in fp32: training/loss.py); the distillation term is
+    added as the criterion adds its own, times the batch size."""
+    distill = parts.distill
     with parts.backend.autocast():
         with phase("forward (train mode, autocast)"):
-            outputs = parts.train_model(batch.images)
+            outputs = parts.train_model(batch.images, with_head_inputs=distill is not None)
+        outputs, maps = outputs if distill is not None else (outputs, None)
         with phase("loss with target assignment"):
-            return parts.criterion(outputs, batch.padded_targets)
+            loss, items = parts.criterion(outputs, batch.padded_targets)
+        if distill is None:
+            return loss, items
+        with phase("teacher forward (eval mode, no gradients)"):
+            taught = distill.teach(batch.images)
+        with phase("distillation term"):
+            term = distill.term(outputs, maps, taught)
+    return loss + term * batch.images.shape[0], torch.cat((items, term.detach()[None]))
 
 
 def ranks_agree(parts: TrainingParts, loss: torch.Tensor, control: Control,
@@ -141,6 +174,8 @@ def forward_backward(parts: TrainingParts, batch: DeviceBatch, sync: bool,
         if sync and context.distributed:
             entering("the gradient all-reduce of DDP's backward")
         backward(parts, loss)
+    if sync and parts.distill is not None:
+        parts.distill.average_gradients(context)
     return items, stop, save
 
 
@@ -149,8 +184,10 @@ def unscale_gradients(parts: TrainingParts) -> None:
 
 
 def clip_gradients(parts: TrainingParts) -> torch.Tensor:
-    """The gradients' total norm before clipping (a device tensor)."""
-    return nn.utils.clip_grad_norm_(parts.train_model.parameters(), max_norm=MAX_GRAD_NORM)
+    """The gradients' total norm before clipping (a device tensor), the projectors' with the model's."""
+    projectors = () if parts.distill is None else parts.distill.projectors.parameters()
+    return nn.utils.clip_grad_norm_(itertools.chain(parts.train_model.parameters(), projectors),
+                                    max_norm=MAX_GRAD_NORM)
 
 
 def step_optimizer(parts: TrainingParts) -> None:

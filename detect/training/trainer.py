@@ -4,6 +4,7 @@ build.py set up. `fit` is the table of contents."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import signal
 from collections.abc import Sequence
@@ -200,7 +201,8 @@ class Trainer:
         """Final evaluation of the best weights on every rank's shard, and the bad-file summary (main rank)."""
         folder, context = run.folder, run.context
         # Parameters only: BatchNorm statistics are rank 0's after DDP's broadcast, then each rank's own batch.
-        if context.distributed and not replicas_in_sync(context, run.model.parameters()):
+        projectors = () if run.parts.distill is None else run.parts.distill.projectors.parameters()
+        if context.distributed and not replicas_in_sync(context, itertools.chain(run.model.parameters(), projectors)):
             LOGGER.warning("the %d ranks ended with different parameters", context.world_size)
         elif context.distributed:
             LOGGER.info("all %d ranks hold identical parameters", context.world_size)

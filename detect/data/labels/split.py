@@ -20,6 +20,8 @@ from detect.data.storage.interface import Storage
 from detect.data.storage.local import LOCAL
 from detect.errors import UserError
 
+SINGLE_CLASS_NAME = "item"  # --single-cls: every class becomes this one
+
 
 @dataclasses.dataclass(frozen=True)
 class LabelledSplit:
@@ -89,7 +91,7 @@ def load_split(config: DataConfig, split: str = "train", single_class: bool = Fa
     usable = checked.usable
     records = records if usable.all() else records.take(np.flatnonzero(usable))
     return LabelledSplit(records=records.single_class() if single_class else records,
-                         names=["item"] if single_class else list(config.names),
+                         names=[SINGLE_CLASS_NAME] if single_class else list(config.names),
                          coco_json=None if single_class else sources.coco_json,
                          category_ids=None if single_class else sources.category_ids, counts=counts,
                          details_file=details_file, cache_state=cache_state,

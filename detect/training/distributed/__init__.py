@@ -13,6 +13,7 @@ caches; the main rank's AutoAnchor, AMP timing and check and labels.png) waits a
 from detect.training.distributed.collectives import (
     all_gather_objects,
     any_rank,
+    average_gradients,
     broadcast_object,
     broadcast_tensors,
     collective_failure,
@@ -34,7 +35,7 @@ from detect.training.distributed.context import (
 from detect.training.distributed.launch import launch_ranks
 from detect.training.distributed.liveness import JobStore
 
-__all__ = ["DistContext", "JobStore", "all_gather_objects", "any_rank", "broadcast_object", "broadcast_tensors",
+__all__ = ["DistContext", "JobStore", "all_gather_objects", "any_rank", "average_gradients", "broadcast_object", "broadcast_tensors",
            "collective_failure", "destroy_process_group", "entering", "gather_objects", "host_cores",
            "init_process_group", "join_attempt", "launch_ranks", "main_rank_answer", "one_voice", "patient_barrier",
            "replicas_in_sync", "stop_signals_handled_by"]

@@ -81,13 +81,29 @@ def broadcast_object(context: DistContext, value: T) -> T:
     return holder[0]
 
 
-def broadcast_tensors(context: DistContext, tensors: Iterable[torch.Tensor]) -> None:
+def broadcast_tensors(context: DistContext, tensors: Iterable[torch.Tensor],
+                      collective: str = "the broadcast of the main rank's EMA weights") -> None:
     """The main rank's values of `tensors` (the same shapes on every rank, on the backend's device) into every
-    rank's, in place."""
+    rank's, in place; `collective` names the wait for collective_failure."""
     if context.distributed:
-        entering("the broadcast of the main rank's EMA weights")
-        for tensor in tensors:
-            dist.broadcast(tensor, src=context.main_rank)
+        entering(collective)
+        with torch.no_grad():  # parameters too: written in place, outside any graph
+            for tensor in tensors:
+                dist.broadcast(tensor, src=context.main_rank)
+
+
+def average_gradients(context: DistContext, parameters: Iterable[torch.Tensor], collective: str) -> None:
+    """The gradients of `parameters` averaged over the ranks in place, in one all-reduce (what DDP does for the
+    parameters it holds); parameters without a gradient, the same ones on every rank, are left out."""
+    gradients = [parameter.grad for parameter in parameters if parameter.grad is not None]
+    if not context.distributed or not gradients:
+        return
+    flat = torch.cat([gradient.reshape(-1) for gradient in gradients])
+    entering(collective)
+    dist.all_reduce(flat)
+    flat /= context.world_size
+    for gradient, averaged in zip(gradients, flat.split([gradient.numel() for gradient in gradients])):
+        gradient.copy_(averaged.view_as(gradient))
 
 
 def gather_objects(context: DistContext, value: Any) -> list[Any]:
