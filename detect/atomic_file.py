@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-# Every temporary file ends so: a folder's listing can leave out files being written (data/remote/object_cache.py).
+# Every temporary file ends so: a folder's listing can leave out files being written (data/storage/object_cache.py).
 TEMPORARY_SUFFIX = ".tmp"
 
 
