@@ -122,7 +122,7 @@ class SlicedPredictor:
         """(n, 6) [x1, y1, x2, y2, score, class] detections of a (H, W, 3) uint8 RGB image in its pixels, best first;
         `nms`: Predictor.detections' keyword arguments (conf_threshold, iou_threshold, max_det, ...). max_det caps each
         window's detections, and the image's at max_det times its windows: the cap of a whole image would cut one that
-        holds many windows' worth of objects (docs/benchmarks.md, "Tiles and slices")."""
+        holds many windows' worth of objects (docs/usage.md, "Small objects in large images: tiles and slices")."""
         height, width = image.shape[:2]
         self.check(height, width)
         windows = self._windows(height, width)
