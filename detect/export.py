@@ -20,7 +20,7 @@ from detect.exporters.int8 import DEFAULT_CALIB_IMAGES
 from detect.exporters.torchscript import ExportSettings
 from detect.exporters.triton import BACKENDS as TRITON_BACKENDS
 from detect.exporters.triton import TritonSettings
-from detect.inference.model import PYTORCH, exported_names, format_named
+from detect.inference.model import IMGSZ_DEFAULT_HELP, PYTORCH, exported_names, format_named, input_size
 from detect.models import build_model
 from detect.models.weights import YOLOV5_DEFAULT_WEIGHTS, load_model, resolve_weights
 from detect.run_dir import check_folder
@@ -44,8 +44,8 @@ class ExportRunSettings(Settings):
                                                         "openvino with openvino.convert_model; triton writes "
                                                         "model_repository/<name>/ with a dynamic-batch model and "
                                                         "its config.pbtxt)", choices=FORMATS)
-    imgsz: tuple[int, ...] = option(ExportSettings.imgsz, "input size: one side, or height width (multiples of the "
-                                                          "stride)", bound=IMAGE_SIZE)
+    imgsz: tuple[int, ...] | None = option(None, "input size: one side, or height width (multiples of the stride); "
+                                           + IMGSZ_DEFAULT_HELP, bound=IMAGE_SIZE)
     batch_size: int = option(ExportSettings.batch_size, "batch size of a static export", bound=POSITIVE)
     device: str = option("cpu", backends.SPEC_HELP)
     half: bool = option(ExportSettings.half, "fp16 weights and input")
@@ -85,7 +85,7 @@ class ExportRunSettings(Settings):
         super().__post_init__()
         if self.output_dir is not None:
             check_folder(self.output_dir, "--output-dir")
-        if len(self.imgsz) > 2:
+        if self.imgsz is not None and len(self.imgsz) > 2:
             raise UserError(f"--imgsz {' '.join(map(str, self.imgsz))}: one side or height width")
         if self.check and (self.cfg or not self.data):
             raise UserError("--check scores --weights on --data's val split: give --weights (not --cfg) and --data")
@@ -110,9 +110,9 @@ class ExportRunSettings(Settings):
         if "onnx" in self.include and self.opset < 13:
             raise UserError(f"--int8 needs --opset 13 or later (per-channel QuantizeLinear's axis), got {self.opset}")
 
-    def export_settings(self) -> ExportSettings:
-        """What the exporters need of these options."""
-        return ExportSettings(imgsz=(self.imgsz[0], self.imgsz[-1]), batch_size=self.batch_size,
+    def export_settings(self, imgsz: tuple[int, int]) -> ExportSettings:
+        """What the exporters need of these options, at `imgsz` (--imgsz, else the model's: input_size)."""
+        return ExportSettings(imgsz=imgsz, batch_size=self.batch_size,
                               dynamic=self.dynamic, half=self.half, fuse=self.fuse is not False, opset=self.opset,
                               simplify=self.simplify, nms=self._nms())
 
@@ -152,9 +152,11 @@ def om_chip(args: ExportRunSettings) -> str | None:
 
 def export(args: ExportRunSettings) -> dict[str, Path]:
     """Write each format asked for; returns format -> path (om is absent when atc is not installed). The CLI's body."""
-    settings = args.export_settings()
     weights = Path(args.cfg) if args.cfg else resolve_weights(args.weights)
     model = build_model(args.cfg, num_classes=args.nc).eval() if args.cfg else load_model(weights)  # refused: no folder
+    size = input_size(model, args.imgsz)
+    LOGGER.info("exporting %s at %s", weights, size)
+    settings = args.export_settings(size.size)
     output_dir = Path(args.output_dir) if args.output_dir else Path() if args.cfg else weights.parent
     output_dir.mkdir(parents=True, exist_ok=True)
     if not os.access(output_dir, os.W_OK):
@@ -171,8 +173,9 @@ def export(args: ExportRunSettings) -> dict[str, Path]:
         LOGGER.info("--check on %s (val split, %d px, batch %d):\n%s", args.data, settings.imgsz[0],
                     settings.batch_size, check_table(rows))
     elif "onnx" in written:
-        LOGGER.info("check it: python -m detect.val --weights %s --data <data.yaml>%s", written["onnx"],
-                    "" if settings.dynamic else f" --batch-size {settings.batch_size}")
+        data = args.data or model.trained.data or "<data.yaml>"
+        LOGGER.info("check it: python -m detect.val --weights %s --data %s --imgsz %d%s", written["onnx"], data,
+                    size.side, "" if settings.dynamic else f" --batch-size {settings.batch_size}")
     return written
 
 

@@ -15,6 +15,7 @@ from detect.config import IMAGE_SIZE, NON_NEGATIVE, POSITIVE, UNIT, option, opti
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS, MAX_PIXELS_HELP
 from detect.errors import UserError
 from detect.inference.detector import Detector, PredictSettings
+from detect.inference.model import IMGSZ_DEFAULT_HELP
 from detect.inference.predict_outputs import OutputSettings, PredictOutputs, predict_frames
 from detect.inference.sample_images import SAMPLES_DIR
 from detect.inference.slicing import SliceSettings, SlicingFlags
@@ -36,11 +37,12 @@ class PredictRunSettings(SlicingFlags):
                                       "name: the working folder, then ./weights/ (never downloaded)")
     source: str = option("", "an image, video, folder, glob ('data/*.jpg'), .txt list, .streams list, URL, "
                              "rtsp/rtmp/http stream or webcam index (0); default: the package's sample images")
-    imgsz: tuple[int, ...] = option(PredictSettings.imgsz[:1], "inference size: one side, or height width",
-                                    bound=IMAGE_SIZE)
+    imgsz: tuple[int, ...] | None = option(None, "inference size: one side, or height width; " + IMGSZ_DEFAULT_HELP,
+                                           bound=IMAGE_SIZE)
     conf_thres: float = option(PredictSettings.conf_threshold, "confidence threshold", bound=UNIT)
     iou_thres: float = option(PredictSettings.iou_threshold, "NMS IoU threshold", bound=UNIT)
-    max_det: int = option(PredictSettings.max_det, "maximum detections per image", bound=POSITIVE)
+    max_det: int = option(PredictSettings.max_det, "maximum detections per image (--slice: per window)",
+                          bound=POSITIVE)
     classes: tuple[int, ...] | None = option(None, "keep only these class indices", bound=NON_NEGATIVE)
     agnostic_nms: bool = option(False, "NMS across classes")
     device: str = option("auto", backends.SPEC_HELP)
@@ -65,7 +67,7 @@ class PredictRunSettings(SlicingFlags):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_run_folder(self.project, self.name)
-        if len(self.imgsz) > 2:
+        if self.imgsz is not None and len(self.imgsz) > 2:
             raise UserError(f"--imgsz {' '.join(map(str, self.imgsz))}: one side or height width")
 
     def output_settings(self) -> OutputSettings:
@@ -77,7 +79,7 @@ class PredictRunSettings(SlicingFlags):
 
     def detector_settings(self) -> PredictSettings:
         """What the Detector needs of these options."""
-        return PredictSettings(imgsz=(self.imgsz[0], self.imgsz[-1]), conf_threshold=self.conf_thres,
+        return PredictSettings(imgsz=self.imgsz and (self.imgsz[0], self.imgsz[-1]), conf_threshold=self.conf_thres,
                                iou_threshold=self.iou_thres, max_det=self.max_det, classes=self.classes,
                                agnostic=self.agnostic_nms, slicing=SliceSettings.asked(self),
                                nms_device=self.nms_device)
@@ -100,6 +102,7 @@ def predict(settings: PredictRunSettings) -> Path:
         LOGGER.info("no --source: predicting on the sample images in %s", SAMPLES_DIR)
     with closing(open_source(settings.source or str(SAMPLES_DIR), settings.vid_stride, settings.max_pixels)) as source:
         save_dir = make_run_dir(settings.project, settings.name, settings.exist_ok)
+        LOGGER.info("%s at %s", " + ".join(settings.weights), detector.input_size)
         outputs = PredictOutputs(save_dir, detector.names, settings.output_settings())
         times, problems = predict_frames(source, detector, outputs)
     if times:

@@ -16,6 +16,7 @@ from detect.config import IMAGE_SIZE, NON_NEGATIVE, POSITIVE, UNIT, option, opti
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS, MAX_PIXELS_HELP
 from detect.errors import UserError
 from detect.inference.detector import Detector, PredictSettings
+from detect.inference.model import IMGSZ_DEFAULT_HELP
 from detect.inference.slicing import SliceSettings, SlicingFlags
 from detect.inference.sources import open_source
 from detect.inference.tracks.loop import track_frames
@@ -39,8 +40,8 @@ class TrackRunSettings(SlicingFlags):
     weights: tuple[str, ...] = option((YOLOV5_DEFAULT_WEIGHTS,), "ours (.pt), an ultralytics/yolov5 .pt, or an export "
                                       "(as predict takes them)")
     tracker: str = option("bytetrack", TRACKER_HELP)
-    imgsz: tuple[int, ...] = option(PredictSettings.imgsz[:1], "inference size: one side, or height width",
-                                    bound=IMAGE_SIZE)
+    imgsz: tuple[int, ...] | None = option(None, "inference size: one side, or height width; " + IMGSZ_DEFAULT_HELP,
+                                           bound=IMAGE_SIZE)
     conf_thres: float = option(TRACK_CONF, "confidence threshold (low: ByteTrack's second stage uses the weak boxes)",
                                bound=UNIT)
     iou_thres: float = option(PredictSettings.iou_threshold, "NMS IoU threshold", bound=UNIT)
@@ -61,11 +62,11 @@ class TrackRunSettings(SlicingFlags):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_run_folder(self.project, self.name)
-        if len(self.imgsz) > 2:
+        if self.imgsz is not None and len(self.imgsz) > 2:
             raise UserError(f"--imgsz {' '.join(map(str, self.imgsz))}: one side or height width")
 
     def detector_settings(self) -> PredictSettings:
-        return PredictSettings(imgsz=(self.imgsz[0], self.imgsz[-1]), conf_threshold=self.conf_thres,
+        return PredictSettings(imgsz=self.imgsz and (self.imgsz[0], self.imgsz[-1]), conf_threshold=self.conf_thres,
                                iou_threshold=self.iou_thres, max_det=self.max_det, classes=self.classes,
                                agnostic=self.agnostic_nms, slicing=SliceSettings.asked(self))
 

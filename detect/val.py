@@ -30,7 +30,8 @@ from detect.evaluation.val_loop import (
     measure_speed,
 )
 from detect.evaluation.val_outputs import ValOutputs
-from detect.inference.slicing import SliceSettings, SlicingFlags
+from detect.inference.model import IMGSZ_DEFAULT_HELP
+from detect.inference.slicing import SlicedPredictor, SliceSettings, SlicingFlags
 from detect.models.weights import YOLOV5_DEFAULT_WEIGHTS
 from detect.run_dir import check_run_folder, make_run_dir
 
@@ -52,11 +53,12 @@ class ValSettings(SlicingFlags):
                               "split (study_<data>_<weights>.txt and study.png)", choices=(*SPLITS, "speed", "study"))
     study_sizes: tuple[int, ...] = option(STUDY_SIZES, "image sizes of --task study (yolov5's)", bound=IMAGE_SIZE)
     augment: bool = option(False, "test-time augmentation: 3 scales, one flipped, merged before NMS (.pt only)")
-    imgsz: int = option(640, "inference size (long side), pixels", bound=IMAGE_SIZE)
+    imgsz: int | None = option(None, "inference size (long side), pixels; " + IMGSZ_DEFAULT_HELP, bound=IMAGE_SIZE)
     batch_size: int = option(32, bound=POSITIVE)
     conf_thres: float = option(EvalSettings.conf_threshold, "confidence threshold", bound=UNIT)
     iou_thres: float = option(EvalSettings.iou_threshold, "NMS IoU threshold", bound=UNIT)
-    max_det: int = option(EvalSettings.max_det, "maximum detections per image", bound=POSITIVE)
+    max_det: int = option(EvalSettings.max_det, "maximum detections per image (--slice: per window)",
+                          bound=POSITIVE)
     device: str = option("auto", backends.SPEC_HELP)
     nms_device: str = option("device", backends.NMS_DEVICE_HELP, choices=backends.NMS_DEVICES)
     workers: int | None = option(None, "data loader workers (default: by CPU count)", bound=NON_NEGATIVE)
@@ -114,7 +116,7 @@ def run_tasks(settings: ValSettings) -> list[Any]:
 
 
 def _prepare(settings: ValSettings, weights: str | tuple[str, ...],
-             imgsz: int) -> tuple[backends.Backend, Predict, Loader]:
+             imgsz: int | None) -> tuple[backends.Backend, Predict, Loader]:
     """The backend, the model's predict and the loader of the split --task names (val for speed and study)."""
     backend = backends.select(settings.device, amp=False, nms_device=settings.nms_device)
     backend.set_device()
@@ -144,7 +146,7 @@ def speed(settings: ValSettings) -> Speed:
     thresholds = dataclasses.replace(SPEED_SETTINGS, max_det=settings.max_det)
     measured, images = measure_speed(predict, loader, backend, thresholds, progress=settings.progress)
     LOGGER.info("%s: %d images, %s at shape (%d, 3, %d, %d), conf %.2f, IoU %.2f", " + ".join(settings.weights),
-                images, measured, settings.batch_size, settings.imgsz, settings.imgsz, thresholds.conf_threshold,
+                images, measured, settings.batch_size, loader.imgsz, loader.imgsz, thresholds.conf_threshold,
                 thresholds.iou_threshold)
     return measured
 
@@ -159,7 +161,9 @@ def validate(settings: ValSettings) -> EvalResult:
     outputs = ValOutputs(save_dir, loader.split, settings.save_txt, settings.save_conf, settings.plots)
     result = evaluate(predict, loader, backend, evaluator, thresholds, PassOptions(settings.progress, outputs.add))
     outputs.finish(result.metrics)
-    LOGGER.info("%d images\n%s", result.images, metrics_table(result.metrics, per_class=settings.verbose))
+    at = f"in windows of {predict.settings.size} px" if isinstance(predict, SlicedPredictor) else f"at {loader.imgsz} px"
+    LOGGER.info("%s, %s split: %d images %s\n%s", settings.data, settings.task, result.images, at,
+                metrics_table(result.metrics, per_class=settings.verbose))
     if settings.verbose:
         LOGGER.info("pycocotools bbox stats:\n%s", coco_stats(result.metrics))
     LOGGER.info("%s; COCO evaluation by %s", result.speed, evaluator.backend)

@@ -1,8 +1,9 @@
 """SAHI's sliced inference of one of our checkpoints, for scripts/tiles_side_by_side.sh: our Detector (plain, at
 the slice size, conf 0.001, IoU 0.6, multi-label, as val) behind SAHI's DetectionModel, run by its
 get_sliced_prediction with SLICE px slices (640 by default), overlap 0.2, 8 slices a batch, its standard prediction
-of the whole image and its default merge (GREEDYNMM by IOS 0.5); the 300 best boxes of each image kept, as our val
-keeps them.
+of the whole image and its merge: class-wise NMS by IoU 0.5 (its default is GREEDYNMM by IOS 0.5, but SAHI 0.12.8
+switches to NMS by IoU, with a warning, below a model confidence of 0.1, and this runs at val's 0.001); the 300 best
+boxes of each image kept, as our val kept them when this was measured.
 
 Usage: python scripts/sahi_sliced.py WEIGHTS GROUND_TRUTH_JSON IMAGE_FOLDER [SLICE]
 prints the COCO results json of the ground truth's images and, on stderr, the seconds they took. Needs `sahi`

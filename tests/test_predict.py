@@ -26,6 +26,7 @@ from detect.inference.streams import stream_name
 from detect.models import build_model
 from detect.models.safe_io import save_checkpoint
 from detect.models.weights import model_state
+from detect.models.yolo import TrainedWith
 from tests.inference.stream_server import StreamServer
 
 NAMES = ["cat", "dog", "bird"]
@@ -150,6 +151,23 @@ def test_predict_runs_a_static_onnx_export_like_the_checkpoint(weights, tmp_path
     from_pt, from_onnx = Detector(weights, "cpu", settings)(image)[0], Detector(onnx_path, "cpu", settings)(image)[0]
     assert from_onnx.input_size == (64, 96) and len(from_onnx) == len(from_pt) > 0
     torch.testing.assert_close(from_onnx.rows, from_pt.rows, atol=1e-3, rtol=0)
+
+
+def test_predict_and_export_take_the_size_the_checkpoint_was_trained_at_and_the_export_keeps_it(tmp_path, caplog):
+    model = build_model("yolov5n.yaml", num_classes=3, names=NAMES)
+    trained = save_checkpoint(tmp_path / "best.pt", {"model": model_state(model, TrainedWith(96, "three.yaml"))})
+    cv2.imwrite(str(tmp_path / "in.png"), picture(192, 256, 1))
+    with caplog.at_level(logging.INFO, logger="detect"):
+        predict.run(weights=str(trained), source=str(tmp_path / "in.png"), device="cpu", project=str(tmp_path / "runs"))
+        onnx = export.run(weights=str(trained), include=["onnx"], dynamic=True, output_dir=str(tmp_path))["onnx"]
+    assert f"{trained} at 96 px, the size the model was trained at" in caplog.messages
+    assert any("in.png: 96x96 " in message for message in caplog.messages)  # 256x192 fitted into 96, not 640
+    assert f"exporting {trained} at 96 px, the size the model was trained at" in caplog.messages
+    assert f"check it: python -m detect.val --weights {onnx} --data three.yaml --imgsz 96" in caplog.messages
+    exported = Detector(onnx, "cpu")
+    assert exported.model.fixed_shape is None and exported.settings.imgsz == (96, 96)
+    assert str(exported.input_size) == "96 px, the size the model was exported at"
+    assert Detector(onnx, "cpu", PredictSettings(imgsz=(64, 64))).settings.imgsz == (64, 64)
 
 
 def test_annotate_draws_the_box_and_label_in_the_class_colour():

@@ -20,6 +20,7 @@ from detect.inference import predictor as inference_predictor
 from detect.models import build_model
 from detect.models.safe_io import save_checkpoint
 from detect.models.weights import model_state
+from detect.models.yolo import TrainedWith
 from detect.ops.nms import non_max_suppression
 from tests.data.helpers import write_sample, write_yaml
 from tests.shared_data import COCO128, COCO128_JSON, YOLOV5N, needs_shared
@@ -100,6 +101,35 @@ def test_cli_writes_outputs_and_reports(tiny_run, capsys):
     truth = json.loads((run / "ground_truth.json").read_text())
     assert {r["category_id"] for r in predictions} <= {1, 2, 3} and len(predictions) > 0
     assert [c["id"] for c in truth["categories"]] == [1, 2, 3] and len(truth["annotations"]) == 8
+
+
+@pytest.mark.parametrize("record, extra, said", [
+    (TrainedWith(96, "elsewhere.yaml"), {}, "at 96 px, the size the model was trained at"),
+    (TrainedWith(96), {"imgsz": 64}, "at 64 px, as given"),
+    (TrainedWith(), {}, "at 640 px, the default: the model's file records no size"),
+])
+def test_the_size_is_the_checkpoints_unless_given_and_the_data_and_size_are_printed(tiny_run, caplog, record, extra,
+                                                                                     said):
+    tmp_path, data, _ = tiny_run
+    model = build_model("yolov5n.yaml", num_classes=3)
+    weights = save_checkpoint(tmp_path / "trained.pt", {"model": model_state(model, record)})
+    with caplog.at_level(logging.INFO, logger="detect"):
+        val.run(weights=str(weights), data=str(data), device="cpu", workers=0, progress=False,
+                project=str(tmp_path / "runs"), **extra)
+    side = said.split()[1]
+    assert f"{weights} on {data} (val split) {said}" in caplog.messages
+    assert any(message.startswith(f"{data}, val split: 4 images at {side} px\n") for message in caplog.messages)
+
+
+def test_sliced_val_says_how_many_windows_the_images_took(tiny_run, caplog):
+    tmp_path, data, weights = tiny_run
+    with caplog.at_level(logging.INFO, logger="detect"):
+        result = val.run(weights=str(weights), data=str(data), slice=64, device="cpu", workers=0, progress=False,
+                         project=str(tmp_path / "runs"), conf_thres=0.0001)
+    assert result.images == 4  # 128x96 images: 3 x 2 windows of 64 px each at overlap 0.2
+    assert (f"{weights} on {data} (val split) in windows of 64 px, overlap 0.2: 6 to 6 an image, 24 in all "
+            "(--max-det caps each window's detections)") in caplog.messages
+    assert any(message.startswith(f"{data}, val split: 4 images in windows of 64 px\n") for message in caplog.messages)
 
 
 @pytest.mark.parametrize("extra, message", [(["--device", "tpu"], "device 'tpu' is not valid")])

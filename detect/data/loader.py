@@ -84,7 +84,7 @@ class ValLoaderSettings:
     with `world_size` ranks, this rank's whole batches (sampling.ValShard); `workers` processes (None: by cores);
     with `windows`, each image as decoded, alone in its batch, for sliced inference over those windows."""
 
-    imgsz: int = 640
+    imgsz: int | None = 640  # None: the size the scored model records (evaluation/scoring.py fills it in)
     batch_size: int = 32
     workers: int | None = None
     stride: int = 32
@@ -163,4 +163,4 @@ def build_val_loader(split: LabelledSplit, settings: ValLoaderSettings) -> Loade
     single = settings.world_size == 1
     batching = {"batch_size": settings.batch_size, "shuffle": False} if single else {"batch_sampler": shard}
     loader = DataLoader(dataset, **batching, **loader_options(workers, settings.pin_memory, settings.prefetch_factor))
-    return Loader(loader, split, dataset)
+    return Loader(loader, split, dataset, imgsz=imgsz)

@@ -114,11 +114,12 @@ class ValShard(Sampler[list[int]]):
 
 class Loader:
     """A DataLoader of Batch with its split (records, names); a training loader is iterated one epoch at a time,
-    set by set_epoch, over one stream of batches that runs on across epochs."""
+    set by set_epoch, over one stream of batches that runs on across epochs. `imgsz`: the square side a validation
+    loader letterboxes to (None for a training loader)."""
 
     def __init__(self, loader: DataLoader, split: LabelledSplit, dataset: torch.utils.data.Dataset,
-                 sampler: EpochBatchSampler | None = None) -> None:
-        self.loader, self.split, self.dataset, self.sampler = loader, split, dataset, sampler
+                 sampler: EpochBatchSampler | None = None, imgsz: int | None = None) -> None:
+        self.loader, self.split, self.dataset, self.sampler, self.imgsz = loader, split, dataset, sampler, imgsz
         self.epoch, self.start_batch = 0, 0
         self._stream: Iterator[Batch] | None = None
         self._position: tuple[int, int] | None = None  # the (epoch, batch) the stream yields next

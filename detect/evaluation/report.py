@@ -1,4 +1,5 @@
-"""Text reports of evaluation results: the summary row, the per-class table, the 12 COCO stats, unread files."""
+"""Text reports of evaluation results: the summary row, the per-class table, the 12 COCO stats, unread files, and what
+a score means to someone who has not met COCO's metrics."""
 
 from __future__ import annotations
 
@@ -36,3 +37,18 @@ def problems_list(problems: Sequence[str]) -> str:
         return ""
     header = f"unreadable files, left out of the scores: {len(problems)}"
     return "\n".join([header] + [f"  {problem}" for problem in problems])
+
+
+# mAP@0.5 bands for the words a run ends with (a judgement, not a standard): from 0.5 most objects are found with a box
+# that overlaps them by half or more; under 0.1 the model has learned next to nothing (an untrained one scores 0.00x).
+FINDS_MOST, FINDS_SOME = 0.5, 0.1
+
+
+def score_meaning(map50: float) -> str:
+    """What a mAP@0.5 says in words, and what would raise it."""
+    if map50 >= FINDS_MOST:
+        return "it finds most of the objects, each box overlapping its object by half or more"
+    if map50 >= FINDS_SOME:
+        return "it finds some of the objects: more epochs (or a larger --imgsz) find more"
+    return ("it has learned next to nothing yet: a model trained from scratch needs many epochs (yolov5 trains COCO "
+            "for 300), and the first max(3 epochs, 100 batches) are warm-up")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,10 +15,12 @@ from detect.data.labels.check import DEFAULT_BOUNDS, ImageBounds
 from detect.data.loader import Loader, build_val_loader
 from detect.data.tiles.windows import TileSettings
 from detect.errors import UserError
-from detect.inference.model import load_inference_model
+from detect.inference.model import input_size, load_inference_model
 from detect.inference.predictor import Predictor
 from detect.inference.slicing import SlicedPredictor, SliceSettings
 from detect.inference.tta import augment_model
+
+LOGGER = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +41,8 @@ def prepare_scoring(weights: str | Path | Sequence[str | Path], split: ScoredSpl
     runtime; several paths: one ensemble; with `augment`, test-time augmentation) and the loader of `split`, in one
     pass: the data yaml, the model (its classes checked against the yaml's at once), then the loader. `loading` gives
     the size, batch, workers and whether batches are rectangular (not for a static export, which needs square
-    letterboxes); the stride, a static export's shape and pinned memory come from the model and the backend. With
+    letterboxes; no size: the one the model's file records, inference/model.py's input_size); the stride, a static
+    export's shape and pinned memory come from the model and the backend; one line names the model, data and size. With
     `slicing`, the model runs on windows of each image at full resolution (inference/slicing.py), scored against the
     image's own labels."""
     data_config, storage = open_storage(load_data_config(split.data), split.cache_dir)
@@ -57,4 +61,14 @@ def prepare_scoring(weights: str | Path | Sequence[str | Path], split: ScoredSpl
         windows = TileSettings(predictor.settings.size, slicing.overlap, max_windows=slicing.max_windows)
         loading = dataclasses.replace(loading, windows=windows)
     checked = load_split(data_config, split.name, cache_dir=split.cache_dir, bounds=split.bounds, storage=storage)
-    return predictor, build_val_loader(checked, loading)
+    size = input_size(model, None if loading.imgsz is None else [loading.imgsz])
+    named = str(weights) if isinstance(weights, (str, Path)) else " + ".join(map(str, weights))
+    if slicing is None:
+        LOGGER.info("%s on %s (%s split) at %s", named, split.data, split.name, size)
+    else:
+        counts = [predictor.window_count(int(height), int(width))
+                  for height, width in zip(checked.records.heights, checked.records.widths)]
+        LOGGER.info("%s on %s (%s split) in windows of %d px, overlap %g: %d to %d an image, %d in all (--max-det "
+                    "caps each window's detections)", named, split.data, split.name, predictor.settings.size,
+                    slicing.overlap, min(counts), max(counts), sum(counts))
+    return predictor, build_val_loader(checked, dataclasses.replace(loading, imgsz=size.side))

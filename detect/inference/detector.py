@@ -19,7 +19,7 @@ from detect.data.images.load import read_failure
 from detect.errors import UserError
 from detect.inference.exported import ExportedModel
 from detect.inference.media import load_image
-from detect.inference.model import InferenceModel, Weights, load_inference_model
+from detect.inference.model import InferenceModel, Weights, input_size, load_inference_model
 from detect.inference.predictor import Predictor
 from detect.inference.slicing import SlicedPredictor, SliceSettings
 from detect.inference.tracks.settings import TrackerSettings, as_tracker_settings
@@ -32,9 +32,10 @@ ImageInput = np.ndarray | str | Path
 
 @dataclasses.dataclass(frozen=True)
 class PredictSettings:
-    """Input size (h, w) and NMS settings; the defaults are yolov5's detect.py ones."""
+    """Input size (h, w) and NMS settings; the defaults are yolov5's detect.py ones, but the size: the one the model's
+    file records (the size it was trained or exported at), else 640 (inference/model.py's input_size)."""
 
-    imgsz: tuple[int, int] = (640, 640)
+    imgsz: tuple[int, int] | None = None
     conf_threshold: float = 0.25
     iou_threshold: float = 0.45
     max_det: int = 1000
@@ -45,17 +46,19 @@ class PredictSettings:
     nms_device: str = "device"  # "cpu": NMS on the host (backends.NMS_DEVICE_HELP)
 
     def __post_init__(self) -> None:
-        if not all(IMAGE_SIZE.accept(side) for side in self.imgsz):
+        if self.imgsz is not None and not all(IMAGE_SIZE.accept(side) for side in self.imgsz):
             raise UserError(f"image size {' x '.join(map(str, self.imgsz))}: each side must be {IMAGE_SIZE.what}")
 
 
 @dataclasses.dataclass(frozen=True)
 class Detections:
-    """One image's detections in its own pixels, best first; `input_size` is the (h, w) the network saw."""
+    """One image's detections in its own pixels, best first; `input_size` is the (h, w) the network saw, in `windows`
+    inputs (sliced inference: its windows; else the image as one input)."""
 
     rows: torch.Tensor  # (n, 6) [x1, y1, x2, y2, score, class], float32, on the CPU
     names: tuple[str, ...]
     input_size: tuple[int, int]
+    windows: int = 1
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -117,7 +120,8 @@ class Detector:
             augment_model(self.model)  # an export is refused now, before any image
         if settings.classes and max(settings.classes) >= len(self.model.names):
             raise UserError(f"--classes {max(settings.classes)}: the model has {len(self.model.names)} classes")
-        self.settings = dataclasses.replace(settings, imgsz=self._input_limit(settings.imgsz))
+        self.input_size = input_size(self.model, settings.imgsz)  # what was asked or the model records, and why
+        self.settings = dataclasses.replace(settings, imgsz=self._input_limit(self.input_size.size))
         self.sliced = None
         if settings.slicing is not None:
             if self.model.fixed_shape is not None:
@@ -236,8 +240,9 @@ class Detector:
                                   iou_threshold=settings.iou_threshold, max_det=settings.max_det,
                                   classes=settings.classes, agnostic=settings.agnostic,
                                   multi_label=settings.multi_label)
-        size = self.sliced.settings.size
-        return Detections(rows, self.names, (min(size, array.shape[0]), min(size, array.shape[1])))
+        size, (height, width) = self.sliced.settings.size, array.shape[:2]
+        return Detections(rows, self.names, (min(size, height), min(size, width)),
+                          self.sliced.window_count(height, width))
 
 
 def _as_array(image: ImageInput) -> np.ndarray:

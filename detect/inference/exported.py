@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from detect.errors import UserError
+from detect.config import IMAGE_SIZE
+from detect.errors import UserError, short_repr
 
 LOGGER = logging.getLogger(__name__)
 
@@ -84,13 +85,25 @@ class GraphNms:
         return bool(differences)
 
 
+def _input_size(value: Any, path: Path) -> tuple[int, int] | None:
+    """An export's recorded input size ([h, w], as detect.export writes it); None when it records none (yolov5's)."""
+    if value is None:
+        return None
+    if (isinstance(value, list) and len(value) == 2
+            and all(type(side) is int and IMAGE_SIZE.accept(side) for side in value)):
+        return value[0], value[1]
+    raise UserError(f"{path}: its 'imgsz' metadata {short_repr(value)} is not [height, width] in pixels")
+
+
 @dataclasses.dataclass(frozen=True)
 class ExportInfo:
-    """What an export's metadata says: class names, stride, and the NMS in its graph if any."""
+    """What an export's metadata says: class names, stride, the NMS in its graph if any, and the (h, w) it was
+    exported at (what val, predict and serve take unless given; None: not recorded)."""
 
     names: tuple[str, ...]
     stride: int
     nms: GraphNms | None = None
+    imgsz: tuple[int, int] | None = None
 
     @classmethod
     def from_values(cls, metadata: Mapping[str, Any], path: Path) -> ExportInfo:
@@ -110,7 +123,7 @@ class ExportInfo:
                 nms = GraphNms(**nms)
             except TypeError:
                 raise UserError(f"{path}: its 'nms' metadata is not {sorted(GraphNms.__annotations__)}") from None
-        return cls(tuple(names), stride, nms)
+        return cls(tuple(names), stride, nms, _input_size(metadata.get("imgsz"), path))
 
     @classmethod
     def from_text(cls, metadata: Mapping[str, str], path: Path) -> ExportInfo:
@@ -145,6 +158,10 @@ class ExportedModel:
     @property
     def nms(self) -> GraphNms | None:
         return self.info.nms
+
+    @property
+    def imgsz(self) -> tuple[int, int] | None:
+        return self.info.imgsz
 
     def _describe(self, info: ExportInfo, input_shape: Sequence[Any], input_dtype: type) -> None:
         """Record the metadata and the input (B, 3, H, W), where a dimension that is not an int > 0 is dynamic."""

@@ -101,6 +101,7 @@ class InferenceModel(Protocol):
     fixed_shape: tuple[int, int] | None  # (h, w) every input must have (a static export); None: any multiple of stride
     batch: int | None  # the batch size every call is cut and padded to (a static export); None: any
     nms: GraphNms | None  # the NMS an export has in its graph; None: its outputs need ours
+    imgsz: tuple[int, int] | None  # the (h, w) its file records: a checkpoint's training size, an export's; None: none
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         """(B, 3, H, W) float in [0, 1] on the backend's device -> (B, N, 5+nc) float32 decoded (DetectionModel.predict),
@@ -109,6 +110,40 @@ class InferenceModel(Protocol):
 
 
 Weights = str | Path | Sequence[str | Path] | DetectionModel | InferenceModel
+DEFAULT_IMGSZ = 640  # yolov5's inference size: for a model whose file records none
+IMGSZ_DEFAULT_HELP = f"default: the size the model was trained at (an export: exported at), else {DEFAULT_IMGSZ}"
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSize:
+    """The (h, w) a model runs at, and why (the end of "at 320x320 px, ...")."""
+
+    size: tuple[int, int]
+    reason: str
+
+    @property
+    def side(self) -> int:
+        """The long side (what a square letterbox takes)."""
+        return max(self.size)
+
+    def __str__(self) -> str:
+        height, width = self.size
+        return f"{height} px, {self.reason}" if height == width else f"{height}x{width} px, {self.reason}"
+
+
+def input_size(model: InferenceModel | DetectionModel, asked: Sequence[int] | None) -> InputSize:
+    """--imgsz when given (one side or height width), else the size the model's file records (the size a checkpoint
+    was trained at, an export's own), else 640."""
+    if asked:
+        return InputSize((asked[0], asked[-1]), "as given")
+    if isinstance(model, DetectionModel):
+        side, done = model.trained.imgsz, "trained"
+        recorded = None if side is None else (side, side)
+    else:
+        recorded, done = model.imgsz, "trained" if model.format == PYTORCH.name else "exported"
+    if recorded is not None:
+        return InputSize(tuple(recorded), f"the size the model was {done} at")
+    return InputSize((DEFAULT_IMGSZ, DEFAULT_IMGSZ), "the default: the model's file records no size")
 
 
 def load_inference_model(weights: Weights, backend: Backend, half: bool = False) -> InferenceModel:

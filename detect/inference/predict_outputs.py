@@ -204,7 +204,7 @@ class Viewer:
 
 def describe(frame: Frame, found: Detections, milliseconds: float) -> str:
     """yolov5's line: 'image 1/3 path: 480x640 2 persons, 1 bus, 35.2ms' (a video: 'video 1/1 (frame 3/30) path',
-    a stream: 'stream 1/2 (frame 3) url')."""
+    a stream: 'stream 1/2 (frame 3) url'; sliced: '25 windows of 640x640' for the input)."""
     if frame.stream:
         where = f"stream {frame.position}/{frame.total} (frame {frame.index + 1})"
     elif frame.video:
@@ -213,7 +213,8 @@ def describe(frame: Frame, found: Detections, milliseconds: float) -> str:
         where = f"image {frame.position}/{frame.total}"
     counts = ", ".join(f"{count} {name}{'s' if count > 1 else ''}" for name, count in found.counts().items())
     height, width = found.input_size
-    return f"{where} {frame.name}: {height}x{width} {counts or '(no detections)'}, {milliseconds:.1f}ms"
+    inputs = f"{height}x{width}" if found.windows == 1 else f"{found.windows} windows of {height}x{width}"
+    return f"{where} {frame.name}: {inputs} {counts or '(no detections)'}, {milliseconds:.1f}ms"
 
 
 def predict_frames(source: Source, detector: Detector, outputs: PredictOutputs) -> tuple[list[float], list[str]]:

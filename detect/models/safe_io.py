@@ -16,12 +16,14 @@ import torch
 
 from detect.atomic_file import replacing
 from detect.errors import UserError
-from detect.models.yolo import StoredModel
+from detect.models.yolo import StoredModel, TrainedWith
 from detect.models.yolov5_pickle import YOLOV5_TASKS, YoloV5Checkpoint, known_global, other_task, read_yolov5_pickle
 from detect.models.yolov5_yaml import mapping_from_yolov5
 
 # Every checkpoint of ours holds its model under these keys (model_state each); the EMA's is the one to use.
 MODEL_KEY, EMA_KEY = "model", "ema"
+# A model state's record of the training that made it (TrainedWith): the size val, predict, serve and export default to.
+TRAINED_KEY = "trained"
 
 
 def _refuse_modules(value: Any, key: str) -> None:
@@ -160,7 +162,9 @@ def read_yolov5_checkpoint(path: Path | str) -> YoloV5Checkpoint:
 def stored_state(state: dict, source: str) -> StoredModel:
     """Our model_state (weights.py) as a StoredModel; errors name `source`."""
     names = list(state["names"])
-    return StoredModel(state["config"], names, len(names), state["state_dict"], source, source, source)
+    trained = TrainedWith.read(state[TRAINED_KEY], source) if state.get(TRAINED_KEY) is not None else TrainedWith()
+    return StoredModel(state["config"], names, len(names), state["state_dict"], source, source, source,
+                       trained=trained)
 
 
 def read_stored_model(path: Path) -> StoredModel:
@@ -179,4 +183,4 @@ def read_stored_model(path: Path) -> StoredModel:
     yaml_source = f"{path} (yolov5 yaml)"
     mapping = mapping_from_yolov5(checkpoint.yaml, yaml_source, anchors, checkpoint.csp_activation)
     return StoredModel(mapping, list(checkpoint.names), checkpoint.nc, state_dict, str(path), yaml_source,
-                       f"{path} (yolov5)", yolov5=True)
+                       f"{path} (yolov5)", yolov5=True, trained=checkpoint.trained)

@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
 from detect.errors import UserError
 from detect.models import DetectionModel, parse_model_spec
-from detect.models.safe_io import MODEL_KEY, read_stored_model, stored_state
-from detect.models.yolo import build_stored
+from detect.models.safe_io import MODEL_KEY, TRAINED_KEY, read_stored_model, stored_state
+from detect.models.yolo import TrainedWith, build_stored
 
 LOGGER = logging.getLogger(__name__)
 LOOKUP_DIR = Path("weights")  # a bare --weights name: the working directory, then ./weights/ (weights/README.md)
 YOLOV5_DEFAULT_WEIGHTS = "yolov5s.pt"  # val, predict and export without --weights, as yolov5 (looked up, not fetched)
 
 
-def model_state(model: DetectionModel) -> dict:
-    """A model as plain values and tensors: its yaml mapping, class names and state dict."""
+def model_state(model: DetectionModel, trained: TrainedWith | None = None) -> dict:
+    """A model as plain values and tensors: its yaml mapping, class names and state dict, and what it was trained with
+    (`trained`, else the model's own record, when there is one)."""
+    trained = trained or model.trained
     return {"config": model.spec.mapping, "names": list(model.names),
-            "state_dict": {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}}
+            "state_dict": {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()},
+            **({TRAINED_KEY: dataclasses.asdict(trained)} if trained != TrainedWith() else {})}
 
 
 def weights_payload(model: DetectionModel) -> dict:

@@ -7,11 +7,13 @@ import dataclasses
 import logging
 import math
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
-from detect.errors import UserError
+from detect.config import IMAGE_SIZE
+from detect.errors import UserError, short_repr
 from detect.models.head import MAX_CLASSES, Detect, check_classes
 from detect.models.layers import (
     ACTIVATIONS,
@@ -111,6 +113,7 @@ class DetectionModel(nn.Module):
         self.nc = num_classes or spec.num_classes
         self.names = names or [str(i) for i in range(self.nc)]
         self.spec = spec
+        self.trained = TrainedWith()  # a model read from a file: what the file records (build_stored)
         channels, modules, self.inputs = [3], [], []
         for index, layer in enumerate(spec.layers):
             absolute = [index + i if i < 0 else i for i in layer.inputs]
@@ -223,6 +226,27 @@ def check_class_count(spec: ModelSpec, num_classes: int) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
+class TrainedWith:
+    """What a weights file records of the training that made it: the image side it trained at and its data yaml as the
+    run was given it (None: not recorded, as in yolov5's release weights)."""
+
+    imgsz: int | None = None
+    data: str | None = None
+
+    @classmethod
+    def read(cls, values: Any, source: str) -> TrainedWith:
+        """The record as a checkpoint of ours holds it ({"imgsz": int, "data": str}, either None); anything else is a
+        UserError naming `source`."""
+        if isinstance(values, dict):
+            imgsz, data = values.get("imgsz"), values.get("data")
+            if (imgsz is None or type(imgsz) is int and IMAGE_SIZE.accept(imgsz)) and (data is None or
+                                                                                  isinstance(data, str)):
+                return cls(imgsz, data)
+        raise UserError(f"{source}: its record of the training ({short_repr(values)}) is not an image size "
+                        f"({IMAGE_SIZE.what}) and a data yaml")
+
+
+@dataclasses.dataclass(frozen=True)
 class StoredModel:
     """A model as a weights file holds it, ours or yolov5's: our yaml mapping, its classes and its tensors. Errors name
     the file (`source`), a yolov5 file's with what of it was read (`yaml_source`, `tensors_source`)."""
@@ -235,6 +259,7 @@ class StoredModel:
     yaml_source: str
     tensors_source: str
     yolov5: bool = False
+    trained: TrainedWith = TrainedWith()
 
 
 def check_fit(model: DetectionModel, state_dict: dict, source: str | Path) -> None:
@@ -276,5 +301,6 @@ def build_stored(spec: ModelSpec, stored: StoredModel, refuse_nonfinite: bool = 
     model = DetectionModel(spec, stored.num_classes, stored.names)
     check_fit(model, stored.state_dict, stored.tensors_source)
     model.load_state_dict(stored.state_dict)
+    model.trained = stored.trained
     check_finite(stored.state_dict, stored.source, refuse_nonfinite)
     return model

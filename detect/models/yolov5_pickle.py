@@ -15,7 +15,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from detect.config import IMAGE_SIZE
 from detect.errors import UserError, short_repr
+from detect.models.yolo import TrainedWith
 
 logger = logging.getLogger(__name__)
 
@@ -160,6 +162,7 @@ class YoloV5Checkpoint:
     stride: list[float]
     nc: int
     csp_activation: str = "silu"  # of its BottleneckCSP blocks: leaky_relu up to yolov5 v6.0 (layers.ACTIVATIONS)
+    trained: TrainedWith = dataclasses.field(default_factory=TrainedWith)  # its "opt" (none in release weights)
 
     def pixel_anchors(self) -> list[list[float]]:
         """Its Detect's anchors (AutoAnchor's, stored in strides) in pixels, one row per level."""
@@ -230,6 +233,15 @@ def _csp_activation(model: Placeholder) -> str:
     return "silu"
 
 
+def _trained_with(opt: Any) -> TrainedWith:
+    """The --imgsz and --data in a checkpoint's 'opt', the flags yolov5's train.py ran with (a dict, v6.2 on; none in
+    its release weights); a value of another type reads as not recorded."""
+    opt = opt if isinstance(opt, dict) else {}
+    imgsz, data = opt.get("imgsz"), opt.get("data")
+    return TrainedWith(imgsz if type(imgsz) is int and IMAGE_SIZE.accept(imgsz) else None,
+                       data if isinstance(data, str) else None)
+
+
 def _names_list(names: Any) -> list[str]:
     """Class names from a list or an {index: name} dict (newer yolov5 releases)."""
     if isinstance(names, dict):
@@ -259,4 +271,4 @@ def read_yolov5_pickle(path: Path) -> YoloV5Checkpoint:
         raise UserError(f"{path}: {len(names)} class names but nc={num_classes} in its yaml")
     logger.debug("read %d tensors from %s (%s)", len(state_dict), path, model.source)
     return YoloV5Checkpoint(state_dict=state_dict, names=names, yaml=dict(yaml), stride=stride_list, nc=num_classes,
-                            csp_activation=_csp_activation(model))
+                            csp_activation=_csp_activation(model), trained=_trained_with(payload.get("opt")))

@@ -56,8 +56,8 @@ class Service:
         self.batcher = Batcher(model.run, model.max_batch, self.settings.max_wait_ms, self.metrics)
         self.batcher.start()
         self.model = model
-        LOGGER.info("ready: %s (%s, %s classes, batches of up to %d)", model.name, model.format, len(model.names),
-                    model.max_batch)
+        LOGGER.info("ready: %s (%s, %s classes, at %s; batches of up to %d)", model.name, model.format,
+                    len(model.names), model.detector.input_size, model.max_batch)
 
     async def close(self) -> None:
         if self.batcher is not None:
@@ -155,7 +155,8 @@ def answer(found: Found, original: tuple[int, int], model: ServedModel, seconds:
     detections = [{"box": [round(side, 2) for side in row[:4]], "confidence": round(row[4], 5), "class": int(row[5]),
                    "name": model.names[int(row[5])]} for row in found.rows.tolist()]
     return {"detections": detections, "image_size": [original[1], original[0]], "model": model.name,
-            "batch_size": found.batch_size, "timing_ms": {name: round(1000 * value, 2) for name, value in seconds.items()}}
+            "batch_size": found.batch_size, "windows": found.windows,
+            "timing_ms": {name: round(1000 * value, 2) for name, value in seconds.items()}}
 
 
 def refusal(refused: Refused) -> JSONResponse:

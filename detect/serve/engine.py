@@ -62,11 +62,12 @@ class Thresholds:
 @dataclasses.dataclass(frozen=True)
 class Found:
     """One image's answer: (n, 6) [x1, y1, x2, y2, score, class] in its own pixels, its batch's size, and the time
-    the batch took to make and run (its NMS after)."""
+    the batch took to make and run (its NMS after); `windows`: the inputs it ran as (sliced: its windows)."""
 
     rows: torch.Tensor
     batch_size: int
     inference_ms: float
+    windows: int = 1
 
 
 class ServedModel:
@@ -129,7 +130,8 @@ class ServedModel:
         """One image's answer by sliced inference (inference/slicing)."""
         rows = self.detector.sliced.detect(image.pixels, conf_threshold=wanted.conf, iou_threshold=wanted.iou,
                                            max_det=wanted.max_det, classes=wanted.classes, multi_label=False)
-        return Found(rows, 1, 1000 * (time.perf_counter() - start))
+        windows = self.detector.sliced.window_count(*image.pixels.shape[:2])
+        return Found(rows, 1, 1000 * (time.perf_counter() - start), windows)
 
     def warm_up(self) -> None:
         """Run a full batch and a single image of blank inputs, so the first requests do not pay for set-up."""

@@ -12,6 +12,7 @@ from detect.config import IMAGE_SIZE, POSITIVE, UNIT, Bound, option
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS
 from detect.errors import UserError
 from detect.inference.detector import PredictSettings
+from detect.inference.model import IMGSZ_DEFAULT_HELP
 from detect.inference.slicing import SliceSettings, SlicingFlags
 
 API_KEY_VARIABLE = "DETECT_API_KEY"
@@ -34,8 +35,8 @@ class ServeSettings(SlicingFlags):
                                       "or dynamic), an OpenVINO .xml or its folder, an .om (on an NPU)")
     device: str = option("auto", backends.SPEC_HELP)
     nms_device: str = option("device", backends.NMS_DEVICE_HELP, choices=backends.NMS_DEVICES)
-    imgsz: tuple[int, ...] = option(PredictSettings.imgsz[:1], "inference size: one side, or height width "
-                                    "(a static export: its own)", bound=IMAGE_SIZE)
+    imgsz: tuple[int, ...] | None = option(None, "inference size: one side, or height width (a static export: its "
+                                           "own); " + IMGSZ_DEFAULT_HELP, bound=IMAGE_SIZE)
     host: str = option("127.0.0.1", "address to listen on; another than loopback needs --api-key or --insecure")
     port: int = option(8000, "port to listen on", bound=PORT)
     max_batch: int = option(8, "largest batch the model runs (a static export: its own batch)", bound=POSITIVE)
@@ -44,7 +45,8 @@ class ServeSettings(SlicingFlags):
     conf_thres: float = option(PredictSettings.conf_threshold, "default confidence threshold (query: conf)",
                                bound=UNIT)
     iou_thres: float = option(PredictSettings.iou_threshold, "default NMS IoU threshold (query: iou)", bound=UNIT)
-    max_det: int = option(PredictSettings.max_det, "default and largest detections per image (query: max_det)",
+    max_det: int = option(PredictSettings.max_det, "default and largest detections per image (query: max_det; "
+                                                   "--slice: per window)",
                           bound=POSITIVE)
     max_bytes: int = option(DEFAULT_MAX_BYTES, "largest request body in bytes (413 above it)", bound=POSITIVE)
     max_pixels: int = option(DEFAULT_MAX_PIXELS, "an upload whose header claims more pixels is refused (413) before "
@@ -66,7 +68,7 @@ class ServeSettings(SlicingFlags):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if len(self.imgsz) > 2:
+        if self.imgsz is not None and len(self.imgsz) > 2:
             raise UserError(f"--imgsz {' '.join(map(str, self.imgsz))}: one side or height width")
         if not is_loopback(self.host) and not self.key and not self.insecure:
             raise UserError(f"--host {self.host} would serve anyone who can reach it without a key: give --api-key "
@@ -79,7 +81,7 @@ class ServeSettings(SlicingFlags):
 
     def predict_settings(self) -> PredictSettings:
         """The Detector's settings: the size, the default thresholds and the slicing."""
-        return PredictSettings(imgsz=(self.imgsz[0], self.imgsz[-1]), conf_threshold=self.conf_thres,
+        return PredictSettings(imgsz=self.imgsz and (self.imgsz[0], self.imgsz[-1]), conf_threshold=self.conf_thres,
                                iou_threshold=self.iou_thres, max_det=self.max_det,
                                slicing=SliceSettings.asked(self, self.max_batch), nms_device=self.nms_device)
 

@@ -74,9 +74,11 @@ def restore_rng_state(state: dict[str, Any], backend: Backend) -> None:
 @dataclasses.dataclass
 class TrainingCheckpoint:
     """What last.pt, best.pt and epoch<N>.pt hold. The model entries are models/weights.py's model_state (what every
-    weights reader loads); last.pt alone holds the optimizer, scaler, scheduler and RNG states a resume needs, the
-    trackers' run ids when the run is tracked, and a run with a teacher's distillation state (its projectors and the
-    teacher's hash: training/distill/part.py); those two are optional entries: files without them read as before."""
+    weights reader loads), each with the run's --imgsz and --data (TrainedWith: the size val, predict, serve and export
+    take unless given; files without it read as before); last.pt alone holds the optimizer, scaler, scheduler and RNG
+    states a resume needs, the trackers' run ids when the run is tracked, and a run with a teacher's distillation
+    state (its projectors and the teacher's hash: training/distill/part.py); those two are optional entries: files
+    without them read as before."""
 
     FORMAT: ClassVar[str] = "detect-train-1"  # the payload layout; a new layout gets a new name and a reader here
 

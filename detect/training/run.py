@@ -18,6 +18,7 @@ from detect.inference.slicing import SlicedPredictor, SliceSettings
 from detect.models import DetectionModel
 from detect.models.safe_io import save_checkpoint
 from detect.models.weights import model_state
+from detect.models.yolo import TrainedWith
 from detect.training.control import Control
 from detect.training.distributed import DistContext
 from detect.training.optim import IterationPlan
@@ -82,8 +83,9 @@ class Run:
         """The run as a checkpoint; `full` adds what resuming needs (optimizer, scaler, scheduler, every RNG, the
         projectors of a run with a teacher: best.pt holds the student alone)."""
         ema, parts = self.parts.ema, self.parts
+        trained = TrainedWith(self.settings.imgsz, self.settings.data)  # what val, predict and export default to
         return TrainingCheckpoint(
-            model=model_state(self.model), ema=model_state(ema.module), ema_updates=ema.updates,
+            model=model_state(self.model, trained), ema=model_state(ema.module, trained), ema_updates=ema.updates,
             counters=self.counters, settings=self.settings, hyp=self.hyp,
             optimizer=parts.optimizer.state_dict() if full else None, scaler=parts.scaler.state_dict() if full else None,
             scheduler=self.scheduler.state_dict() if full else None, rng=rng_state(self.backend) if full else None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import os
 import signal
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,6 +19,7 @@ from detect.backend.profiler import ProfileSchedule
 from detect.errors import Interrupted
 from detect.evaluation.evaluator import Metrics
 from detect.evaluation.final import final_evaluation
+from detect.evaluation.report import score_meaning
 from detect.evaluation.val_loop import EvalSettings, EvaluationStopped, PassOptions, ShardPredictions, evaluate
 from detect.inference.runtimes.torch_model import TorchInference
 from detect.models import DetectionModel
@@ -116,7 +118,25 @@ class Trainer:
         if run.context.is_main:
             LOGGER.info("%s", run.phases.line())
             LOGGER.info("results saved to %s", run.folder.save_dir)
+            if result is not None and result.metrics is not None:
+                LOGGER.info("%s", self.next_steps(run, result))
         return result
+
+    @staticmethod
+    def next_steps(run: Run, result: FitResult) -> str:
+        """The run's last lines: what its weights scored, on which data and at which size, what that means, and the
+        commands that take them on (each at the size the weights record, so none needs --imgsz)."""
+        settings, metrics, weights = run.settings, result.metrics, result.best or result.last
+        slicing = run.validation.slicing
+        sliced = f" --slice {slicing.size}" if slicing is not None else ""
+        images = Path(os.fsdecode(run.validation.loader.records.paths[0])).parent
+        scored = (f"{weights.name} scored mAP@0.5 {metrics.map50:.3f} (mAP@0.5:0.95 {metrics.map50_95:.3f}) on the "
+                  f"val split of {settings.data} at {settings.imgsz} px: {score_meaning(metrics.map50)}. Next:")
+        return "\n".join([
+            scored,
+            f"  python -m detect.val --weights {weights} --data {settings.data}{sliced}   # the scores again",
+            f"  python -m detect.predict --weights {weights} --source {images}{sliced}   # boxes drawn: runs/predict",
+            f'  python -m detect.export --weights {weights} --include onnx   # pip install -e ".[export]" first'])
 
     def train_epochs(self, run: Run, hooks: HookList) -> None:
         """Epoch by epoch: train, validate, end the epoch (counters, schedule, hooks), until the last epoch or an early

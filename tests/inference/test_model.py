@@ -129,7 +129,11 @@ def test_yolov5_style_names_are_read_safely_and_missing_metadata_is_named(static
     path, _ = static_onnx
     cpu = backends.select("cpu")
     yolov5 = rewrite_metadata(path, tmp_path / "v5.onnx", stride="32", names="{0: 'cat', 1: 'dog', 2: 'bird'}")
-    assert OnnxInference(yolov5, cpu).names == tuple(NAMES)
+    assert OnnxInference(yolov5, cpu).names == tuple(NAMES) and OnnxInference(yolov5, cpu).imgsz is None
+    assert OnnxInference(path, cpu).imgsz == (64, 96)  # ours records the size it was exported at
+    odd = rewrite_metadata(path, tmp_path / "odd.onnx", stride="32", names=str(NAMES), imgsz="[64, 0]")
+    with pytest.raises(UserError, match=r"odd\.onnx: its 'imgsz' metadata \[64, 0\] is not \[height, width\] in pixels$"):
+        OnnxInference(odd, cpu)
     bare = rewrite_metadata(path, tmp_path / "bare.onnx")
     with pytest.raises(UserError, match="no 'names' metadata"):
         OnnxInference(bare, cpu)

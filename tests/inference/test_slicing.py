@@ -49,7 +49,21 @@ def white_image(height: int, width: int, boxes: list[tuple[int, int, int, int]])
     return image
 
 
-def sliced(model: WhiteBoxes, **settings) -> SlicedPredictor:
+class ManyBoxes:
+    """A stand-in model that finds `count` small boxes of score 0.9 down the diagonal of each input, apart from each
+    other and from every other window's ((B, count, 6) decoded rows)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        centres = 14.0 + 20 * torch.arange(self.count, dtype=torch.float32)
+        rows = torch.stack([centres, centres, torch.full_like(centres, 8), torch.full_like(centres, 8),
+                            torch.full_like(centres, 0.9), torch.ones_like(centres)], dim=1)
+        return rows.expand(len(images), -1, -1).clone()
+
+
+def sliced(model: WhiteBoxes | ManyBoxes, **settings) -> SlicedPredictor:
     return SlicedPredictor(Predictor(model), CPU, SliceSettings(**{"size": 128, "overlap": 0.25, **settings}), 32)
 
 
@@ -77,6 +91,15 @@ def test_the_whole_image_is_one_more_input_when_asked():
     assert len(found) == 1 and found[0, :4].tolist() == pytest.approx([8, 8, 248, 248], abs=2)  # the pieces in it
 
 
+def test_max_det_caps_each_windows_detections_so_an_image_keeps_up_to_max_det_times_its_windows():
+    predictor = sliced(ManyBoxes(5))
+    found = predictor.detect(white_image(300, 400, []), **{**NMS, "max_det": 3})
+    assert predictor.window_count(300, 400) == 12 and len(found) == 3 * 12  # 4 x 3 windows, 3 of 5 boxes kept in each
+    whole = sliced(ManyBoxes(5), whole=True)
+    assert whole.window_count(300, 400) == 13 and len(whole.detect(white_image(300, 400, []), **NMS)) == 5 * 12 + 5
+    assert whole.window_count(100, 120) == 1  # one window holds the image: no whole-image pass beside it
+
+
 def test_an_image_needing_more_windows_than_the_bound_is_refused_in_one_line():
     with pytest.raises(TooManyWindows) as raised:
         sliced(WhiteBoxes(), max_windows=11).detect(white_image(300, 400, []), **NMS)
@@ -91,7 +114,7 @@ def test_one_window_over_the_image_is_plain_predict():
     assert len(plain) >= 3 and torch.equal(plain.rows, one_window.rows)
 
 
-def test_predict_skips_an_image_over_the_window_bound_by_name(tmp_path, caplog):
+def test_predict_says_how_many_windows_an_image_took_and_skips_one_over_the_bound_by_name(tmp_path, caplog):
     torch.manual_seed(0)
     weights = save_checkpoint(tmp_path / "tiny.pt", {"model": model_state(build_model("yolov5n.yaml", num_classes=3,
                                                                                         names=["a", "b", "c"]))})
@@ -102,3 +125,7 @@ def test_predict_skips_an_image_over_the_window_bound_by_name(tmp_path, caplog):
                                max_windows=4, project=str(tmp_path / "runs"))
     assert "large.png: 700x700 needs 9 windows of 320 px at overlap 0.2, more than --max-windows 4" in caplog.text
     assert (save_dir / "small.png").is_file() and not (save_dir / "large.png").exists()
+    with caplog.at_level(logging.INFO):
+        predict.run(weights=str(weights), source=str(tmp_path / "*.png"), device="cpu", slice=320,
+                    project=str(tmp_path / "runs"))
+    assert "large.png: 9 windows of 320x320 " in caplog.text and "small.png: 100x100 " in caplog.text

@@ -11,6 +11,7 @@ from detect.errors import UserError
 from detect.models import build_model, safe_io
 from detect.models.safe_io import read_yolov5_checkpoint, save_checkpoint
 from detect.models.weights import load_model, model_state
+from detect.models.yolo import TrainedWith
 from tests.models.yolov5_standins import standin_checkpoint
 from tests.shared_data import YOLOV5N, needs_shared
 
@@ -24,6 +25,33 @@ def test_our_checkpoint_round_trips(tmp_path):
     images = torch.rand(1, 3, 128, 160)
     with torch.no_grad():
         torch.testing.assert_close(loaded.predict(images), model.predict(images))
+
+
+def test_a_checkpoint_keeps_the_size_and_data_it_was_trained_with(tmp_path):
+    model = build_model("yolov5n.yaml", num_classes=3)
+    trained = TrainedWith(96, "data/shapes.yaml")
+    path = save_checkpoint(tmp_path / "best.pt", {"model": model_state(model, trained)})
+    loaded = load_model(path)
+    assert loaded.trained == trained
+    assert load_model(save_checkpoint(tmp_path / "again.pt", {"model": model_state(loaded)})).trained == trained
+    assert load_model(save_checkpoint(tmp_path / "bare.pt", {"model": model_state(model)})).trained == TrainedWith()
+
+
+@pytest.mark.parametrize("record", [{"imgsz": "640"}, {"imgsz": 0}, {"imgsz": 96, "data": 3}, [96, "a.yaml"]])
+def test_a_record_of_the_training_that_is_not_a_size_and_a_yaml_is_one_line(tmp_path, record):
+    state = {**model_state(build_model("yolov5n.yaml", num_classes=3)), "trained": record}
+    path = save_checkpoint(tmp_path / "odd.pt", {"model": state})
+    with pytest.raises(UserError, match=r"odd\.pt: its record of the training .* is not an image size \(an integer "
+                                        r"in \[1, 8192\]\) and a data yaml$"):
+        load_model(path)
+
+
+@pytest.mark.parametrize("version, trained", [("v7.0", TrainedWith(640, "data/custom.yaml")),
+                                              ("v6.2", TrainedWith(640, "data/custom.yaml")),
+                                              ("v6.0", TrainedWith())])  # no "opt" before v6.2, nor in its releases
+def test_a_yolov5_checkpoint_gives_the_size_and_data_of_its_opt(tmp_path, version, trained):
+    standin_checkpoint(tmp_path / "yolov5.pt", version, stripped=True)
+    assert load_model(tmp_path / "yolov5.pt").trained == trained
 
 
 def test_missing_weights_name_where_to_put_them():

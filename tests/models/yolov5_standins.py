@@ -105,7 +105,7 @@ def _as_yolov5(model: DetectionModel, version: Version, yaml: dict, registry: di
         layer.i, layer.f = index, -1 if inputs[index] == [index - 1] else inputs[index]
         layer.type = f"{type(layer).__module__}.{type(layer).__name__}"
         layer.np = sum(parameter.numel() for parameter in layer.parameters())
-    del model.spec, model.inputs, model._kept
+    del model.spec, model.inputs, model._kept, model.trained  # ours alone (yolov5 keeps its flags in "opt")
     model.__class__ = _standin_class("models.yolo", version.model_class, registry)
     model.yaml, model.nc, model.stride = yaml, len(names), stride
     model.names = dict(enumerate(names)) if version.name == "v7.0" else list(names)

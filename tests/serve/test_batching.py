@@ -9,6 +9,10 @@ import numpy as np
 import pytest
 
 from detect.inference.detector import Detector, PredictSettings
+from detect.models import build_model
+from detect.models.safe_io import save_checkpoint
+from detect.models.weights import model_state
+from detect.models.yolo import TrainedWith
 from tests.serve.test_serve import IMAGES, LOW_CONF, assert_same_rows, predicted
 
 pytest.importorskip("fastapi", reason="the serve extra is not installed: pip install -e '.[serve]'")
@@ -59,8 +63,20 @@ def test_a_sliced_service_answers_as_sliced_predict_and_refuses_past_the_window_
     detector = Detector(weights, "cpu", PredictSettings(imgsz=(128, 128), conf_threshold=LOW_CONF,
                                                         slicing=SliceSettings(128, max_windows=20)))
     rows = found.rows.numpy().astype(np.float64)
-    assert len(rows) > 0 and found.batch_size == 1
+    assert len(rows) > 0 and found.batch_size == 1 and found.windows == 15
     assert_same_rows(rows[np.lexsort(rows.T[::-1])], predicted(detector, image))
     with pytest.raises(Refused) as refused:
         model.prepare(IMAGES["astronaut.jpg"])  # 512x512: 5 x 5 windows
     assert refused.value.status == 413 and "needs 25 windows of 128 px" in refused.value.reason
+
+
+def test_the_service_runs_at_the_size_the_checkpoint_was_trained_at(tmp_path):
+    from detect.serve.engine import ServedModel
+    from detect.serve.settings import ServeSettings
+
+    model = build_model("yolov5n.yaml", num_classes=3)
+    trained = save_checkpoint(tmp_path / "best.pt", {"model": model_state(model, TrainedWith(96, "three.yaml"))})
+    served = ServedModel(ServeSettings(weights=str(trained)))
+    assert served.describe()["imgsz"] == [96, 96]
+    assert str(served.detector.input_size) == "96 px, the size the model was trained at"
+    assert ServedModel(ServeSettings(weights=str(trained), imgsz=(128,))).describe()["imgsz"] == [128, 128]

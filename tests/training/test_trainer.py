@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import logging
 import math
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -36,12 +38,48 @@ def data(tmp_path_factory):
     return tiny_dataset(tmp_path_factory.mktemp("tiny"))
 
 
+class Lines(logging.Handler):
+    """The messages logged while it is attached."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
 @pytest.fixture(scope="module")
-def finished_run(data, tmp_path_factory):
-    """One 2-epoch run shared by the tests that only read its folder."""
-    project = tmp_path_factory.mktemp("runs")
-    assert train.main(train_args(data, project)) == 0
-    return project / "exp"
+def finished_run_lines(data, tmp_path_factory):
+    """One 2-epoch run shared by the tests that only read its folder or its lines: the folder, and what it logged."""
+    project, lines, logger = tmp_path_factory.mktemp("runs"), Lines(), logging.getLogger("detect")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(lines)
+    try:
+        assert train.main(train_args(data, project)) == 0
+    finally:
+        logger.removeHandler(lines)
+        logger.setLevel(level)
+    return project / "exp", lines.messages
+
+
+@pytest.fixture(scope="module")
+def finished_run(finished_run_lines):
+    return finished_run_lines[0]
+
+
+def test_the_last_lines_say_what_best_pt_scored_what_that_means_and_what_comes_next(finished_run_lines, data):
+    run, messages = finished_run_lines
+    best = run / "weights" / "best.pt"
+    scored, *commands = messages[-1].splitlines()
+    assert re.fullmatch(rf"best\.pt scored mAP@0\.5 \d\.\d{{3}} \(mAP@0\.5:0\.95 \d\.\d{{3}}\) on the val split of "
+                        rf"{re.escape(str(data))} at 64 px: it .*\. Next:", scored), scored
+    assert [command.split("   #")[0].strip() for command in commands] == [
+        f"python -m detect.val --weights {best} --data {data}",
+        f"python -m detect.predict --weights {best} --source {data.parent / 'images' / 'train'}",
+        f"python -m detect.export --weights {best} --include onnx"]
+    assert messages[-2] == f"results saved to {run}"
 
 
 def test_run_folder_holds_config_results_weights_and_plots(finished_run):
@@ -86,10 +124,15 @@ def test_last_checkpoint_holds_the_run_as_it_ended(finished_run):
     assert again.counters == last.counters and again.settings == last.settings and again.date == last.date
 
 
-def test_best_weights_validate_at_once(finished_run, data, tmp_path):
-    args = ["--weights", str(finished_run / "weights" / "best.pt"), "--data", str(data), "--imgsz", "64",
-            "--device", "cpu", "--workers", "0", "--project", str(tmp_path), "--no-progress"]
-    assert val.main(args) == 0
+def test_best_weights_validate_at_once_at_the_size_they_were_trained_at(finished_run, data, tmp_path, caplog):
+    best = finished_run / "weights" / "best.pt"
+    assert TrainingCheckpoint.load(best).ema["trained"] == {"imgsz": 64, "data": str(data)}
+    args = ["--weights", str(best), "--data", str(data), "--device", "cpu", "--workers", "0", "--project",
+            str(tmp_path), "--no-progress"]  # no --imgsz: best.pt's 64, not 640
+    with caplog.at_level(logging.INFO, logger="detect"):
+        assert val.main(args) == 0
+    assert f"{best} on {data} (val split) at 64 px, the size the model was trained at" in caplog.messages
+    assert any(message.startswith(f"{data}, val split: 8 images at 64 px") for message in caplog.messages)
 
 
 def _final_state(run_dir):

@@ -56,6 +56,8 @@ class EnsembleInference:
         self.members = tuple(members)
         self.names = first.names
         self.stride = max(member.stride for member in members)
+        sizes = {member.imgsz for member in members}
+        self.imgsz = sizes.pop() if len(sizes) == 1 else None  # the members' training size when they share one
         self._predict = concatenated(self.members)
         LOGGER.info("ensemble of %d models, their raw predictions joined before one NMS:\n  %s", len(members),
                     "\n  ".join(describe(path, member) for path, member in zip(paths, members)))

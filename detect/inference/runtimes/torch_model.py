@@ -32,6 +32,8 @@ class TorchInference:
         self.model = model.to(backend.device, self.dtype).to(memory_format=self.memory_format)
         self.names = tuple(model.names)
         self.stride = model.max_stride
+        trained = model.trained.imgsz
+        self.imgsz = None if trained is None else (trained, trained)  # the size it was trained at, if recorded
 
     @torch.no_grad()
     def __call__(self, images: torch.Tensor) -> torch.Tensor:

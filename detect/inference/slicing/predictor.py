@@ -92,6 +92,11 @@ class SlicedPredictor:
         self.predictor, self.backend, self.stride = predictor, backend, stride
         self.settings = dataclasses.replace(settings, size=size)
 
+    def window_count(self, height: int, width: int) -> int:
+        """How many windows an image of (height, width) is run in: its grid, and the whole image too when asked."""
+        grid = window_count(height, width, self.settings.size, self.settings.overlap)
+        return grid + (self.settings.whole and grid > 1)
+
     def check(self, height: int, width: int) -> None:
         """TooManyWindows, in one line, for an image that would need more windows than the bound."""
         size, overlap, limit = self.settings.size, self.settings.overlap, self.settings.max_windows
@@ -115,7 +120,9 @@ class SlicedPredictor:
     @torch.no_grad()
     def detect(self, image: np.ndarray, **nms) -> torch.Tensor:
         """(n, 6) [x1, y1, x2, y2, score, class] detections of a (H, W, 3) uint8 RGB image in its pixels, best first;
-        `nms`: Predictor.detections' keyword arguments (conf_threshold, iou_threshold, max_det, ...)."""
+        `nms`: Predictor.detections' keyword arguments (conf_threshold, iou_threshold, max_det, ...). max_det caps each
+        window's detections, and the image's at max_det times its windows: the cap of a whole image would cut one that
+        holds many windows' worth of objects (docs/usage.md, "Small objects in large images: tiles and slices")."""
         height, width = image.shape[:2]
         self.check(height, width)
         windows = self._windows(height, width)
@@ -140,8 +147,8 @@ class SlicedPredictor:
         rows, ids = rows[order], ids[order]
         if self.settings.merge == "seam":
             rows, ids = merge_seams(rows, ids, torch.from_numpy(windows.boxes), height, width)
-        return self._suppress(rows, nms.get("iou_threshold", 0.45), nms.get("agnostic", False))[
-            :nms.get("max_det", 300)]
+        cap = nms.get("max_det", 300) * self.window_count(height, width)
+        return self._suppress(rows, nms.get("iou_threshold", 0.45), nms.get("agnostic", False))[:cap]
 
     def _whole(self, image: np.ndarray, nms: dict) -> torch.Tensor:
         """Detections of the whole image fitted into one window (letterboxed), in the image's pixels."""

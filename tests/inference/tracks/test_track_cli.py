@@ -188,3 +188,9 @@ def test_a_stream_that_stalls_ends_in_one_line_and_keeps_its_tracks(tmp_path, ca
     rows = read_mot(next((tmp_path / "runs" / "exp").glob("*.txt")))
     assert 0 < rows[:, 0].max() <= 8  # what came before the stall is tracked and kept
     assert "ended after 8 frames (it could not be reopened)" in caplog.text
+
+
+def test_the_size_is_the_checkpoints_unless_given():
+    """Like predict, track leaves the size to the Detector, which reads the one the weights were trained at."""
+    assert track.TrackRunSettings(source="clip.mp4").detector_settings().imgsz is None
+    assert track.TrackRunSettings(source="clip.mp4", imgsz=(320,)).detector_settings().imgsz == (320, 320)
