@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from detect import atomic_file, cli
 from detect import backend as backends
-from detect import cli
 from detect.config import IMAGE_SIZE, NON_NEGATIVE, POSITIVE, UNIT, Settings, option, options_from_dict
 from detect.errors import UserError
 from detect.evaluation.export_check import check_files, check_table, file_megabytes
@@ -136,13 +136,14 @@ def run(**options: Any) -> dict[str, Path]:
     return export(options_from_dict(ExportRunSettings, options, "detect.export.run"))
 
 
+@atomic_file.command()  # what it reads is its sources until it ends
 def export(args: ExportRunSettings) -> dict[str, Path]:
     """Write each format asked for; returns format -> path (om is absent when atc is not installed). The CLI's body."""
     settings = args.export_settings()
     weights = Path(args.cfg) if args.cfg else resolve_weights(args.weights)
     model = build_model(args.cfg, num_classes=args.nc).eval() if args.cfg else load_model(weights)  # refused: no folder
     output_dir = Path(args.output_dir) if args.output_dir else Path() if args.cfg else weights.parent
-    output_dir.mkdir(parents=True, exist_ok=True)
+    atomic_file.output_folder(output_dir, "--output-dir")
     if not os.access(output_dir, os.W_OK):
         raise UserError(f"cannot write to {output_dir}: choose another folder with --output-dir")
     backend = backends.select(args.device, amp=False)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from detect.atomic_file import write_text
 from detect.data.annotations.coco_json import WHAT
 from detect.data.annotations.json_file import read_json
 from detect.data.categories import json_categories, yolo_category_ids
@@ -266,11 +267,7 @@ class CocoEvaluator:
 
 def _write_json(path: Path | str, content: Any) -> Path:
     """Write `content` as json to `path` (parents created) and return the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as handle:
-        json.dump(content, handle)
-    return path
+    return write_text(path, json.dumps(content))
 
 
 def _mean_valid(values: np.ndarray) -> float:

@@ -8,6 +8,7 @@ import collections
 import contextlib
 import csv
 import dataclasses
+import io
 import logging
 import time
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from pathlib import Path
 import torch
 
 from detect import backend as backends
+from detect.atomic_file import append_text, write_text
 from detect.config import Hyp
 from detect.data import Loader
 from detect.errors import UserError
@@ -120,16 +122,12 @@ class ResultsLog:
         """A resumed run (first_epoch > 0) keeps the rows of the epochs before it and drops any later ones."""
         self.path = save_dir / "results.csv"
         kept = [row for row in self.rows() if row["epoch"] < first_epoch] if first_epoch and self.path.is_file() else []
-        with open(self.path, "w", newline="") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(COLUMNS)
-            writer.writerows([_format(row.get(column)) for column in COLUMNS] for row in kept)
+        write_text(self.path, _csv([COLUMNS, *([_format(row.get(column)) for column in COLUMNS] for row in kept)]))
         self.writer = _tensorboard_writer(save_dir)
 
     def add(self, row: dict[str, float]) -> None:
         """Write one epoch's values (keys from COLUMNS; a missing one is written empty)."""
-        with open(self.path, "a", newline="") as handle:
-            csv.writer(handle).writerow([_format(row.get(column)) for column in COLUMNS])
+        append_text(self.path, _csv([[_format(row.get(column)) for column in COLUMNS]]))
         if self.writer is not None:
             for column in COLUMNS[1:]:
                 if row.get(column) is not None:
@@ -209,6 +207,13 @@ def _format(value: float | None) -> str:
     if value is None:
         return ""
     return str(int(value)) if float(value).is_integer() and abs(value) < 1e9 else f"{value:.6g}"
+
+
+def _csv(rows) -> str:
+    """`rows` as csv.writer writes them (comma-separated, quoted where needed, each line ended by CR LF)."""
+    text = io.StringIO()
+    csv.writer(text).writerows(rows)
+    return text.getvalue()
 
 
 def _tensorboard_writer(save_dir: Path):

@@ -1,0 +1,106 @@
+"""`python -m detect.data convert` run as a user would, into an --out that holds links to the dataset it converts (issue
+58): a folder of it linked to the source images (`mine-yolo/images/val -> ds/images/val`, how a converted copy is kept
+beside the original), a file linked to a source file, a link to a parent or grandparent of the sources, relative links,
+a link to a link, hard links, and --out given as a link. With and without --copy, every source file keeps its bytes
+(sha256) and every link of the dataset stays as it was: a link inside --out is replaced by a real folder or file,
+never written through (it ended in `RuntimeError: Symlink loop` with every source JPEG a link to itself, and --copy
+deleted a source image)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from detect.data import load_data_config, load_split
+from tests.data.annotations.helpers import rows_of
+from tests.data.annotations.test_convert_safety import _dataset, _refused
+from tests.hostile import fingerprints
+from tests.user_run import run_cli
+
+
+def _sources(root: Path) -> dict[str, str]:
+    """The dataset's files, links and folders, its label cache left out (a check writes it beside the labels)."""
+    return {path: found for path, found in fingerprints(root).items() if ".cache" not in path}
+
+
+def _links_inside(tmp_path: Path, ds: Path) -> Path:
+    """The issue's case and a file at each level: mine/images/val -> ds/images/val, mine/labels/val/one.txt -> its
+    source, mine/data.yaml -> ds/data.yaml."""
+    mine = tmp_path / "mine"
+    (mine / "images").mkdir(parents=True)
+    (mine / "labels" / "val").mkdir(parents=True)
+    (mine / "images" / "val").symlink_to(ds / "images" / "val", target_is_directory=True)
+    (mine / "labels" / "val" / "one.txt").symlink_to(ds / "labels" / "val" / "one.txt")
+    (mine / "data.yaml").symlink_to(ds / "data.yaml")
+    return mine
+
+
+def _links_to_parents(tmp_path: Path, ds: Path) -> Path:
+    """mine/images -> hop -> tmp_path (a link to a link to the dataset's grandparent), mine/labels -> ../ds/labels (a
+    relative link to the label folder's parent)."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (tmp_path / "hop").symlink_to(tmp_path, target_is_directory=True)
+    (mine / "images").symlink_to(tmp_path / "hop", target_is_directory=True)
+    (mine / "labels").symlink_to(Path("..") / "ds" / "labels", target_is_directory=True)
+    return mine
+
+
+def _hard_links(tmp_path: Path, ds: Path) -> Path:
+    """mine/images/val/one.jpg and mine/labels/val/one.txt hard links to their sources: names of their own."""
+    mine = tmp_path / "mine"
+    for folder, name in (("images", "one.jpg"), ("labels", "one.txt")):
+        (mine / folder / "val").mkdir(parents=True)
+        os.link(ds / folder / "val" / name, mine / folder / "val" / name)
+    return mine
+
+
+def _out_a_link(tmp_path: Path, ds: Path) -> Path:
+    """--out given as a link (to a folder holding the issue's link): the link the user names is followed."""
+    _links_inside(tmp_path, ds)
+    (tmp_path / "alias").symlink_to(tmp_path / "mine", target_is_directory=True)
+    return tmp_path / "alias"
+
+
+@pytest.mark.parametrize("copy", [(), ("--copy",)], ids=["links", "copy"])
+@pytest.mark.parametrize("layout", [_links_inside, _links_to_parents, _hard_links, _out_a_link],
+                         ids=["inside", "parents", "hard", "out-a-link"])
+def test_links_at_every_level_of_out_leave_every_source_byte_identical(tmp_path: Path, layout, copy) -> None:
+    source = _dataset(tmp_path / "ds")
+    ds = tmp_path / "ds"
+    expected = rows_of(load_split(load_data_config(source), "val"))
+    before = _sources(ds)
+    out = layout(tmp_path, ds)
+    done = run_cli("detect.data", "convert", "--data", str(source), "--to", "yolo", "--out", str(out), *copy,
+                   timeout=180, memory_gb=4)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert _sources(ds) == before
+    mine = tmp_path / "mine"
+    for folder in (mine, mine / "images", mine / "images" / "val", mine / "labels", mine / "labels" / "val"):
+        assert folder.is_dir() and not folder.is_symlink(), folder
+    for name in ("one", "two"):
+        image = mine / "images" / "val" / f"{name}.jpg"
+        assert image.is_symlink() != bool(copy)
+        assert image.read_bytes() == (ds / "images" / "val" / f"{name}.jpg").read_bytes()
+        assert not (mine / "labels" / "val" / f"{name}.txt").is_symlink()
+    assert not (mine / "data.yaml").is_symlink()
+    assert rows_of(load_split(load_data_config(mine / "data.yaml"), "val")) == expected
+    if layout is _links_inside:
+        assert "mine/images/val: a link (to " in done.stderr and "replaced by a folder" in done.stderr
+
+
+@pytest.mark.parametrize("spelling", ["dotdot", "proc-cwd"])
+def test_out_as_another_spelling_of_the_dataset_is_refused(tmp_path: Path, spelling: str) -> None:
+    source = _dataset(tmp_path / "ds")
+    before = _sources(tmp_path / "ds")
+    out = {"dotdot": tmp_path / "ds" / "images" / ".." / ".", "proc-cwd": Path("/proc/self/cwd")}[spelling]
+    done_line = _refused(source, out) if spelling == "dotdot" else None
+    if spelling == "proc-cwd":  # the CLI runs in the dataset's folder: /proc/self/cwd is it
+        done = run_cli("detect.data", "convert", "--data", str(source), "--to", "yolo", "--out", str(out),
+                       cwd=tmp_path / "ds", timeout=120, memory_gb=4)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        done_line = done.stderr.strip().splitlines()[-1]
+    assert done_line.startswith("error: --out ") and "a source of the conversion" in done_line
+    assert _sources(tmp_path / "ds") == before
