@@ -1,4 +1,5 @@
-"""A COCO instances json (instances_*.json): pixel boxes [left, top, width, height], iscrowd, categories by id.
+"""A COCO instances json (instances_*.json): pixel boxes [left, top, width, height], iscrowd, categories by id; its
+values read as tools type them (coco_values.py).
 
 What a file says that cannot be read one way only is refused in one line naming the id: two images or two categories
 with one id (whose boxes would go to either), an annotation whose category the file does not list. An annotation of
@@ -12,18 +13,17 @@ from pathlib import Path, PurePosixPath
 
 import numpy as np
 
-from detect.data.annotations.json_file import read_json
+from detect.data.annotations.coco_values import WHAT, read_coco_json
 from detect.data.annotations.parsed import ParsedLabels
 from detect.data.categories import json_categories
 from detect.errors import UserError, short_repr
 
-WHAT = "a COCO instances json"
 UNLISTED_IMAGE = "annotation of an image the json does not list"
 
 
 def read_coco(path: Path) -> ParsedLabels:
     """Every box of the json; class names in category-id order (data/categories.json_categories)."""
-    data = read_json(path, WHAT)
+    data = read_coco_json(path)
     try:
         return _parse(data, path)
     except (ValueError, KeyError, TypeError, AttributeError) as error:
