@@ -174,10 +174,10 @@ def _through(given: str | os.PathLike, real: str) -> str:
     return "" if os.path.abspath(os.fspath(given)) == real else f" (through a link: it leads to {real})"
 
 
-def _refuse_inside(real: str, given: str | os.PathLike, label: str) -> None:
-    """Refused, saying `label` first, when `real` (the real path `given` leads to, existing or not) is, or lies
-    inside, a source folder read whole."""
-    existing = real
+def _refuse_inside(real: str, given: str | os.PathLike, label: str, existing: str | None = None) -> None:
+    """Refused, saying `label` first, when `real` (the real path `given` leads to, existing or not; `existing`: its
+    nearest existing folder where known) is, or lies inside, a source folder read whole."""
+    existing = existing or real
     while not os.path.isdir(existing):
         existing = os.path.dirname(existing)
     found = tree_holding(existing)
@@ -200,7 +200,7 @@ def refuse_source(folder: str, name: str, given: str | os.PathLike, cache: bool 
         raise Refused(f"{label}: it is {real}, {what}, which this command reads and never replaces"
                       f"{_through(given, real)}")
     if not cache:
-        _refuse_inside(real, given, label)
+        _refuse_inside(real, given, label, existing=folder)
 
 
 def absolute_folder(path: str | os.PathLike) -> tuple[str, str]:
@@ -285,7 +285,7 @@ def real_folder(folder: str, cache: bool = False, make: bool = True,
     real = os.path.realpath(output)
     if not cache:
         _refuse_inside(real, output, f"cannot write in the output folder {output}")
-    if make:
+    if make and not os.path.isdir(real):  # removed meanwhile: made again
         os.makedirs(real, exist_ok=True)
     for name in filter(None, folder[len(prefix):].split(os.sep)):
         real = _real_child(real, name, output, make)

@@ -33,7 +33,7 @@ class Draft:
         short = os.fsdecode(os.fsencode(name)[:MAX_NAME_BYTES])
         hidden = f".{short}.{uuid.uuid4().hex[:12]}{TEMPORARY_SUFFIX}{os.path.splitext(name)[1] if keep_suffix else ''}"
         self.place = settle(path, cache)
-        self.temporary = Path(self.place[0], hidden)
+        self.temporary, self.committed = Path(self.place[0], hidden), False
 
     def commit(self) -> Path:
         """Rename the temporary (and its companions) over their final places, checked again now; returns `path`."""
@@ -47,10 +47,13 @@ class Draft:
             refuse_source(folder, companion, Path(self.path).with_suffix(suffix), self.cache)
             os.replace(self.temporary.with_suffix(suffix), os.path.join(folder, companion))
         os.replace(self.temporary, os.path.join(folder, name))
+        self.committed = True
         return Path(self.path)
 
     def discard(self) -> None:
         """Remove what is left of the temporary and its companions (nothing after a commit)."""
+        if self.committed:
+            return
         for suffix in self.companions:
             self.temporary.with_suffix(suffix).unlink(missing_ok=True)
         self.temporary.unlink(missing_ok=True)

@@ -4,6 +4,8 @@ over or into what the command reads, however the path is spelt; inside an output
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from detect import atomic_file
 from detect.atomic_file import places
 from tests.hostile import fingerprints
+from tests.user_run import REPO
 
 
 def _dataset(root: Path) -> Path:
@@ -153,3 +156,25 @@ def test_a_read_outside_any_command_protects_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(places, "_FRAMES", places._FRAMES[:1])  # as a notebook's Detector, outside every command
     atomic_file.protect([tmp_path], "a folder read outside any command", trees=True)
     assert atomic_file.write_text(tmp_path / "a.txt", "written").read_text() == "written"
+
+
+def test_a_second_mount_of_a_source_folder_is_the_source(tmp_path):
+    """A bind mount is no link: the folder's identity (device, inode) says it is the source."""
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True, timeout=30, check=False).returncode:
+        pytest.skip("unshare -rm (a mount namespace of one's own) is not allowed here")
+    root = _dataset(tmp_path / "ds")
+    (tmp_path / "mounted").mkdir()
+    before = fingerprints(root)
+    code = ("from detect import atomic_file\n"
+            "with atomic_file.command():\n"
+            f"    atomic_file.protect([{str(root / 'images/train')!r}], 'the images', trees=True)\n"
+            "    try:\n"
+            f"        atomic_file.write_text({str(tmp_path / 'mounted/images/train/b.jpg')!r}, 'x')\n"
+            "    except atomic_file.Refused as error:\n"
+            "        print(error)\n")
+    script = f"mount --bind {root} {tmp_path / 'mounted'} && {sys.executable} -c \"$0\""
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", script, code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)
+    assert done.stdout.startswith(f"cannot write {tmp_path / 'mounted/images/train/b.jpg'}: it lies inside "
+                                  f"{tmp_path / 'mounted/images/train'}, the images"), done.stdout + done.stderr
+    assert fingerprints(root) == before

@@ -103,12 +103,28 @@ def _sources(config: DataConfig, splits: dict[str, LabelledSplit]) -> Iterable[P
                 yield Path(label_path_for(image)).parent
 
 
+def _identity(path: Path, known: dict[Path, tuple[int, int] | None]) -> tuple[int, int] | None:
+    """(device, inode) of folder `path`, None where it is missing (remembered in `known`)."""
+    if path not in known:
+        try:
+            info = os.stat(path)
+            known[path] = (info.st_dev, info.st_ino)
+        except OSError:
+            known[path] = None
+    return known[path]
+
+
 def _refuse_overlap(out: Path, given: Path, sources: Iterable[Path]) -> None:
-    """UserError when `out` (`given`, resolved) holds a source or lies inside one, links followed on both sides."""
+    """UserError when `out` (`given`, resolved) holds a source or lies inside one, links followed on both sides, and
+    a folder known by its identity (device, inode) as well as its path: a second mount of the dataset holds it too."""
+    known: dict[Path, tuple[int, int] | None] = {}
+    out_id = _identity(out, known)
     for source in sources:
         real = Path(os.path.realpath(source))
-        if real.is_relative_to(out) or out.is_relative_to(real):
-            where = "is" if real == out else "holds" if real.is_relative_to(out) else "lies inside"
+        holds = real.is_relative_to(out) or out_id is not None and any(
+            _identity(parent, known) == out_id for parent in (real, *real.parents))
+        if holds or out.is_relative_to(real):
+            where = "is" if real == out else "holds" if holds else "lies inside"
             named = given if given == out else f"{given} ({out})"
             raise UserError(f"--out {named}: {where} {source}, a source of the conversion, which it would overwrite; "
                             "choose a folder outside the dataset's images, labels and data yaml")

@@ -9,6 +9,8 @@ deleted a source image)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,7 @@ from detect.data import load_data_config, load_split
 from tests.data.annotations.helpers import rows_of
 from tests.data.annotations.test_convert_safety import _dataset, _refused
 from tests.hostile import fingerprints
-from tests.user_run import run_cli
+from tests.user_run import REPO, run_cli
 
 
 def _sources(root: Path) -> dict[str, str]:
@@ -103,4 +105,29 @@ def test_out_as_another_spelling_of_the_dataset_is_refused(tmp_path: Path, spell
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
         done_line = done.stderr.strip().splitlines()[-1]
     assert done_line.startswith("error: --out ") and "a source of the conversion" in done_line
+    assert _sources(tmp_path / "ds") == before
+
+
+def _can_mount() -> bool:
+    """Whether this machine lets a process mount in a namespace of its own (unshare -rm: no root needed)."""
+    try:
+        return subprocess.run(["unshare", "-rm", "true"], capture_output=True, timeout=30, check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.parametrize("to", ["yolo", "coco"])
+def test_out_as_a_second_mount_of_the_dataset_is_refused_before_writing(tmp_path: Path, to: str) -> None:
+    if not _can_mount():
+        pytest.skip("unshare -rm (a mount namespace of one's own) is not allowed here")
+    source = _dataset(tmp_path / "ds")
+    (tmp_path / "mounted").mkdir()
+    before = _sources(tmp_path / "ds")
+    # a bind mount is no link: only the folders' identity (device, inode) says that mounted/ is the dataset
+    script = (f"mount --bind {tmp_path / 'ds'} {tmp_path / 'mounted'} && {sys.executable} -m detect.data convert "
+              f"--data {source} --to {to} --out {tmp_path / 'mounted'}")
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}, check=False)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1].startswith(f"error: --out {tmp_path / 'mounted'}: holds ")
     assert _sources(tmp_path / "ds") == before
