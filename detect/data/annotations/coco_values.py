@@ -142,7 +142,7 @@ def normalised(data: Any, path: Path) -> dict:
                 path),
             "categories": _read_entries(data["categories"], "category", {"id": (_whole, True), "name": (str, True)},
                                         path),
-            "annotations": _annotations(data.get("annotations", []), path)}
+            "annotations": _annotations(data.get("annotations") or [], path)}  # null: none, as a tool writes it
 
 
 def read_coco_json(path: Path) -> dict:

@@ -71,6 +71,10 @@ def test_a_value_that_is_no_number_is_one_line_naming_the_file_and_the_entry(cha
     assert line in str(raised.value) and "\n" not in str(raised.value)
 
 
+def test_annotations_null_are_none():
+    assert normalised(_json() | {"annotations": None}, Path("x.json"))["annotations"] == []
+
+
 def test_an_image_or_category_that_is_no_number_is_named_too():
     data = _json()
     data["images"][0]["width"] = "wide"
