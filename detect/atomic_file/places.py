@@ -169,6 +169,29 @@ class Refused(UserError):
     """A write that would replace a source of the command, or enter a folder it reads."""
 
 
+class WriteError(UserError, OSError):
+    """A write the file system refused (no space, no permission, a folder where a file goes): one line for the CLIs,
+    and an OSError still, with its errno, for a caller that carries on without the file (a cache)."""
+
+    def __init__(self, path: str | os.PathLike, error: OSError) -> None:
+        super().__init__(error.errno, error.strerror, error.filename)
+        self.line = f"cannot write {path} ({error.strerror or error})"
+
+    def __str__(self) -> str:
+        return self.line
+
+
+@contextlib.contextmanager
+def said(path: str | os.PathLike) -> Iterator[None]:
+    """An OSError of the block as a WriteError naming `path` (a UserError goes on as it is)."""
+    try:
+        yield
+    except UserError:
+        raise
+    except OSError as error:
+        raise WriteError(path, error) from None
+
+
 def _through(given: str | os.PathLike, real: str) -> str:
     """' (through a link: it leads to REAL)' where `given` does not spell `real`."""
     return "" if os.path.abspath(os.fspath(given)) == real else f" (through a link: it leads to {real})"
@@ -296,8 +319,9 @@ def real_folder(folder: str, cache: bool = False, make: bool = True,
 
 def settle(path: str | os.PathLike, cache: bool = False) -> tuple[str, str]:
     """(real folder, name) where `path` is written now: its folder made and every link followed or replaced as the
-    module says; Refused when that is a source."""
+    module says; Refused when that is a source, WriteError when its folder cannot be made."""
     folder, name = absolute_folder(path)
-    real = real_folder(folder, cache, given=path)
+    with said(path):
+        real = real_folder(folder, cache, given=path)
     refuse_source(real, name, path, cache)
     return real, name

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from detect.atomic_file.places import Refused, absolute_folder, real_folder, refuse_source, settle
+from detect.atomic_file.places import Refused, absolute_folder, real_folder, refuse_source, said, settle
 
 # Every temporary file ends so (unless it keeps its suffix for a library that reads it): a folder's listing can leave
 # out files being written (data/remote/object_cache.py).
@@ -45,8 +45,10 @@ class Draft:
         for suffix in self.companions:
             companion = Path(name).with_suffix(suffix).name
             refuse_source(folder, companion, Path(self.path).with_suffix(suffix), self.cache)
-            os.replace(self.temporary.with_suffix(suffix), os.path.join(folder, companion))
-        os.replace(self.temporary, os.path.join(folder, name))
+            with said(Path(self.path).with_suffix(suffix)):
+                os.replace(self.temporary.with_suffix(suffix), os.path.join(folder, companion))
+        with said(self.path):
+            os.replace(self.temporary, os.path.join(folder, name))
         self.committed = True
         return Path(self.path)
 
@@ -63,11 +65,12 @@ class Draft:
 def replacing(path: str | os.PathLike, cache: bool = False, keep_suffix: bool = False,
               companions: Sequence[str] = ()) -> Iterator[Path]:
     """A hidden temporary path beside `path`, unique to this writer, to write; when the block ends normally it
-    replaces `path` (os.replace: atomic on one file system), otherwise it is removed and the error goes on. Draft
-    says what the options do."""
+    replaces `path` (os.replace: atomic on one file system), otherwise it is removed and the error goes on (an
+    OSError as a WriteError naming `path`). Draft says what the options do."""
     draft = Draft(path, cache, keep_suffix, companions)
     try:
-        yield draft.temporary
+        with said(path):
+            yield draft.temporary
         draft.commit()
     finally:
         draft.discard()
@@ -129,7 +132,8 @@ def make_folder(path: str | os.PathLike, cache: bool = False) -> Path:
     """The folder `path`, made where missing (a link inside an output folder replaced), checked against the
     sources; returns `path`."""
     folder, name = absolute_folder(path)
-    real = real_folder(os.path.join(folder, name), cache, given=path)
+    with said(path):
+        real = real_folder(os.path.join(folder, name), cache, given=path)
     if not cache:
         refuse_source(os.path.dirname(real), os.path.basename(real), path)
     return Path(path)
@@ -172,7 +176,8 @@ def remove_tree(path: str | os.PathLike, cache: bool = False) -> None:
 def replace_folder(made: str | os.PathLike, path: str | os.PathLike, cache: bool = False) -> Path:
     """Rename the folder `made` to `path`, which must be missing or an empty folder (os.replace)."""
     folder, name = settle(path, cache)
-    os.replace(made, os.path.join(folder, name))
+    with said(path):
+        os.replace(made, os.path.join(folder, name))
     return Path(path)
 
 

@@ -3,6 +3,7 @@ hard link at its place is replaced, never written through."""
 
 from __future__ import annotations
 
+import errno
 import os
 
 import pytest
@@ -79,3 +80,14 @@ def test_publish_names_a_file_once_however_many_finish_it(tmp_path):
     assert atomic_file.publish(tmp_path / "draft1", tmp_path / "store")
     assert not atomic_file.publish(tmp_path / "draft2", tmp_path / "store")
     assert (tmp_path / "store").read_text() == "1"
+
+
+def test_a_write_the_file_system_refuses_is_one_line_and_still_an_oserror(tmp_path):
+    (tmp_path / "taken").mkdir()  # a folder where a file goes
+    (tmp_path / "file").write_text("mine")
+    with pytest.raises(atomic_file.WriteError, match=r"^cannot write .*taken \(Is a directory\)$") as raised:
+        atomic_file.write_text(tmp_path / "taken", "x")
+    assert isinstance(raised.value, OSError) and raised.value.errno == errno.EISDIR
+    with pytest.raises(atomic_file.WriteError, match=r"^cannot write .*file/under \(Not a directory\)$"):
+        atomic_file.make_folder(tmp_path / "file" / "under")
+    assert sorted(entry.name for entry in tmp_path.iterdir()) == ["file", "taken"]
