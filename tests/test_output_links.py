@@ -123,3 +123,11 @@ def test_val_with_links_in_its_run_folder_and_a_run_folder_in_the_data(tmp_path:
         f"{tmp_path / 'data' / 'labels' / 'train'}, the 'val' split's labels, which this command reads and never "
         "writes into; choose a place outside it")
     assert {key: value for key, value in fingerprints(tmp_path / "data").items() if ".cache" not in key} == before
+
+
+def test_a_folder_where_an_output_file_goes_is_one_line(tmp_path: Path, detecting: Path) -> None:
+    images = write_images(tmp_path / "images", {"a.jpg": (64, 48)})
+    (tmp_path / "runs" / "exp" / "a.jpg").mkdir(parents=True)
+    done = _predict(detecting, images, tmp_path / "runs")
+    assert_refused(done, f"error: cannot write {tmp_path / 'runs' / 'exp' / 'a.jpg'} (Is a directory)")
+    assert (tmp_path / "runs" / "exp" / "a.jpg").is_dir() and not list((tmp_path / "runs" / "exp").glob(".*"))
