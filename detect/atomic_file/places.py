@@ -95,7 +95,7 @@ def protect(paths: Iterable[str | os.PathLike], what: str, *, trees: bool = Fals
     whole: dict[FolderId, str] = {}
     folders: dict[str, FolderId | None] = {}
     for path in paths:
-        absolute = os.path.abspath(os.fspath(path))
+        absolute = os.path.join(*absolute_folder(path))
         try:
             spellings = [absolute, os.path.realpath(absolute)] if os.path.islink(absolute) else [absolute]
             target = os.stat(absolute)
