@@ -68,7 +68,8 @@ class ExportRunSettings(Settings):
                                "<stem>-int8_openvino_model (NNCF); with om, AMCT calibrates the ONNX before atc")
     calib_images: int = option(DEFAULT_CALIB_IMAGES, "--int8: train images of --data to calibrate on",
                                bound=POSITIVE)
-    soc_version: str | None = option(None, "om: the Ascend chip, e.g. Ascend910B3, Ascend310P3")
+    soc_version: str | None = option(None, "om: the Ascend chip the .om runs on, e.g. Ascend910B2, Ascend310P3 "
+                                           "(default: read from this machine's NPU, --device's or the first)")
     output_dir: str | None = option(None, "where to write (default: beside --weights; with --cfg the working "
                                           "folder)")
     triton_backend: str = option(TritonSettings.backend, "triton: the backend that runs the model (its ONNX, or "
@@ -86,8 +87,6 @@ class ExportRunSettings(Settings):
             check_folder(self.output_dir, "--output-dir")
         if len(self.imgsz) > 2:
             raise UserError(f"--imgsz {' '.join(map(str, self.imgsz))}: one side or height width")
-        if "om" in self.include and not self.soc_version:
-            raise UserError("--include om needs --soc-version (the chip, e.g. Ascend910B3 or Ascend310P3)")
         if self.check and (self.cfg or not self.data):
             raise UserError("--check scores --weights on --data's val split: give --weights (not --cfg) and --data")
         if self.nms and self.opset < 11:
@@ -136,6 +135,21 @@ def run(**options: Any) -> dict[str, Path]:
     return export(options_from_dict(ExportRunSettings, options, "detect.export.run"))
 
 
+def om_chip(args: ExportRunSettings) -> str | None:
+    """The chip an .om is compiled for: --soc-version, else the one this machine's NPU reports (an .om runs on the chip
+    it was made for only, and an Atlas 800T A2 may hold 910B2 or 910B3 cards); None when no om is asked for."""
+    if "om" not in args.include:
+        return None
+    if args.soc_version:
+        return args.soc_version
+    chip = backends.ascend_chip(args.device)
+    if chip is None:
+        raise UserError("--include om: no --soc-version, and no NPU here to read the chip from; give --soc-version, "
+                        "the chip the .om will run on (npu-smi info's Name with Ascend before it, e.g. Ascend910B2)")
+    LOGGER.info("om: for %s (this machine's NPU; --soc-version for another chip)", chip)
+    return chip
+
+
 @atomic_file.command()  # what it reads is its sources until it ends
 def export(args: ExportRunSettings) -> dict[str, Path]:
     """Write each format asked for; returns format -> path (om is absent when atc is not installed). The CLI's body."""
@@ -150,7 +164,7 @@ def export(args: ExportRunSettings) -> dict[str, Path]:
     backend.set_device()
     int8 = Int8Calibration(args.data, args.calib_images) if args.int8 else None
     written = write_formats(model, args.include, settings, output_dir / weights.stem, backend.device, int8,
-                            args.soc_version, args.triton_settings())
+                            om_chip(args), args.triton_settings())
     for kind, path in written.items():
         LOGGER.info("%s: %s (%.1f MB)", kind, path, file_megabytes(path))
     if args.check:

@@ -44,6 +44,7 @@ class PredictRunSettings(SlicingFlags):
     classes: tuple[int, ...] | None = option(None, "keep only these class indices", bound=NON_NEGATIVE)
     agnostic_nms: bool = option(False, "NMS across classes")
     device: str = option("auto", backends.SPEC_HELP)
+    nms_device: str = option("device", backends.NMS_DEVICE_HELP, choices=backends.NMS_DEVICES)
     half: bool = option(False, "fp16 inference (on the CPU: fp32, with a warning)")
     augment: bool = option(False, "test-time augmentation: 3 scales, one flipped, merged before NMS (.pt only)")
     save_txt: bool = option(False, "write labels/<name>.txt (class cx cy w h, normalised)")
@@ -78,7 +79,8 @@ class PredictRunSettings(SlicingFlags):
         """What the Detector needs of these options."""
         return PredictSettings(imgsz=(self.imgsz[0], self.imgsz[-1]), conf_threshold=self.conf_thres,
                                iou_threshold=self.iou_thres, max_det=self.max_det, classes=self.classes,
-                               agnostic=self.agnostic_nms, slicing=SliceSettings.asked(self))
+                               agnostic=self.agnostic_nms, slicing=SliceSettings.asked(self),
+                               nms_device=self.nms_device)
 
 
 parse_args = cli.settings_reader(PredictRunSettings, "python -m detect.predict", __doc__,

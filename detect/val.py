@@ -14,7 +14,7 @@ from detect.data.data_config import SPLITS
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS, MAX_PIXELS_HELP
 from detect.data.labels.check import DEFAULT_MAX_BOXES, MAX_BOXES, MAX_BOXES_HELP, ImageBounds
 from detect.data.loader import Loader, ValLoaderSettings
-from detect.data.storage.places import CACHE_DIR_HELP
+from detect.data.storage.cache_places import CACHE_DIR_HELP
 from detect.evaluation.evaluator import BACKENDS, CocoEvaluator
 from detect.evaluation.report import coco_stats, metrics_table, problems_list
 from detect.evaluation.scoring import ScoredSplit, prepare_scoring
@@ -58,6 +58,7 @@ class ValSettings(SlicingFlags):
     iou_thres: float = option(EvalSettings.iou_threshold, "NMS IoU threshold", bound=UNIT)
     max_det: int = option(EvalSettings.max_det, "maximum detections per image", bound=POSITIVE)
     device: str = option("auto", backends.SPEC_HELP)
+    nms_device: str = option("device", backends.NMS_DEVICE_HELP, choices=backends.NMS_DEVICES)
     workers: int | None = option(None, "data loader workers (default: by CPU count)", bound=NON_NEGATIVE)
     cache_dir: str | None = option(None, CACHE_DIR_HELP)
     max_pixels: int = option(DEFAULT_MAX_PIXELS, MAX_PIXELS_HELP, bound=MAX_PIXELS)
@@ -116,7 +117,7 @@ def run_tasks(settings: ValSettings) -> list[Any]:
 def _prepare(settings: ValSettings, weights: str | tuple[str, ...],
              imgsz: int) -> tuple[backends.Backend, Predict, Loader]:
     """The backend, the model's predict and the loader of the split --task names (val for speed and study)."""
-    backend = backends.select(settings.device, amp=False)
+    backend = backends.select(settings.device, amp=False, nms_device=settings.nms_device)
     backend.set_device()
     split = settings.task if settings.task in SPLITS else "val"
     scored = ScoredSplit(settings.data, split, settings.cache_dir, ImageBounds(settings.max_pixels, settings.max_boxes))

@@ -1,5 +1,5 @@
-"""bf16 on this CPU against fp32: what the CPU backend's precision choice rests on (docs/benchmarks.md, "bf16 on the
-CPU").
+"""bf16 on this CPU against fp32, piece by piece: what training's own timing of the model step (amp_check.amp_speed)
+sums up, and why the flags cannot tell it (docs/benchmarks.md, "bf16 on the CPU").
 
 conv:  a 3x3 convolution forward + backward (channels_last, as training runs it) in fp32 and under bf16 autocast,
        alternating for --rounds rounds in one process: GFLOP/s, min and median of the rounds, and bf16 / fp32.

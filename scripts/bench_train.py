@@ -33,9 +33,10 @@ from detect.config import load_hyp
 from detect.data import AugmentSettings, TrainLoaderSettings, build_train_loader, load_data_config, load_split
 from detect.data.device_batch import to_device_batch
 from detect.models import build_model
-from detect.training.epoch import StepRecipe, TrainingParts, build_parts, optimizer_step, train_one_epoch
+from detect.training.epoch import train_one_epoch
 from detect.training.optim import IterationPlan, ModelEMA, OptimSettings, accumulate_steps
 from detect.training.resume import Counters
+from detect.training.step import StepRecipe, TrainingParts, backward, build_parts, forward_loss, optimizer_step
 
 
 class StreamWindow:
@@ -96,16 +97,13 @@ def model_only(parts: TrainingParts, backend: backends.Backend, batch, steps: in
     """Images per second of forward + loss + backward (+ optimizer every `accumulate`) on one device batch, and the
     process's page faults per step (glibc re-faulting freed activations shows here: Backend.prepare_steps)."""
     device_batch = to_device_batch(batch, backend)
-    images = device_batch.images
     backend.synchronize()
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     started = time.perf_counter()
     for index in range(steps):
-        with backend.autocast():
-            loss, _ = parts.criterion(parts.train_model(images), device_batch.padded_targets)
-        parts.scaler.scale(loss).backward()
+        backward(parts, forward_loss(parts, device_batch)[0])
         if (index + 1) % accumulate == 0:
-            optimizer_step(parts.train_model, parts.optimizer, parts.scaler, parts.ema)
+            optimizer_step(parts)
     backend.synchronize()
     seconds = time.perf_counter() - started
     return steps * len(batch) / seconds, (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / steps
@@ -132,7 +130,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
+                        help="AMP (default: the backend's, fp32 on the CPU: training times bf16 first, this does not)")
     parser.add_argument("--cache", default=None, choices=("ram",))
     parser.add_argument("--batches", type=int, default=48, help="batches per round and mode")
     parser.add_argument("--rounds", type=int, default=3)
@@ -151,7 +150,7 @@ def main() -> None:
     if backend.channels_last:
         model = model.to(memory_format=torch.channels_last)
     settings = OptimSettings.from_hyp(hyp)
-    parts = build_parts(model, backend, StepRecipe(hyp, settings, args.batch_size, args.imgsz), ema=ModelEMA(model))
+    parts = build_parts(model, backend, StepRecipe(hyp, settings, args.batch_size, args.imgsz), ModelEMA(model))
     plan = IterationPlan(settings, args.batch_size, warmup_iterations=0, epochs=100)
     cursor = StreamCursor(loader)
     fixed = next(iter(loader))

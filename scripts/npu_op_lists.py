@@ -1,13 +1,15 @@
-"""Regenerate the NPU kernel lists of detect/backend/npu_ops/ from their sources (docs/torch-npu.md, "What runs where").
+"""Regenerate the NPU kernel lists of detect/backend/npu_ops/ from their sources (docs/torch-npu.md, "What runs where"),
+once per torch_npu release that pyproject.toml's npu extra allows:
 
     python scripts/npu_op_lists.py --wheel torch_npu-2.14.0-cp311-cp311-manylinux_2_28_x86_64.whl \\
         --op-plugin /path/to/Ascend/op-plugin [--out detect/backend/npu_ops]
 
---wheel: the torch_npu wheel from PyPI (`pip download --no-deps torch-npu==2.14.0`) or the folder it was unzipped into.
---op-plugin: a git clone of Ascend/op-plugin (a bare one will do); its HEAD's op_plugin/config/op_plugin_functions.yaml
-is read. Writes torch_npu.json (what the wheel registers for the NPU, its kernels that run on the host, the ops that
-refuse internal formats) and op_plugin.json (op-plugin's entries whose acl_op or op_api range covers the version of
-the wheel, v2.14 for 2.14.0), each with its source files, version and commit. Reads only; no network.
+--wheel: the torch_npu wheel from PyPI (`pip download --no-deps torch-npu==2.14.0`: pip only reads files, so it needs
+no CANN) or the folder it was unzipped into. --op-plugin: a git clone of Ascend/op-plugin (a bare one will do); its
+HEAD's op_plugin/config/op_plugin_functions.yaml is read. Writes torch_npu_<version>.json (what the wheel registers for
+the NPU, its kernels that run on the host, the ops that refuse internal formats) and op_plugin_v<major.minor>.json
+(op-plugin's entries whose acl_op or op_api range covers the wheel's line, v2.14 for 2.14.0), each with its source
+files, version and commit. Reads only; no network.
 """
 
 from __future__ import annotations
@@ -114,7 +116,7 @@ def library_facts(blob: bytes) -> tuple[dict[str, str], list[str], list[str]]:
 
 
 def torch_npu_list(wheel: Wheel) -> dict:
-    """torch_npu.json: what the wheel registers for the NPU and what its library says about host kernels."""
+    """torch_npu_<version>.json: what the wheel registers for the NPU and what its library says about host kernels."""
     version_text = wheel.read(VERSION).decode()
     version = re.search(r"__version__ = '([^']+)'", version_text).group(1)
     git_version = re.search(r"git_version = '([^']+)'", version_text).group(1)
@@ -136,7 +138,7 @@ def git(repository: Path, *arguments: str) -> str:
 
 
 def op_plugin_list(repository: Path, torch_npu_version: str) -> dict:
-    """op_plugin.json: op-plugin's entries for the wheel's torch version line (v2.14 for 2.14.0), at HEAD."""
+    """op_plugin_v<major.minor>.json: op-plugin's entries for the wheel's torch version line (v2.14 for 2.14.0), at HEAD."""
     version = "v" + ".".join(torch_npu_version.split(".")[:2])
     commit = git(repository, "rev-parse", "HEAD").strip()
     date = git(repository, "log", "-1", "--format=%cs", "HEAD").strip()
@@ -162,8 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     wheel_list = torch_npu_list(Wheel(args.wheel))
     plugin_list = op_plugin_list(args.op_plugin, wheel_list["version"])
     args.out.mkdir(parents=True, exist_ok=True)
-    write(args.out / "torch_npu.json", wheel_list)
-    write(args.out / "op_plugin.json", plugin_list)
+    write(args.out / f"torch_npu_{wheel_list['version']}.json", wheel_list)
+    write(args.out / f"op_plugin_{plugin_list['version']}.json", plugin_list)
     missing = sorted(set(FALLBACK_FRAGMENTS) - set(wheel_list["fallback_fragments"]))
     print(f"torch_npu {wheel_list['version']}: {len(wheel_list['registered'])} registered, "
           f"{len(wheel_list['host_kernels'])} host kernels, {len(wheel_list['refuse_internal_format'])} refuse internal "

@@ -36,8 +36,20 @@ done
 
 export HCCL_CONNECT_TIMEOUT=${HCCL_CONNECT_TIMEOUT:-1200}  # seconds to form the communicator (default 120)
 export HCCL_EXEC_TIMEOUT=${HCCL_EXEC_TIMEOUT:-1800}        # seconds a collective may wait (= --dist-timeout below)
-if [[ -z "${HCCL_IF_IP:-}" ]] && command -v hostname >/dev/null; then
-    HCCL_IF_IP=$(hostname -I 2>/dev/null | awk '{print $1}') && export HCCL_IF_IP  # the NIC HCCL binds to
+# The NIC HCCL binds to: the address of the interface this machine reaches the master through (`ip route get`'s src),
+# not the first of `hostname -I`, whose order is undefined (a docker bridge may come first).
+if [[ -z "${HCCL_IF_IP:-}" ]]; then
+    if command -v ip >/dev/null; then
+        HCCL_IF_IP=$(ip route get "$master_addr" 2>/dev/null | awk '{for (i = 1; i < NF; i++) if ($i == "src") {print $(i + 1); exit}}')
+    fi
+    if [[ -n "${HCCL_IF_IP:-}" ]]; then
+        export HCCL_IF_IP
+        echo "HCCL_IF_IP=$HCCL_IF_IP (the address that routes to the master, $master_addr; export HCCL_IF_IP to choose)"
+    else
+        unset HCCL_IF_IP
+        echo "HCCL_IF_IP is not set: no route to $master_addr found (iproute2's ip); HCCL picks a NIC itself, export" \
+            "HCCL_IF_IP to choose" >&2
+    fi
 fi
 export TASK_QUEUE_ENABLE=${TASK_QUEUE_ENABLE:-2}             # Ascend's recommendation in binary mode (jit off)
 export ASCEND_GLOBAL_LOG_LEVEL=${ASCEND_GLOBAL_LOG_LEVEL:-3}  # CANN logs: errors only

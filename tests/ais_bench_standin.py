@@ -8,6 +8,10 @@ out_array=True) returns a list of numpy arrays; free_resource(). Nothing here ra
 The stand-in's ".om" is an ONNX file under another name (fake_atc writes it so); it runs in onnxruntime, and
 declares its input and float outputs in `io_dtype` (float16 as ATC makes them with --input_fp16_nodes and
 --output_type=FP16; float32 is ATC's default), so feeding another dtype or shape fails as a static .om's would.
+
+Its ACL calls follow aclruntime's sources (Ascend/tools ais-bench_workload/tool/ais_bench/backend at 9d6da90f,
+tests/acl_standin.py): aclInit again where torch_npu has initialised ACL (it prints the error and goes on), a context of
+its own made current on the calling thread, made current again by every inference and by free_resource().
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from types import ModuleType, SimpleNamespace
 import numpy as np
 import onnxruntime
 import pytest
+
+from tests import acl_standin
 
 
 class AclDataType(enum.IntEnum):
@@ -49,6 +55,10 @@ def make_ais_bench(io_dtype: type = np.float16) -> ModuleType:
             _require(isinstance(device_id, int) and device_id >= 0, f"device_id must be an int >= 0, got {device_id!r}")
             _require(isinstance(model_path, str) and model_path.endswith(".om"), f"model_path {model_path!r}")
             self.device_id, self.model_path, self.freed, self.calls = device_id, model_path, False, []
+            failed = acl_standin.runtime().init()  # DeviceManager::InitDevices: aclInit, logged, and on it goes
+            if failed:
+                print(f"[ERROR] acl init failed, ret {failed}")
+            self._context = acl_standin.runtime().context("ais_bench", device_id)  # aclrtCreateContext: current
             self._session = onnxruntime.InferenceSession(model_path, providers=["CPUExecutionProvider"])
             self._input_type = np.float16 if self._session.get_inputs()[0].type == "tensor(float16)" else np.float32
             sessions.append(self)
@@ -69,6 +79,7 @@ def make_ais_bench(io_dtype: type = np.float16) -> ModuleType:
 
         def infer(self, feeds, mode: str = "static", custom_sizes=100000, out_array: bool = True) -> list[np.ndarray]:
             _require(not self.freed, "infer() after free_resource()")
+            acl_standin.runtime().set_current(self._context)  # TensorBuffer::SetContext, before each copy
             _require(mode == "static", f"a static .om takes mode='static', got {mode!r}")
             _require(isinstance(feeds, list) and len(feeds) == 1, "feeds must be a list with one input")
             (feed,) = feeds
@@ -82,6 +93,7 @@ def make_ais_bench(io_dtype: type = np.float16) -> ModuleType:
             return [output if output.dtype == np.int64 else output.astype(io_dtype) for output in outputs]
 
         def free_resource(self) -> None:
+            acl_standin.runtime().set_current(self._context)  # PyInferenceSession::Destroy: SetContext first
             self.freed = True
 
     package = ModuleType("ais_bench")
@@ -93,8 +105,10 @@ def make_ais_bench(io_dtype: type = np.float16) -> ModuleType:
 
 
 def install(monkeypatch: pytest.MonkeyPatch, io_dtype: type = np.float16) -> ModuleType:
-    """Put a fresh stand-in at sys.modules['ais_bench'] (and its submodules) for the current test; returns it."""
+    """Put a fresh stand-in at sys.modules['ais_bench'] (and its submodules) for the current test, with pyACL's `acl`
+    (CANN ships both); returns it."""
     package = make_ais_bench(io_dtype)
+    monkeypatch.setitem(sys.modules, "acl", acl_standin.make_pyacl())
     monkeypatch.setitem(sys.modules, "ais_bench", package)
     monkeypatch.setitem(sys.modules, "ais_bench.infer", package.infer)
     monkeypatch.setitem(sys.modules, "ais_bench.infer.interface", package.infer.interface)

@@ -31,6 +31,7 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -42,7 +43,9 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from detect.backend.npu import NpuBackend
 from detect.backend.npu_ops import OpCheck, Verdict, npu_kernels
-from detect.backend.npu_ops.dry_run import HostGradScaler, nms_on_the_host, npu_nms_v4_op
+from detect.backend.npu_ops.dry_run import nms_on_the_host, npu_nms_v4_op
+from tests import acl_standin
+from tests.npu_scaler_standin import GradScaler
 
 # The op check of each install() in this process that is still active, innermost last (tests/conftest.py leaves them).
 ACTIVE_CHECKS: list[OpCheck] = []
@@ -80,6 +83,21 @@ def _check_nms_contract(boxes: torch.Tensor, scores: torch.Tensor, max_output_si
     _require(isinstance(max_output_size, int) and max_output_size > 0, "max_output_size must be a positive int")
 
 
+# torch_npu 2.14.0's refusal of an acl op under ACL_OP_INIT_MODE=2 (csrc/framework/LazyInitAclops.cpp, LazyInitAclops;
+# the message and its error-code line as NPUException.cpp's formatErrorCode writes them).
+ACL_OPS_OFF = ("Acl op is disabled! Please check the environment variable ACL_OP_INIT_MODE.\n[ERROR] 2026-12-07-10:00:00 "
+               "(PID:1, Device:0, RankID:-1) ERR00007 PTA feature not supported")
+JIT_OFF = ("Jit compile set is disabled! If you want to set, please change the environment variable ACL_OP_INIT_MODE to "
+           "0 or 1.\n[ERROR] 2026-12-07-10:00:00 (PID:1, Device:0, RankID:-1) ERR00007 PTA feature not supported")
+
+
+def acl_op_init_mode() -> int:
+    """ACL_OP_INIT_MODE as torch_npu reads it (OptionsManager::GetAclOpInitMode): 0, 1 or 2 from the environment, else
+    the default, 1 on a 910B with CANN 8.3.RC1 or newer."""
+    value = os.environ.get("ACL_OP_INIT_MODE", "")
+    return int(value) if value in ("0", "1", "2") else 1
+
+
 class StandinOpCheck(OpCheck):
     """OpCheck, plus the refusal of an op that torch_npu's library says takes no tensor in an internal format
     ("Current operator _foreach_norm do not support internal format.": ultralytics #22270 on a 910B, gradient clipping)
@@ -90,9 +108,16 @@ class StandinOpCheck(OpCheck):
         self.module = module
 
     def refusal(self, op: str, found: Verdict, args: tuple, kwargs: dict) -> str | None:
-        base = op.split("::", 1)[1].split(".", 1)[0]
+        name = op.split("::", 1)[1]
+        base = name.split(".", 1)[0]
         if self.module.npu.config.allow_internal_format and base in npu_kernels().refuse_internal_format:
             return f"Current operator {base} do not support internal format. "  # torch_npu's words
+        if self.module.acl_op_init_mode == 2 and self.kernels.acl_op_only(name):
+            return ACL_OPS_OFF  # an op with only a legacy acl_op kernel (op-plugin) under ACL_OP_INIT_MODE=2
+        own = self.module.thread_context()
+        if own is not None and acl_standin.runtime().current != own:
+            return (f"torch_npu stand-in: {op} ran while {acl_standin.runtime().current} is current on this thread, "
+                    f"not torch_npu's ({own}); nothing documents that torch_npu's ops run then (tests/acl_standin.py)")
         return None
 
 
@@ -110,8 +135,6 @@ class NpuConfig:
         super().__setattr__(name, value)
 
 
-# torch_npu.npu.amp.GradScaler's signature and host syncs, scaling on the CPU (docs/torch-npu.md, "AMP and the scaler").
-GradScaler = HostGradScaler
 
 
 class Hf32Flag:
@@ -200,9 +223,47 @@ def profile(*, activities: list | None = None, schedule: Schedule | None = None,
         on_trace_ready=on_trace_ready, record_shapes=record_shapes)
 
 
-def make_torch_npu(device_count: int = 1) -> ModuleType:
-    """A fresh fake torch_npu that sees `device_count` NPUs; `.calls` records (name, args, kwargs) of each npu.* call
-    and of npu_nms_v4."""
+def _index(device: Any) -> int:
+    """A device's index as torch_npu takes one: an int, or a torch.device ("npu:3"; no index: 0)."""
+    return device.index or 0 if isinstance(device, torch.device) else int(device or 0)
+
+
+class Devices:
+    """torch_npu.npu's device calls: set_device (aclrtSetDevice once per thread and device: SetDevice returns early for
+    the thread's cached device, csrc/core/npu/NPUFunctions.cpp, so it does not make its context current again) and
+    get_device_name (CANN's aclrtGetSocName: the chip, as ATC's --soc_version names it; csrc/npu/Module.cpp
+    GetDeviceName; an index out of range is an AssertionError, torch_npu/npu/__init__.py). A fresh one starts a
+    fresh process's ACL state (tests/acl_standin.py)."""
+
+    def __init__(self, module: ModuleType, calls: list, count: int) -> None:
+        self.module, self.calls, self.count = module, calls, count
+        self.local = threading.local()  # torch_npu's thread_local `local_device`
+        acl_standin.reset()
+
+    def set_device(self, device: Any) -> None:
+        self.calls.append(("set_device", (device,), {}))
+        index = _index(device)
+        if getattr(self.local, "device", None) == index:
+            return
+        acl_standin.runtime().init()
+        acl_standin.runtime().context("torch_npu", index)  # the device's default context, current on this thread
+        self.local.device = index
+
+    def thread_context(self) -> str | None:
+        """torch_npu's context of this thread's device, None before set_device on this thread."""
+        index = getattr(self.local, "device", None)
+        return None if index is None else acl_standin.runtime().contexts[("torch_npu", index)]
+
+    def get_device_name(self, device: Any = None) -> str:
+        if not 0 <= _index(device) < self.count:
+            raise AssertionError("Invalid device id")
+        self.calls.append(("get_device_name", (device,), {}))
+        return self.module.chip
+
+
+def make_torch_npu(device_count: int = 1, chip: str = "Ascend910B3") -> ModuleType:
+    """A fresh fake torch_npu that sees `device_count` NPUs of SoC `chip` (`module.chip`, a test may change it);
+    `.calls` records (name, args, kwargs) of each npu.* call and of npu_nms_v4."""
     calls: list[tuple[Any, ...]] = []
     module = ModuleType("torch_npu")
     module.__doc__ = "CPU stand-in for torch_npu (tests/npu_standin.py)"
@@ -220,6 +281,8 @@ def make_torch_npu(device_count: int = 1) -> ModuleType:
         _check_nms_contract(boxes, scores, max_output_size, iou_threshold, scores_threshold)
         return npu_nms_v4_op()(boxes, scores, max_output_size, iou_threshold, scores_threshold, **kwargs)
 
+    devices = Devices(module, calls, device_count)
+
     def is_bf16_supported() -> bool:
         # It initialises the runtime on the current device, so it belongs after set_device
         # (docs/torch-npu.md, "AMP and the scaler").
@@ -229,14 +292,26 @@ def make_torch_npu(device_count: int = 1) -> ModuleType:
 
     module.__version__ = "2.14.0"  # torch_npu/__init__.py re-exports torch_npu.version.__version__
     module.npu_nms_v4 = nms
+    module.chip = chip
+    module.thread_context = devices.thread_context
     module.bf16_supported = True  # what is_bf16_supported() answers; a test may set False
+    module.inf_nan = True  # what npu.utils.is_support_inf_nan() answers: the 910B's INF_NAN mode; False: saturation
+    module.acl_op_init_mode = acl_op_init_mode()  # 2: the ops with only an acl_op kernel refuse to run
+
+    def set_compile_mode(jit_compile: bool) -> None:
+        calls.append(("set_compile_mode", (), {"jit_compile": jit_compile}))
+        # the jitCompile option's hook refuses a change from the 910B's default (off) in mode 2
+        _require(isinstance(jit_compile, bool), "jit_compile must be a bool")
+        if module.acl_op_init_mode == 2 and jit_compile:
+            raise RuntimeError(JIT_OFF)
+
     module.npu = SimpleNamespace(
         is_available=record("is_available", True),
         device_count=record("device_count", device_count),
-        get_device_name=record("get_device_name", "Ascend910B3"),  # torch_npu/npu/__init__.py: get_device_name
+        get_device_name=devices.get_device_name,
         is_bf16_supported=is_bf16_supported,
-        set_device=record("set_device"),
-        set_compile_mode=record("set_compile_mode"),
+        set_device=devices.set_device,
+        set_compile_mode=set_compile_mode,
         manual_seed_all=record("manual_seed_all"),
         get_rng_state=record("get_rng_state", torch.arange(8, dtype=torch.uint8)),
         set_rng_state=record("set_rng_state"),
@@ -249,7 +324,8 @@ def make_torch_npu(device_count: int = 1) -> ModuleType:
         # 910B (A2) defaults: conv HF32 on, matmul HF32 off (docs/torch-npu.md, "Compile mode and HF32").
         conv=Hf32Flag(True),
         matmul=Hf32Flag(False),
-        amp=SimpleNamespace(GradScaler=GradScaler),
+        amp=SimpleNamespace(GradScaler=GradScaler),  # tests/npu_scaler_standin.py
+        utils=SimpleNamespace(is_support_inf_nan=lambda: module.inf_nan),
         config=NpuConfig(calls),
     )
     module.profiler = ModuleType("torch_npu.profiler")  # a subpackage: install() registers it in sys.modules
@@ -318,4 +394,21 @@ def write_broken_torch_npu(folder: Path, message: str) -> Path:
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch_npu\nVersion: 2.14.0\n")
     (info / "entry_points.txt").write_text("[torch.backends]\ntorch_npu = torch_npu:_autoload\n")
+    return folder
+
+
+def write_cann_toolkit(folder: Path, version: str, monkeypatch: pytest.MonkeyPatch | None = None,
+                       arch: str = "x86_64") -> Path:
+    """A CANN toolkit folder as its installer lays it out, with the parts torch_npu's CANN package check looks for
+    (opp/, runtime/, compiler/: torch_npu/_init/registry/registry_manager.py) and the toolkit's install record,
+    <arch>-linux/ascend_toolkit_install.info, whose `version=` line is the one CANN's installation guide reads; with
+    `monkeypatch`, ASCEND_HOME_PATH and ASCEND_OPP_PATH point at it as its set_env.sh exports them."""
+    for part in ("opp", "runtime", "compiler", f"{arch}-linux"):
+        (folder / part).mkdir(parents=True, exist_ok=True)
+    (folder / f"{arch}-linux" / "ascend_toolkit_install.info").write_text(
+        f"package_name=Ascend-cann-toolkit\nversion={version}\ninnerversion=V100R001C23SPC001B231\n"
+        f"compatible_version=[V100R001C15],[V100R001C18]\narch={arch}\nos=linux\npath={folder}/{arch}-linux\n")
+    if monkeypatch is not None:
+        monkeypatch.setenv("ASCEND_HOME_PATH", str(folder))
+        monkeypatch.setenv("ASCEND_OPP_PATH", str(folder / "opp"))
     return folder

@@ -31,7 +31,7 @@ def test_metadata_travels_in_both_exports(static_exports):
 
 
 @pytest.mark.parametrize("options, message", [
-    (["--include", "om"], "needs --soc-version"),
+    (["--include", "om"], "no --soc-version, and no NPU here to read the chip from"),
     (["--include", "om", "--soc-version", "Ascend310P3", "--dynamic"], "needs static shapes"),
     (["--imgsz", "1", "2", "3"], "one side or height width"),
     (["--imgsz", "100"], "multiples of the model's stride 32"),

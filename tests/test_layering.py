@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.scripts.modules import script
+
 PACKAGE = Path(__file__).resolve().parent.parent / "detect"
 ALLOWED = PACKAGE / "backend"
 FORBIDDEN_NAMES = {"npu", "cuda", "torch_npu"}  # `torch.cuda` is NAME torch, OP ., NAME cuda
@@ -111,11 +113,10 @@ FLOORS = {
     "training": 6,
     "evolution": 7, "tracking": 7,
     "cli": 8, "train": 8, "val": 8, "predict": 8, "export": 8, "benchmarks": 8, "doctor": 8, "tools": 8, "hub": 8,
-    "serve": 8,
+    "serve": 8, "track": 8,
 }
 TOP_FLOOR = max(FLOORS.values())
-MAX_MODULE_LINES = 400  # docs/architecture.md, "Floors"
-MAX_MODULES_PER_FOLDER = 12  # issue 14: a folder a reader takes in at a glance
+FIGURES = script("structure_figures")  # the sizes a reader meets, measured (docs/architecture.md, "Sizes")
 
 
 def allowed_imports(package: str) -> set[str]:
@@ -208,29 +209,12 @@ def test_no_import_circle_between_modules():
     assert cycle is None, " -> ".join(cycle)
 
 
-def test_modules_and_folders_stay_small():
-    long = [f"{path.relative_to(PACKAGE.parent)}: {lines}" for path in sorted(PACKAGE.rglob("*.py"))
-            if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES]
-    crowded = [f"{folder.relative_to(PACKAGE.parent)}: {count}" for folder in sorted({PACKAGE, *PACKAGE.rglob("*/")})
-               if (count := len(list(folder.glob("*.py")))) > MAX_MODULES_PER_FOLDER]
-    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
-    assert not crowded, f"folders with more than {MAX_MODULES_PER_FOLDER} modules: {crowded}"
-
-
 # docs/architecture.md, "Floors": a public function takes at most 8 parameters, unless the comment right above it
 # says why ("... on purpose": a settings object would only rename them); at most 3 do.
 MAX_PARAMETERS = 8
 MAX_WIDE_FUNCTIONS = 3
+MAX_FUNCTION_LINES = 60  # docs/architecture.md, "Sizes": one screen
 MAX_EPOCH_LINES = 45  # train_one_epoch: the step in view, the bookkeeping in named helpers
-
-
-def parameter_count(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
-    """The parameters a caller passes (self and cls not counted; *args and **kwargs one each)."""
-    arguments = function.args
-    named = [*arguments.posonlyargs, *arguments.args]
-    bound = bool(named) and named[0].arg in ("self", "cls")
-    return len(named) - bound + len(arguments.kwonlyargs) + (arguments.vararg is not None) + (
-        arguments.kwarg is not None)
 
 
 def wide_functions() -> list[tuple[Path, ast.FunctionDef, bool]]:
@@ -241,7 +225,7 @@ def wide_functions() -> list[tuple[Path, ast.FunctionDef, bool]]:
         lines = source.splitlines()
         for node in ast.walk(ast.parse(source)):
             if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_")
-                    and parameter_count(node) > MAX_PARAMETERS):
+                    and FIGURES.parameter_count(node) > MAX_PARAMETERS):
                 first = min([node.lineno, *(decorator.lineno for decorator in node.decorator_list)])
                 comment = []
                 for line in reversed(lines[:first - 1]):
@@ -254,7 +238,7 @@ def wide_functions() -> list[tuple[Path, ast.FunctionDef, bool]]:
 
 def test_parameter_count_counts_what_a_caller_passes():
     method = ast.parse("class A:\n    def f(self, a, /, b, *rest, c, **extra): ...").body[0].body[0]
-    assert parameter_count(method) == 5
+    assert FIGURES.parameter_count(method) == 5
 
 
 def test_public_functions_take_few_parameters_or_say_why():
@@ -263,6 +247,11 @@ def test_public_functions_take_few_parameters_or_say_why():
                    if not why]
     assert not unexplained, f"over {MAX_PARAMETERS} parameters with no '... on purpose' comment above: {unexplained}"
     assert len(wide) <= MAX_WIDE_FUNCTIONS, [node.name for _, node, _ in wide]
+
+
+def test_functions_fit_on_a_screen():
+    long = [row for row in FIGURES.figures(PACKAGE)["lines per function"] if row[1] > MAX_FUNCTION_LINES]
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
 
 
 def test_train_one_epoch_stays_short():

@@ -33,8 +33,8 @@ AMBIGUOUS = {"replace": {"os"}, "remove": {"os"}, "link": {"os"}, "symlink": {"o
 ALLOWED = {
     ("backend/cpu.py", "write_text"): "/proc/self/clear_refs: a kernel control file, no file on a disk",
     ("data/images/ram_cache.py", "open"): "maps --cache ram's buffer in /dev/shm (made whole by the writer) to fill it",
-    ("data/remote/object_cache.py", "open"): "a lock file, opened to hold a flock and never written",
-    ("training/run.py", "SummaryWriter"): "TensorBoard writes its event files into the run folder the writer made",
+    ("data/storage/object_cache.py", "open"): "a lock file, opened to hold a flock and never written",
+    ("training/results_log.py", "SummaryWriter"): "TensorBoard writes its event files into the run folder the writer made",
     ("backend/base.py", "tensorboard_trace_handler"): "the profiler's traces, in the folder the Profiler hook made "
                                                      "through the writer (training/hooks.py)",
     ("backend/npu.py", "tensorboard_trace_handler"): "as backend/base.py's",

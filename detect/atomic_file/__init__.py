@@ -11,6 +11,7 @@ from detect.atomic_file.writes import (
     copy_file,
     link_file,
     make_folder,
+    open_stream,
     publish,
     remove_file,
     remove_folder,
@@ -23,5 +24,5 @@ from detect.atomic_file.writes import (
 )
 
 __all__ = ["TEMPORARY_SUFFIX", "Draft", "Refused", "WriteError", "append_text", "check_output_folder", "command",
-           "copy_file", "link_file", "make_folder", "output_folder", "protect", "publish", "remove_file",
+           "copy_file", "link_file", "make_folder", "open_stream", "output_folder", "protect", "publish", "remove_file",
            "remove_folder", "remove_tree", "replace_folder", "replacing", "write_bytes", "write_image", "write_text"]

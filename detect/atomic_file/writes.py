@@ -11,11 +11,12 @@ import shutil
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TextIO
 
 from detect.atomic_file.places import Refused, absolute_folder, real_folder, refuse_source, said, settle
 
 # Every temporary file ends so (unless it keeps its suffix for a library that reads it): a folder's listing can leave
-# out files being written (data/remote/object_cache.py).
+# out files being written (data/storage/object_cache.py).
 TEMPORARY_SUFFIX = ".tmp"
 MAX_NAME_BYTES = 200  # of a temporary's copy of the final name: file systems allow 255 bytes a name
 
@@ -101,6 +102,20 @@ def write_image(path: str | os.PathLike, image, params: Sequence[int] = (), cach
         return written
     finally:
         draft.discard()
+
+
+def open_stream(path: str | os.PathLike) -> TextIO:
+    """`path` opened to write as a stream (a tracker's MOT rows, one frame at a time): written in place as it goes,
+    so a reader, or a run stopped half-way, has every flushed line, where the other writes rename a whole file. What
+    was at the place (an earlier run's file, a link, a hard link) is removed first, as itself (the place was
+    checked: never a source), and the file made new, never opened through a link."""
+    folder, name = settle(path)
+    target = os.path.join(folder, name)
+    with said(path):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(target)
+        descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+    return os.fdopen(descriptor, "w", encoding="utf-8")
 
 
 def append_text(path: str | os.PathLike, text: str) -> Path:

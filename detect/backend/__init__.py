@@ -9,8 +9,9 @@ from detect.backend.base import Backend, BackendUnavailable, MemoryStats
 from detect.backend.cpu import host_memory_stats
 from detect.errors import UserError
 
-__all__ = ["NPU_ALLOW_HF32_HELP", "NPU_JIT_COMPILE_HELP", "SPEC_HELP", "Backend", "BackendUnavailable", "DeviceRequest", "MemoryStats", "host_memory_stats",
-           "parse_devices", "parse_spec", "select"]
+__all__ = ["NMS_DEVICES", "NMS_DEVICE_HELP", "NPU_ALLOW_HF32_HELP", "NPU_JIT_COMPILE_HELP", "SPEC_HELP", "Backend",
+           "BackendUnavailable", "DeviceRequest", "MemoryStats", "ascend_chip", "host_memory_stats", "parse_devices",
+           "parse_spec", "select"]
 
 SPEC_HELP = ("auto (npu > cuda > cpu), cpu, cuda, cuda:N, npu, npu:N, or as yolov5 writes it: 0 or 0,1,2,3 "
              "(accelerator indices: the NPUs when torch_npu works, else the CUDA GPUs)")
@@ -18,6 +19,11 @@ SPEC_HELP = ("auto (npu > cuda > cpu), cpu, cuda, cuda:N, npu, npu:N, or as yolo
 # settings fields describe them.
 NPU_JIT_COMPILE_HELP = "NPU only: set_compile_mode(jit_compile=...) (910B default: off)"
 NPU_ALLOW_HF32_HELP = "NPU only: HF32 in fp32 convolutions and matmuls (910B default: conv on, matmul off)"
+NMS_DEVICES = ("device", "cpu")
+NMS_DEVICE_HELP = ("where NMS runs: device (with the model: npu_nms_v4 on an Ascend NPU, torchvision's kernel on CUDA) "
+                   "or cpu (the decoded rows copied to the host, torchvision's kernel; op-plugin marks npu_nms_v4 "
+                   "for deprecation, unmaintained, its accuracy and speed not guaranteed: python -m detect.doctor "
+                   "--nms compares the two)")
 _SPEC = re.compile(r"(?:(auto|cpu|cuda|npu)(?::(\d+(?:,\d+)*))?|(\d+(?:,\d+)*))")
 
 
@@ -72,6 +78,16 @@ def accelerator_kind() -> str:
                              "NPU (torch_npu) nor a CUDA GPU; use --device cpu")
 
 
+def ascend_chip(spec: str = "npu:0") -> str | None:
+    """The chip (SoC) name of the Ascend NPU `spec` names (its index; npu:0 for any other spec), e.g. "Ascend910B3", or
+    None where there is no NPU to ask."""
+    request = parse_devices(spec)
+    index = request.indices[0] if request.kind in ("npu", "accelerator") else 0
+    from detect.backend import npu
+
+    return npu.chip_name(index)
+
+
 def select(
     spec: str = "auto",
     *,
@@ -79,8 +95,19 @@ def select(
     amp_dtype: str | None = None,
     npu_jit_compile: bool | None = None,
     npu_allow_hf32: bool | None = None,
+    nms_device: str = "device",
 ) -> Backend:
-    """The backend for `spec`; AMP defaults to fp16 on cuda/npu and off on cpu; npu_* apply to npu only."""
+    """The backend for `spec`; AMP defaults to fp16 on cuda/npu and off on cpu; npu_* apply to npu only; nms_device:
+    "device", or "cpu" for NMS on the host (NMS_DEVICE_HELP)."""
+    if nms_device not in NMS_DEVICES:
+        raise UserError(f"--nms-device {nms_device}: expected one of {', '.join(NMS_DEVICES)}")
+    backend = _select(spec, amp, amp_dtype, npu_jit_compile, npu_allow_hf32)
+    backend.nms_on_host = nms_device == "cpu"
+    return backend
+
+
+def _select(spec: str, amp: bool | None, amp_dtype: str | None, npu_jit_compile: bool | None,
+            npu_allow_hf32: bool | None) -> Backend:
     request = parse_devices(spec)
     if request.kind == "accelerator" or len(request.indices) > 1:  # several devices: this process takes the first
         request = parse_devices(request.spec())

@@ -30,8 +30,8 @@ AMP_DTYPES: dict[str, torch.dtype] = {
 
 @functools.cache
 def _torchvision_nms():
-    """torchvision's compiled nms without its Python package: `import torchvision` took 2.4 s here (2026-12-03; 2.0 s
-    of it torch._dynamo, which its ops import), a fifth of a coco128 val's wall time, for one kernel. Loading its
+    """torchvision's compiled nms without its Python package: `import torchvision` costs seconds (most of them
+    torch._dynamo, which its ops import) for one kernel (docs/benchmarks.md, "Inference"). Loading its
     kernel library registers torch.ops.torchvision.nms (what torchvision.ops.nms calls); where that library cannot
     be found or loaded, the package's nms."""
     spec = importlib.util.find_spec("torchvision")
@@ -66,6 +66,9 @@ class Backend:
     name: ClassVar[str] = ""
     distributed_backend: ClassVar[str] = ""
     amp_by_default: ClassVar[bool] = False
+    # Whether training turns AMP on by default only where its step times clearly faster than fp32's on the model
+    # (amp_check.amp_speed), instead of by amp_by_default.
+    amp_timed: ClassVar[bool] = False
     default_amp_dtype: ClassVar[str] = "fp16"
     supported_amp_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float16, torch.bfloat16)
     # Whether convolutions here run faster on channels_last tensors (measured where True).
@@ -77,6 +80,8 @@ class Backend:
     # Whether data-dependent shapes cost nothing here (no graph to compile again, no queue that a host sync drains):
     # the training loss then scores the matched candidates only (DetectionLoss.matched_only).
     dynamic_shapes: ClassVar[bool] = False
+    # --nms-device cpu: NMS runs on the host (the decoded rows copied there, torchvision's kernel), whatever the device.
+    nms_on_host: bool = False
 
     def __init__(self, device: torch.device, *, amp: bool | None = None, amp_dtype: str | None = None) -> None:
         self.device = device
@@ -219,8 +224,15 @@ class Backend:
         return 1
 
     def nms_arguments(self) -> dict:
-        """This backend's keyword arguments to ops.nms.non_max_suppression: its kernel, whole-batch mode, threads."""
+        """This backend's keyword arguments to ops.nms.non_max_suppression: its kernel, whole-batch mode, threads (with
+        nms_on_host: torchvision's kernel, a call per image and class group, on one thread)."""
+        if self.nms_on_host:
+            return {"nms": _torchvision_nms(), "whole_batch": False, "threads": 1}
         return {"nms": self.nms, "whole_batch": self.nms_whole_batch, "threads": self.nms_threads}
+
+    def nms_input(self, prediction: torch.Tensor) -> torch.Tensor:
+        """The decoded rows where this backend's NMS runs: on the host with nms_on_host, else where they are."""
+        return prediction.cpu() if self.nms_on_host else prediction
 
     def local_cores(self, index: int) -> set[int] | None:
         """The host cores NUMA-local to this kind's device `index`, where the topology says (placement.py)."""

@@ -1,5 +1,6 @@
-"""The CPU backend: bf16 AMP by default where the CPU computes bf16 natively (else off unless asked for), gloo,
-process RSS as memory; and what the CPU is (model, feature flags) for the precision choice and the benchmarks."""
+"""The CPU backend: bf16 AMP where it times clearly faster than fp32 on the model (amp_check.amp_speed) or is asked
+for, gloo, process RSS as memory; and what the CPU is (model, feature flags) for that timing's cache and the
+benchmarks."""
 
 from __future__ import annotations
 
@@ -16,11 +17,8 @@ _CPUINFO = Path("/proc/cpuinfo")
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # mallopt parameters, glibc's malloc.h
-# /proc/cpuinfo flag -> unit, best first: the units that compute bf16 natively, where bf16 autocast trains faster than
-# fp32 (yolov5n at 320: 1.45x on AMX, 1.32-1.37x on AVX512-BF16 alone; elsewhere bf16 is emulated and slower:
-# docs/benchmarks.md, "bf16 on the CPU").
-BF16_UNITS = {"amx_bf16": "AMX-BF16", "avx512_bf16": "AVX512-BF16"}
-# The flags that decide a CPU's speed here: fp32 (avx2, fma, avx512f), INT8 (VNNI, AMX-INT8) and bf16 units.
+# The flags a benchmark's figures are read beside: fp32 (avx2, fma, avx512f), INT8 (VNNI, AMX-INT8) and bf16 units. They
+# describe; no default is chosen from them (docs/benchmarks.md, "bf16 on the CPU").
 SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
 
 
@@ -37,20 +35,14 @@ def _cpuinfo_field(name: str) -> str | None:
 
 
 def cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags (/proc/cpuinfo; none where it does not exist). The one place the precision choice and
-    the benchmarks read them: tests fake a CPU by patching this function."""
+    """The CPU's feature flags (/proc/cpuinfo; none where it does not exist): part of the AMP timing's cache key, and
+    what the benchmarks were measured on."""
     return frozenset((_cpuinfo_field("flags") or "").split())
 
 
 def cpu_model() -> str:
     """The CPU's model name, e.g. "AMD EPYC"."""
     return _cpuinfo_field("model name") or platform.processor() or platform.machine()
-
-
-def bf16_unit() -> str | None:
-    """The unit that computes bf16 natively on this CPU (AMX-BF16 before AVX512-BF16), or None."""
-    flags = cpu_flags()
-    return next((unit for flag, unit in BF16_UNITS.items() if flag in flags), None)
 
 
 def cpu_description() -> str:
@@ -110,15 +102,18 @@ class CpuBackend(Backend):
     # fp16 autocast on CPU would need loss scaling and is emulated here
     # (docs/benchmarks.md, "Measuring on shared CPUs"); bf16 needs no scaler.
     default_amp_dtype = "bf16"
+    # Whether bf16 is faster depends on the CPU, its load, torch's kernels and the model, not on a flag: training
+    # times it on the model (docs/benchmarks.md, "bf16 on the CPU").
+    amp_timed = True
     supported_amp_dtypes = (torch.bfloat16,)
     # yolov5n at 320 trains 1.17-1.23x faster with channels_last on this project's CPUs
     # (docs/benchmarks.md, "Measuring on shared CPUs").
     channels_last = True
     # One call per image: torchvision's CPU kernel compares each kept box with every later candidate, so one call
-    # over 16 images of coco128 at conf 0.001 took 6.5 s against 0.2 s for 16 calls (measured, torch 2.14).
+    # over a whole batch is many times slower than a call per image (docs/benchmarks.md, "Figures behind constants").
     nms_whole_batch = False
-    # The loss on the matched candidates only: 142-155 -> 30-31 ms of a yolov5n batch at 320, forward and backward
-    # (scripts/bench_loss.py).
+    # The loss on the matched candidates only: a fifth of the padded loss's time on the CPU, where dynamic shapes
+    # cost nothing (docs/usage.md, "Training").
     dynamic_shapes = True
 
     # Validation during training stays fp32 under bf16 autocast: bf16's mAP was further than 0.002 from fp32's
@@ -126,18 +121,10 @@ class CpuBackend(Backend):
     validates_in_amp = False
 
     def __init__(self, *, amp: bool | None = None, amp_dtype: str | None = None) -> None:
-        self.bf16_unit = bf16_unit()
-        self.amp_by_default = self.bf16_unit is not None  # docs/benchmarks.md, "bf16 on the CPU"
         super().__init__(torch.device("cpu"), amp=amp, amp_dtype=amp_dtype)
 
     def device_name(self) -> str:
         return cpu_model()
-
-    @property
-    def amp_default_reason(self) -> str:
-        if self.bf16_unit is None:
-            return f"the CPU has no bf16 unit ({' or '.join(BF16_UNITS.values())})"
-        return f"the CPU has {self.bf16_unit}"
 
     @property
     def nms_threads(self) -> int:

@@ -54,6 +54,15 @@ def _exists(value: str) -> str:
     return "" if Path(value).is_file() else "no such file"
 
 
+def _acl_op_init_mode(value: str) -> str:
+    if value not in ("0", "1", "2"):
+        return "must be 0, 1 or 2 (torch_npu puts its default back for another value)"
+    if value == "2":
+        return ("2 turns torch_npu's acl ops off: NMS on the NPU (npu_nms_v4, an acl_op only) fails 'Acl op is "
+                "disabled!'; unset it or set 0 or 1, or run NMS on the host with --nms-device cpu")
+    return ""
+
+
 def _omp_wait_policy(value: str) -> str:
     if value.upper() == "ACTIVE":
         return "spinning threads take the cores from the DataLoader workers: PASSIVE trains faster here"
@@ -71,6 +80,8 @@ VARIABLES: dict[str, tuple[str, Callable[[str], str] | None]] = {
     "ASCEND_LAUNCH_BLOCKING": ("synchronous NPU launches", _launch_blocking),
     "TASK_QUEUE_ENABLE": ("torch_npu's launch queue", _task_queue),
     "TORCH_NPU_FALLBACK_CPU_DISABLE": ("1: an op without an NPU kernel fails instead of running on the CPU", None),
+    "ACL_OP_INIT_MODE": (("torch_npu's legacy acl ops: 0 set up at start, 1 when first used (the 910B's default), "
+                          "2 off"), _acl_op_init_mode),
     "PYTORCH_NPU_ALLOC_CONF": ("NPU caching-allocator options", None),
     "HCCL_CONNECT_TIMEOUT": ("seconds HCCL waits to connect", _hccl_connect_timeout),
     "HCCL_EXEC_TIMEOUT": ("seconds an HCCL collective may run", None),

@@ -6,9 +6,12 @@ Every torch_npu name used here is checked against the 2.14.0 wheel in docs/torch
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import importlib.util
+import io
 import logging
+import os
 from pathlib import Path
 from types import ModuleType
 
@@ -18,7 +21,7 @@ import torch.nn.functional as F
 from detect.backend.base import AcceleratorBackend, BackendUnavailable
 from detect.backend.placement import npu_local_cores
 from detect.backend.profiler import ProfileSchedule
-from detect.errors import one_line
+from detect.errors import UserError, one_line
 
 LOGGER = logging.getLogger(__name__)
 
@@ -29,6 +32,9 @@ INSTALL_HINT = (
 # Candidate counts are padded up to a multiple of this, so npu_nms_v4 sees few shapes
 # (docs/torch-npu.md, "NMS on the NPU").
 NMS_BUCKET = 1024
+# torch_npu's words when ACL_OP_INIT_MODE=2 has turned the legacy acl ops off (libtorch_npu.so, LazyInitAclops and
+# the jitCompile option's hook; docs/torch-npu.md, "First hour").
+ACL_OPS_DISABLED = ("Acl op is disabled!", "Jit compile set is disabled!")
 # npu_nms_v4 drops scores at or below this, which removes the zero-score pad rows. Real scores must be above it:
 # callers pass confidence-filtered scores (YOLOv5's smallest conf_thres is 0.001: docs/yolov5.md, "NMS").
 NMS_SCORE_FLOOR = 1e-6
@@ -48,6 +54,63 @@ def import_torch_npu() -> ModuleType:
     return torch_npu
 
 
+class _LogLines(io.TextIOBase):
+    """A text stream whose lines go to this module's log at DEBUG."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            if line.strip():
+                LOGGER.debug("torch_npu's GradScaler: %s", line.strip())
+        return len(text)
+
+
+@functools.cache
+def logged_scaler(base: type) -> type:
+    """torch_npu's GradScaler class `base`, whose print()s go to the log and whose load_state_dict takes any resumable
+    state (docs/torch-npu.md, "AMP and the scaler"):
+    - it print()s each skipped step and each change of scale (torch_npu/npu/amp/grad_scaler.py L334, L493, L504): a
+      dozen lines through the progress bar in the first steps at init_scale 2**16; the epoch's numerics count them;
+    - its load_state_dict reads a "dynamic" key (L459) that torch's own GradScaler never writes, so the state of a CPU
+      or CUDA last.pt raised KeyError; and it refuses an empty state (L454), which a run without fp16 loss scaling
+      (CPU fp32 or bf16) saves."""
+
+    class LoggedGradScaler(base):
+        def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+            with contextlib.redirect_stdout(_LogLines()):  # only while torch_npu's code runs, on this thread
+                super().unscale_(optimizer)
+
+        def step(self, optimizer: torch.optim.Optimizer, *args, **kwargs):
+            with contextlib.redirect_stdout(_LogLines()):
+                return super().step(optimizer, *args, **kwargs)
+
+        def update(self, new_scale: float | torch.Tensor | None = None) -> None:
+            with contextlib.redirect_stdout(_LogLines()):
+                super().update(new_scale)
+
+        def load_state_dict(self, state_dict: dict) -> None:
+            if self.is_enabled() and not state_dict:
+                LOGGER.info("the checkpoint's run had no fp16 loss scaling: the GradScaler starts at its initial scale")
+                return
+            # our scalers are dynamic (grad_scaler's defaults); torch's state lacks the key
+            super().load_state_dict({"dynamic": getattr(self, "_dynamic", True), **state_dict})
+
+    LoggedGradScaler.__name__ = LoggedGradScaler.__qualname__ = f"Logged{base.__name__}"
+    return LoggedGradScaler
+
+
+def acl_ops_disabled(error: BaseException, what: str, instead: str) -> UserError | None:
+    """One line for torch_npu's refusal of a legacy acl op under ACL_OP_INIT_MODE=2 (None for any other error)."""
+    if not any(words in str(error) for words in ACL_OPS_DISABLED):
+        return None
+    mode = os.environ.get("ACL_OP_INIT_MODE")
+    setting = f"ACL_OP_INIT_MODE={mode}" if mode is not None else "ACL_OP_INIT_MODE (unset: 2 on this chip)"
+    return UserError(f"{what} needs torch_npu's acl ops, which {setting} turns off: unset it or set it to 0 or 1, "
+                     f"or {instead}")
+
+
 def is_available() -> bool:
     """Whether torch_npu imports and sees at least one NPU; imports it only if it is installed."""
     if importlib.util.find_spec("torch_npu") is None:
@@ -58,6 +121,23 @@ def is_available() -> bool:
         cause = error.__cause__ or error  # the import's own error, not the "NPU was asked for" line
         LOGGER.warning("torch_npu is installed but unusable, so auto does not pick the NPU (%s)", one_line(cause))
         return False
+
+
+def chip_name(index: int = 0) -> str | None:
+    """The chip (SoC) of NPU `index` as CANN names it, e.g. "Ascend910B3": torch_npu's get_device_name is CANN's
+    aclrtGetSocName (torch_npu/npu/__init__.py, csrc/npu/Module.cpp GetDeviceName), the name ATC's --soc_version takes
+    and an .om is compiled for (docs/torch-npu.md, "First hour"); None where torch_npu does not import or sees no such
+    NPU."""
+    if importlib.util.find_spec("torch_npu") is None:
+        return None
+    try:
+        runtime = import_torch_npu().npu
+        if not runtime.is_available() or index >= runtime.device_count():
+            return None
+        return str(runtime.get_device_name(index))
+    except Exception as error:  # noqa: BLE001 (a broken install reads as "no NPU here"; the caller says what to give)
+        LOGGER.debug("no chip name from torch_npu: %s", one_line(error))
+        return None
 
 
 class NpuBackend(AcceleratorBackend):
@@ -116,7 +196,13 @@ class NpuBackend(AcceleratorBackend):
         if jit_compile is not None:
             # 910B (A2) defaults to jit_compile=False (binary mode); keep it unless measured
             # (docs/torch-npu.md, "Compile mode and HF32").
-            self.runtime.set_compile_mode(jit_compile=jit_compile)
+            try:
+                self.runtime.set_compile_mode(jit_compile=jit_compile)
+            except RuntimeError as error:
+                refusal = acl_ops_disabled(error, "--npu-jit-compile", "leave --npu-jit-compile out")
+                if refusal is None:
+                    raise
+                raise refusal from None
         if allow_hf32 is not None:
             # A2 defaults: conv HF32 on, matmul off; False gives strict FP32 parity with CPU/GPU
             # (docs/torch-npu.md, "Compile mode and HF32").
@@ -129,7 +215,7 @@ class NpuBackend(AcceleratorBackend):
     def nms_arguments(self) -> dict:
         # Candidate indices found on the device (nonzero), never through numpy: the branch an NPU tensor takes, kept
         # when the backend runs on the host (doctor --ops, the stand-in).
-        return {**super().nms_arguments(), "numpy_where": False}
+        return super().nms_arguments() if self.nms_on_host else {**super().nms_arguments(), "numpy_where": False}
 
     def onnx_provider(self) -> tuple[str, dict, str]:
         # onnxruntime's CANN execution provider, built into the onnxruntime-cann wheel (not in the plain one).
@@ -139,9 +225,9 @@ class NpuBackend(AcceleratorBackend):
         return self.device.index or 0
 
     def _fp16_scaler(self, **settings: float) -> torch.amp.GradScaler:
-        # torch_npu's own scaler, dynamic by default (docs/torch-npu.md, "AMP and the scaler");
+        # torch_npu's own scaler, dynamic by default (docs/torch-npu.md, "AMP and the scaler"), its prints logged;
         # torch.amp.GradScaler("npu") is unverified.
-        return self.runtime.amp.GradScaler(**settings)
+        return logged_scaler(self.runtime.amp.GradScaler)(**settings)
 
     def profiler(self, trace_dir: Path, schedule: ProfileSchedule) -> contextlib.AbstractContextManager:
         """torch_npu's profiler (docs/torch-npu.md, "Profiler"): host and NPU activity, Level1 with AI Core pipe
@@ -175,8 +261,14 @@ class NpuBackend(AcceleratorBackend):
         # npu_nms_v4 is deprecated in torch_npu 2.14 (it warns once) yet is the NMS op documented for 910B
         # (docs/torch-npu.md, "NMS on the NPU"); it is called only here, so a successor can replace it in this one
         # method.
-        selected, valid = self.torch_npu.npu_nms_v4(
-            padded_boxes, padded_scores, bucket, iou, floor, pad_to_max_output_size=True
-        )  # fixed-length output (bucket), valid entries first
+        try:
+            selected, valid = self.torch_npu.npu_nms_v4(
+                padded_boxes, padded_scores, bucket, iou, floor, pad_to_max_output_size=True
+            )  # fixed-length output (bucket), valid entries first
+        except RuntimeError as error:  # npu_nms_v4 has only an acl_op kernel (docs/torch-npu.md, "NMS on the NPU")
+            refusal = acl_ops_disabled(error, "NMS on the NPU (npu_nms_v4)", "run NMS on the host: --nms-device cpu")
+            if refusal is None:
+                raise
+            raise refusal from None
         keep = selected[: int(valid)].long()  # int(): one host sync, as in the port's valid.cpu()
         return keep[keep < count]  # belt and braces: a pad row never survives, whatever the op's threshold rule

@@ -24,6 +24,8 @@ from packaging.requirements import Requirement
 from detect.backend.base import BackendUnavailable
 from detect.backend.environment import FAIL, INFO, OK, WARN, Check, environment_checks
 from detect.backend.npu import import_torch_npu
+from detect.backend.npu_ops import lists_for
+from detect.backend.npu_ops.versions import TOOLKIT_INFO, check_pair, read_cann_version
 from detect.errors import one_line
 
 MIN_PYTHON = (3, 10)  # pyproject.toml's requires-python
@@ -107,12 +109,12 @@ def npu_checks(environ: Mapping[str, str]) -> tuple[list[Check], Accelerator | N
                       "source the CANN toolkit's set_env.sh (e.g. /usr/local/Ascend/ascend-toolkit/set_env.sh) "
                       "and check that CANN matches torch_npu; until then use --device cpu, and note that "
                       "`import torch` fails in programs that leave TORCH_DEVICE_BACKEND_AUTOLOAD unset"),
-                *cann_checks(environ)], None
+                *cann_checks(environ, version)], None
     version = version or getattr(module, "__version__", "unknown")
     paired, rule = _torch_pairing(requirements, version)
     checks = [Check("torch_npu", OK if paired else FAIL, f"{version} ({rule}; torch is {torch.__version__})",
-                    "" if paired else "install the torch release torch_npu was built for (torch_npu pins it)")]
-    checks.extend(cann_checks(environ))
+                    "" if paired else "install the torch release torch_npu was built for (torch_npu pins it)"),
+              op_lists_check(version), *cann_checks(environ, version)]
     try:
         runtime = module.npu
         count = runtime.device_count() if runtime.is_available() else 0
@@ -130,17 +132,19 @@ def npu_checks(environ: Mapping[str, str]) -> tuple[list[Check], Accelerator | N
     return checks, Accelerator("npu", names, "hccl" if hccl else None)
 
 
-def cann_version(home: Path) -> str | None:
-    """CANN's version from its ascend_*_install.info files (the files torch_npu's collect_env reads)."""
-    for path in sorted(home.glob("ascend_*_install.info")) + sorted(home.glob("*/ascend_*_install.info")):
-        for line in path.read_text(errors="replace").splitlines():
-            if "version" in line:
-                return line.split("=")[-1].strip()
-    return None
+def op_lists_check(version: str) -> Check:
+    """Which torch_npu release the kernel lists of `doctor --ops` describe, against the installed one."""
+    described = lists_for(version)
+    if re.match(r"\d+\.\d+", version) and _minor(described) == _minor(version):
+        return Check("NPU op lists", OK, f"torch_npu {described}'s (python -m detect.doctor --ops)")
+    return Check("NPU op lists", WARN, f"none for torch_npu {version}: python -m detect.doctor --ops describes "
+                                       f"torch_npu {described}", 'pip install "detect-trainer[npu]" pins the '
+                                                                 "torch_npu releases that have lists")
 
 
-def cann_checks(environ: Mapping[str, str]) -> list[Check]:
-    """The CANN toolkit set_env.sh points at: ASCEND_HOME_PATH and ASCEND_OPP_PATH exist, and its version."""
+def cann_checks(environ: Mapping[str, str], torch_npu: str | None = None) -> list[Check]:
+    """The CANN toolkit set_env.sh points at: ASCEND_HOME_PATH and ASCEND_OPP_PATH exist, its version (the toolkit's
+    own install record), and whether it pairs with torch_npu `torch_npu` (docs/torch-npu.md, "Versions")."""
     home = environ.get("ASCEND_HOME_PATH")
     if not home:
         return [Check("CANN", FAIL, "ASCEND_HOME_PATH is not set (CANN's set_env.sh was not sourced)",
@@ -149,9 +153,11 @@ def cann_checks(environ: Mapping[str, str]) -> list[Check]:
     if missing:
         return [Check("CANN", FAIL, f"{' and '.join(missing)} missing or not a folder",
                       "reinstall the CANN toolkit (with its opp package) and source its set_env.sh")]
-    version = cann_version(Path(home)) or "version not found"
-    return [Check("CANN", OK, f"{version} at {home}",
-                  "the CANN releases torch_npu supports are in its COMPATIBILITY table (not checked offline)")]
+    version = read_cann_version(Path(home))
+    if version is None:
+        return [Check("CANN", WARN, f"no {TOOLKIT_INFO} under {home}: its version is unknown",
+                      f"ASCEND_HOME_PATH should be the toolkit's folder, which holds <arch>-linux/{TOOLKIT_INFO}")]
+    return [Check("CANN", OK, f"{version} at {home}"), *([check_pair(torch_npu, version)] if torch_npu else [])]
 
 
 def cuda_checks() -> tuple[list[Check], Accelerator | None]:

@@ -20,7 +20,7 @@ from detect.data.dataset_plots import plot_batch, plot_label_stats
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS, MAX_PIXELS_HELP
 from detect.data.labels.check import DEFAULT_MAX_BOXES, MAX_BOXES, MAX_BOXES_HELP, ImageBounds
 from detect.data.labels.convert import TARGETS, convert
-from detect.data.storage.places import CACHE_DIR_HELP
+from detect.data.storage.cache_places import CACHE_DIR_HELP
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,10 +10,11 @@ from typing import Any
 
 from detect.config import CONFIGS_DIR, from_mapping, read_yaml, resolve_config
 from detect.data.annotations.formats import AnnotationSource, annotation_source, names_of
-from detect.data.remote.bucket import BucketStorage
-from detect.data.remote.store import SCHEMES, mirror_folder
-from detect.data.storage.local import LOCAL, Storage
-from detect.data.storage.places import cache_home, user_cache
+from detect.data.storage.bucket import BucketStorage
+from detect.data.storage.bucket_client import SCHEMES, mirror_folder
+from detect.data.storage.cache_places import cache_home, user_cache
+from detect.data.storage.interface import Storage
+from detect.data.storage.local import LOCAL
 from detect.data.tiles.windows import TileSettings, parse_tile
 from detect.errors import ConfigError, short_repr
 
@@ -54,7 +55,7 @@ class DataConfig:
     json_files: dict[str, Path]
     builtin: str | None = None
     annotations: dict[str, AnnotationSource] = dataclasses.field(default_factory=dict)  # splits read from label files
-    # Ours: `path` as a bucket URL (s3://, obs://); root is then its mirror folder (open_storage, data/remote/).
+    # Ours: `path` as a bucket URL (s3://, obs://); root is then its mirror folder (open_storage, data/storage/bucket.py).
     remote: str | None = None
     tile: TileSettings | None = None  # tiled training's windows, as the yaml asks (--tile overrides its size)
 
@@ -163,7 +164,7 @@ def check_sources(data: DataConfig, splits: tuple[str, ...]) -> None:
 def open_storage(config: DataConfig, cache_dir: str | Path | None = None) -> tuple[DataConfig, Storage]:
     """The storage of `config`'s files, and the config with its paths where that storage shows them: local folders
     as they are; a bucket (path: s3://...) in its mirror folder under the cache folder (--cache-dir,
-    $DETECT_CACHE_DIR, the user cache: places.cache_home), whose files are fetched as they are read."""
+    $DETECT_CACHE_DIR, the user cache: cache_places.cache_home), whose files are fetched as they are read."""
     if config.remote is None:
         return config, LOCAL
     home = cache_home(cache_dir)

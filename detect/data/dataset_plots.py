@@ -22,7 +22,7 @@ def literal(text: str) -> str:
 
 def plot_label_stats(records: list[ImageRecord], names: list[str], path: Path) -> Path:
     """Class counts, box-centre and box-size histograms (normalised coordinates) as one PNG."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg  # here: matplotlib takes 0.45 s to import
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # here: matplotlib is slow to import (a plot's cost)
     from matplotlib.figure import Figure
 
     classes = np.concatenate([record.classes for record in records] or [np.zeros(0, np.int64)])

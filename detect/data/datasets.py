@@ -25,7 +25,8 @@ from detect.data.images.load import (
 )
 from detect.data.images.ram_cache import RamImages
 from detect.data.records import ImageRecord, RecordTable
-from detect.data.storage.local import LOCAL, Storage
+from detect.data.storage.interface import Storage
+from detect.data.storage.local import LOCAL
 from detect.data.tiles.images import WindowImages
 from detect.data.tiles.windows import TileSettings
 from detect.errors import UserError

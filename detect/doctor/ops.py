@@ -1,12 +1,13 @@
-"""`python -m detect.doctor --ops [--cfg yolov5s.yaml]`: every op of each phase of training and validation of a model
-yaml, and where an Ascend 910B with torch_npu 2.14 runs it, before anyone rents an hour on one
-(docs/torch-npu.md, "What runs where"). Exit code 0: every op is covered; 1: some would run on the CPU."""
+"""`python -m detect.doctor --ops [--cfg yolov5s.yaml] [--npu-release 2.9]`: every op of each phase of training and
+validation of a model yaml, and where an Ascend 910B with that torch_npu runs it (the installed one's kernel lists,
+else the newest we ship), before anyone rents an hour on one (docs/torch-npu.md, "What runs where"). Exit code 0:
+every op is covered; 1: some would run on the CPU."""
 
 from __future__ import annotations
 
 import torch
 
-from detect.backend.npu_ops import COMPOSITE, HOST, MISSING, NPU, VIEW, npu_kernels
+from detect.backend.npu_ops import COMPOSITE, HOST, MISSING, NPU, VIEW, chosen_lists
 from detect.doctor.phases import PhaseOps, record_phases
 from detect.errors import UserError, one_line
 from detect.models import DetectionModel, build_model
@@ -53,12 +54,15 @@ def verdict(phases: list[PhaseOps]) -> str:
             f"views whose ops have NPU kernels)")
 
 
-def report(cfg: str) -> int:
-    """Print every phase's ops for the model of `cfg` and the verdict; 1 when some op would run on the CPU."""
+def report(cfg: str, release: str | None = None) -> int:
+    """Print every phase's ops for the model of `cfg` with the kernel lists of the NPU release `release` (the installed
+    one's, else the newest: chosen_lists) and the verdict; 1 when some op would run on the CPU."""
     model = build(cfg)
     imgsz = 2 * model.max_stride
-    phases = record_phases(model, imgsz)
-    kernels = npu_kernels()
+    kernels, note = chosen_lists(release)
+    if note:
+        print(note)
+    phases = record_phases(model, imgsz, kernels=kernels)
     print(f"ops of {cfg} on an Ascend NPU with {kernels.torch_npu_source} (recorded on the host: {imgsz} px, batch 2, "
           f"fp16 AMP; sources: the {kernels.torch_npu_source} wheel, {kernels.op_plugin_source}, torch "
           f"{torch.__version__.split('+')[0]}'s composites; NPU: a kernel, COMP: a composite whose calls follow, "

@@ -1,6 +1,6 @@
 """The ops each phase of training and validation runs on an Ascend NPU, recorded on the host: the NPU backend run dry
 (detect/backend/npu_ops/dry_run.py: its own code paths, tensors on the CPU) under OpCheck, which sorts every op by
-where torch_npu 2.14 runs it; each op with the layers it came from (a module tracker follows forward and backward)."""
+where the chosen torch_npu runs it; each op with the layers it came from (a module tracker follows forward and backward)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from torch import nn
 from torch.utils.module_tracker import ModuleTracker
 
 from detect.backend import Backend
-from detect.backend.npu_ops import OpCheck, OpEvent, Verdict
+from detect.backend.npu_ops import NpuKernels, OpCheck, OpEvent, Verdict
 from detect.backend.npu_ops.dry_run import dry_run_backend
 from detect.config import load_hyp
 from detect.data.batch import Batch, Sample, collate
@@ -27,9 +27,20 @@ from detect.data.device_batch import to_device_batch
 from detect.inference.predictor import Predictor
 from detect.inference.runtimes.torch_model import TorchInference
 from detect.models import DetectionModel
-from detect.training.distributed import DistContext, any_rank
-from detect.training.epoch import MAX_GRAD_NORM, StepRecipe, build_parts
+from detect.training.control import Control
+from detect.training.distributed import DistContext
 from detect.training.optim import OPTIMIZERS, ModelEMA, OptimSettings, build_optimizer
+from detect.training.step import (
+    StepPhase,
+    StepRecipe,
+    backward,
+    build_parts,
+    forward_loss,
+    in_job,
+    optimizer_step,
+    ranks_agree,
+    to_device,
+)
 
 # Candidates the recorded NMS gets (an untrained model scores nothing above a real threshold): enough to fill a
 # bucket of the NPU's padded NMS, few enough for the host's kernel.
@@ -63,8 +74,9 @@ class Recorder:
     """Sorts the ops run inside `phase(name)` blocks by phase, naming each op's layer ("model.24 (Detect)"); a context
     manager around all the phases."""
 
-    def __init__(self, *roots: nn.Module, naming: bool = True) -> None:
+    def __init__(self, *roots: nn.Module, naming: bool = True, kernels: NpuKernels | None = None) -> None:
         self.naming = naming  # name each op's layer (False: every op is the phase's own)
+        self.kernels = kernels  # the torch_npu release's lists to sort by (None: the newest)
         self.phases: list[PhaseOps] = []
         self.tracker = ModuleTracker()
         self.layers: dict[str, str] = {}
@@ -111,7 +123,7 @@ class Recorder:
         self._current = PhaseOps(name)
         self.phases.append(self._current)
         try:
-            with OpCheck(self.add, fallback="run"):
+            with OpCheck(self.add, fallback="run", kernels=self.kernels):
                 yield
         finally:
             self._current = None
@@ -150,33 +162,28 @@ def nms_threshold(output: torch.Tensor, candidates: int = NMS_CANDIDATES) -> flo
 
 def record_training(recorder: Recorder, model: DetectionModel, ema: ModelEMA, backend: Backend, imgsz: int,
                     batch_size: int, optimizers: tuple[str, ...]) -> None:
-    """The training step's phases: copy and resize, forward, loss, backward, unscale, clip, each optimizer's step,
-    the scaler's update, the EMA."""
+    """The training step's own phases (training/step.py), in its order, with the first of `optimizers`: the copy and
+    resize, forward, loss, backward and each phase of the optimizer step; then the step phase of each other
+    optimizer, on the gradients of one more forward and backward (not recorded)."""
     hyp = load_hyp()
-    parts = build_parts(model, backend, StepRecipe(hyp, OptimSettings.from_hyp(hyp), batch_size, imgsz), ema=ema)
+    recipe = StepRecipe(hyp, OptimSettings.from_hyp(hyp, optimizer=optimizers[0]), batch_size, imgsz)
+    parts = build_parts(model, backend, recipe, ema)
     recorder.add_root(parts.criterion)
-    batch = synthetic_batch(batch_size, imgsz, model.nc, seed=0)
-    with recorder.phase("copy to the device, resize (--multi-scale)"):
-        images = to_device_batch(batch, backend, imgsz + model.max_stride)
-    with recorder.phase("forward (train mode, autocast)"), backend.autocast():
-        raw = parts.train_model(images.images)
-    with recorder.phase("loss with target assignment"), backend.autocast():
-        loss, _ = parts.criterion(raw, images.padded_targets)
-    with recorder.phase("backward (scaled loss)"):
-        parts.scaler.scale(loss).backward()
-    with recorder.phase("GradScaler unscale_"):
-        parts.scaler.unscale_(parts.optimizer)
-    with recorder.phase("gradient clipping (clip_grad_norm_)"):
-        nn.utils.clip_grad_norm_(parts.train_model.parameters(), max_norm=MAX_GRAD_NORM)
-    for name in optimizers:
-        optimizer = parts.optimizer if name == "SGD" else build_optimizer(
-            model, OptimSettings.from_hyp(hyp, optimizer=name), batch_size)
-        with recorder.phase(f"{name} step (GradScaler step)"):
-            parts.scaler.step(optimizer)
-        with recorder.phase("GradScaler update"):
-            parts.scaler.update()
-    with recorder.phase("EMA update"):
-        ema.update(parts.train_model)
+    batch = to_device(parts, synthetic_batch(batch_size, imgsz, model.nc, seed=0), imgsz + model.max_stride,
+                      recorder.phase)
+    backward(parts, forward_loss(parts, batch, recorder.phase)[0], recorder.phase)
+    optimizer_step(parts, recorder.phase)
+    for name in optimizers[1:]:
+        optimizer = build_optimizer(model, OptimSettings.from_hyp(hyp, optimizer=name), batch_size)
+        other = dataclasses.replace(parts, optimizer=optimizer)
+        backward(other, forward_loss(other, batch)[0])
+        optimizer_step(other, _its_step_only(recorder, name))
+
+
+def _its_step_only(recorder: Recorder, optimizer: str) -> StepPhase:
+    """The optimizer's own step phase recorded, the step's other phases (recorded already) run unrecorded."""
+    title = f"{optimizer} step"
+    return lambda phase: recorder.phase(phase) if phase.startswith(title) else contextlib.nullcontext()
 
 
 def record_validation(recorder: Recorder, ema: ModelEMA, backend: Backend, imgsz: int, batch_size: int) -> None:
@@ -192,36 +199,34 @@ def record_validation(recorder: Recorder, ema: ModelEMA, backend: Backend, imgsz
 
 
 def record_ddp(recorder: Recorder, model: DetectionModel, backend: Backend, imgsz: int, batch_size: int) -> None:
-    """DDP's gradient hooks (bucket copies and the all-reduce) and the step's all-reduce of its flags, in a process
-    group of one gloo rank made for it (none exists in the doctor)."""
+    """The step's all-reduce of its flags and DDP's gradient hooks in its backward (bucket copies and the all-reduce),
+    in a process group of one gloo rank made for it (none exists in the doctor)."""
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         hyp = load_hyp()
         recipe = StepRecipe(hyp, OptimSettings.from_hyp(hyp), batch_size, imgsz)
-        parts = build_parts(model, backend, recipe, context=DistContext(world_size=2))
+        parts = in_job(build_parts(model, backend, recipe), DistContext(world_size=2))
         recorder.add_root(parts.train_model)
-        images = to_device_batch(synthetic_batch(batch_size, imgsz, model.nc, seed=2), backend)
-        with backend.autocast():
-            loss, _ = parts.criterion(parts.train_model(images.images), images.padded_targets)
-        with recorder.phase("DDP backward (gradient buckets, all-reduce)"):
-            parts.scaler.scale(loss).backward()
-        with recorder.phase("the step's all-reduce of its flags"):
-            any_rank(DistContext(world_size=2), torch.tensor([False, False, False]))
+        loss, _ = forward_loss(parts, to_device(parts, synthetic_batch(batch_size, imgsz, model.nc, seed=2)))
+        ranks_agree(parts, loss, Control(), recorder.phase)
+        backward(parts, loss, lambda phase: recorder.phase("DDP backward (gradient buckets, all-reduce)"))
     finally:
         dist.destroy_process_group()
 
 
 def record_phases(model: DetectionModel, imgsz: int | None = None, batch_size: int = 2,
                   optimizers: tuple[str, ...] = OPTIMIZERS, validation: bool = True, ddp: bool = True,
-                  layers: bool = True) -> list[PhaseOps]:
+                  layers: bool = True, kernels: NpuKernels | None = None) -> list[PhaseOps]:
     """Every phase's ops for `model` (trained in place a step; give a copy to keep it) at `imgsz` (default: twice its
-    largest stride), in fp16 autocast with torch_npu's GradScaler, as training on a 910B runs; `layers`: name the
-    layers each op came from (hooks on every layer and tensor: the recording's slowest part)."""
+    largest stride), in fp16 autocast with torch_npu's GradScaler, as training on a 910B runs: the step as it runs
+    with the first of `optimizers`, and the step phase of each other one; `layers`: name the layers each op came from
+    (hooks on every layer and tensor: the recording's slowest part); `kernels`: the lists of the torch_npu release to
+    sort by (default: the newest)."""
     imgsz = imgsz or 2 * model.max_stride
     backend = dry_run_backend()
     model = model.float().train()
     ema = ModelEMA(model)  # copied before the recorder hooks the model's layers
-    with Recorder(model, naming=layers) as recorder:
+    with Recorder(model, naming=layers, kernels=kernels) as recorder:
         record_training(recorder, model, ema, backend, imgsz, batch_size, optimizers)
         if validation:
             record_validation(recorder, ema, backend, imgsz, batch_size)

@@ -322,8 +322,8 @@ def best_f1_precision_recall(
     )
 
 
-# Classes whose F1 curves are computed at once: (256, 1000, 101) booleans are 26 MB, where V3Det's 13,204 classes
-# at once took 1.3 GB.
+# Classes whose F1 curves are computed at once: (256, 1000, 101) booleans are 26 MB, where V3Det's 13,204 classes at
+# once would be 1.3 GB.
 F1_CLASS_CHUNK = 256
 
 

@@ -25,7 +25,7 @@ OPEN_ATTEMPTS = 3
 # Settings that may differ between the processes of one study: the machine, the reporting, the flags every trial
 # sets itself, and the hyp path (its values count instead, so a copy of the file elsewhere is the same study).
 PER_PROCESS_FIELDS = ("device", "workers", "progress", "project", "name", "exist_ok", "dist_timeout",
-                  "npu_jit_compile", "npu_allow_hf32", "noval", "nosave", "hyp")
+                  "npu_jit_compile", "npu_allow_hf32", "nms_device", "noval", "nosave", "hyp")
 
 
 def import_optuna() -> ModuleType:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -14,6 +15,7 @@ from detect.hub.images import ImageLike, to_bgr
 from detect.hub.results import HubResults
 from detect.inference.detector import Detector, PredictSettings
 from detect.inference.slicing import SlicedPredictor, SliceSettings
+from detect.inference.tracks.streams import Tracks
 
 
 class HubModel(nn.Module):
@@ -59,6 +61,15 @@ class HubModel(nn.Module):
         start = time.perf_counter()
         inputs = list(ims) if isinstance(ims, (list, tuple)) else [ims]
         files, images = zip(*(to_bgr(image, index) for index, image in enumerate(inputs))) if inputs else ((), ())
+        self._configure(size)
+        with self._autocast():
+            found = detector(list(images)) if images else []
+        milliseconds = 1000 * (time.perf_counter() - start) / max(len(images), 1)
+        return HubResults(list(images), found, list(files), self.names, milliseconds)
+
+    def _configure(self, size: int | Sequence[int]) -> None:
+        """The detector set to this model's attributes (read at each call, as yolov5's) and `size`."""
+        detector = self.detector
         side = max(size) if isinstance(size, Sequence) else size  # yolov5 scales by the larger side too
         detector.settings = dataclasses.replace(
             detector.settings, imgsz=(side, side), conf_threshold=self.conf, iou_threshold=self.iou,
@@ -66,7 +77,17 @@ class HubModel(nn.Module):
             agnostic=self.agnostic, multi_label=self.multi_label)
         detector.sliced = None if self.slice is None else SlicedPredictor(
             detector.predictor, detector.backend, SliceSettings(self.slice, self.slice_overlap), detector.model.stride)
+
+    def track(self, im: ImageLike, stream: Hashable = 0, tracker: str | Path = "bytetrack",
+              size: int | Sequence[int] = 640) -> Tracks:
+        """One frame of `stream` tracked (ours; ultralytics' model.track with persist=True): its detections at this
+        model's attributes fed to that stream's tracker (bytetrack, ocsort, botsort or a yaml), ids kept between
+        calls; reset_tracks(stream) starts it afresh. model.conf = 0.1 gives ByteTrack's second stage its weak boxes, as
+        python -m detect.track does."""
+        self._configure(size)
         with self._autocast():
-            found = detector(list(images)) if images else []
-        milliseconds = 1000 * (time.perf_counter() - start) / max(len(images), 1)
-        return HubResults(list(images), found, list(files), self.names, milliseconds)
+            return self.detector.track(to_bgr(im, 0)[1], stream, tracker)
+
+    def reset_tracks(self, stream: Hashable | None = None) -> None:
+        """Forget one stream's tracks, or every stream's (None)."""
+        self.detector.reset_tracks(stream)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 
 import cv2
@@ -22,6 +22,8 @@ from detect.inference.media import load_image
 from detect.inference.model import InferenceModel, Weights, load_inference_model
 from detect.inference.predictor import Predictor
 from detect.inference.slicing import SlicedPredictor, SliceSettings
+from detect.inference.tracks.settings import TrackerSettings, as_tracker_settings
+from detect.inference.tracks.streams import StreamTrackers, Tracks
 from detect.inference.tta import augment_model
 
 LOGGER = logging.getLogger(__name__)
@@ -40,6 +42,7 @@ class PredictSettings:
     agnostic: bool = False  # NMS across classes
     multi_label: bool = False  # each box once per class above conf_threshold, as validation; off in yolov5's detect
     slicing: SliceSettings | None = None  # windows of the full-resolution image instead of it fitted into imgsz
+    nms_device: str = "device"  # "cpu": NMS on the host (backends.NMS_DEVICE_HELP)
 
     def __post_init__(self) -> None:
         if not all(IMAGE_SIZE.accept(side) for side in self.imgsz):
@@ -103,7 +106,7 @@ class Detector:
 
     def __init__(self, weights: Weights, device: str = "auto",
                  settings: PredictSettings = PredictSettings(), half: bool = False, augment: bool = False) -> None:
-        self.backend = backends.select(device, amp=False)
+        self.backend = backends.select(device, amp=False, nms_device=settings.nms_device)
         if half and self.backend.device.type == "cpu":
             LOGGER.warning("--half: fp16 needs an accelerator; predicting in fp32 on the CPU (as yolov5 does)")
             half = False
@@ -121,6 +124,7 @@ class Detector:
                 raise UserError(f"--slice runs windows of {settings.slicing.size} px: this export is static at "
                                 f"{self.model.fixed_shape}; export it --dynamic, or slice at its size")
             self.sliced = SlicedPredictor(self.predictor, self.backend, settings.slicing, self.model.stride)
+        self.tracking = StreamTrackers(self.names)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -176,7 +180,8 @@ class Detector:
         pixels = np.stack([image.pixels for image in images])  # (B, H, W, 3)
         if isinstance(self.model, ExportedModel):
             # An export reads contiguous float32 (B, 3, H, W): made in two passes, not the three of float() / 255 and
-            # the export's copy to contiguous (the same values: 125 ms -> 28 ms at 8 x 640 x 640).
+            # the export's copy to contiguous (the same values, a fraction of the time: docs/benchmarks.md, "Figures
+            # behind constants").
             array = np.divide(np.ascontiguousarray(pixels.transpose(0, 3, 1, 2)), np.float32(255), dtype=np.float32)
             tensor = self.backend.to_device(torch.from_numpy(array))
         else:  # (B, 3, H, W) stored channels-last, as stack_images makes a loader's batch
@@ -210,6 +215,19 @@ class Detector:
         batch = [self.prepare(array, shape) for array in arrays]
         return self.detections(self.predict_batch(batch), batch)
 
+    def track(self, image: ImageInput, stream: Hashable = 0, tracker: str | Path | TrackerSettings = "bytetrack",
+              frame_rate: float = 30.0, timestamp: float | None = None) -> Tracks:
+        """One frame of `stream` (any key: a camera's name, a file) tracked: its detections (sliced too) fed to that
+        stream's tracker, made at its first frame (`tracker`: a kind, a yaml or settings; inference/tracks/). Frames of
+        a stream come in order; `timestamp` (seconds) tells the tracker how much time passed since the last one
+        (None: one frame at `frame_rate`). reset_tracks(stream) starts it afresh."""
+        array = _as_array(image)
+        state = self.tracking.get(stream, as_tracker_settings(tracker), frame_rate)
+        return state.update(self(array)[0].rows.numpy(), array, timestamp)
+
+    def reset_tracks(self, stream: Hashable | None = None) -> None:
+        """Forget one stream's tracks (its next frame starts ids from 1), or every stream's (None)."""
+        self.tracking.reset(stream)
 
     def _sliced(self, array: np.ndarray) -> Detections:
         """One image's detections by sliced inference (TooManyWindows, in one line, past --max-windows)."""

@@ -136,7 +136,5 @@ def load_inference_model(weights: Weights, backend: Backend, half: bool = False)
         raise UserError("--half does not apply to a model already loaded: it runs in the precision it was loaded in")
     else:
         return weights
-    for index, model in enumerate(models):  # a loop: a comprehension is a frame of its own (docs/architecture.md)
-        if isinstance(model, DetectionModel):
-            models[index] = TorchInference(model, backend, half)
+    models = [TorchInference(model, backend, half) if isinstance(model, DetectionModel) else model for model in models]
     return models[0] if len(models) == 1 else EnsembleInference(models, paths)

@@ -36,5 +36,6 @@ class Predictor:
         if self.graph_nms is not None:
             return self.graph_nms.detections(output, conf_threshold, iou_threshold, max_det, classes=classes,
                                              agnostic=agnostic)
-        return non_max_suppression(output.float(), conf_threshold, iou_threshold, classes=classes, agnostic=agnostic,
-                                   multi_label=multi_label, max_det=max_det, **backend.nms_arguments())
+        return non_max_suppression(backend.nms_input(output).float(), conf_threshold, iou_threshold, classes=classes,
+                                   agnostic=agnostic, multi_label=multi_label, max_det=max_det,
+                                   **backend.nms_arguments())

@@ -12,8 +12,8 @@ from torch import nn
 from detect.errors import UserError
 
 # The most classes a model may predict: 3.8x V3Det's 13,204, the largest detection vocabulary in use (LVIS has 1,203).
-# Memory grows with the classes: yolov5n trains a 64 px batch of 4 on the CPU in 1.9 GB at 20,000 classes, 4.1 GB at
-# 50,000 and 6.9 GB at 100,000, where its head alone holds 134 M weights.
+# Memory grows with the classes: past this bound a small model's head alone holds a hundred million weights and its
+# training needs gigabytes more (docs/bad-input.md, "The 14 cases of the third sweep").
 MAX_CLASSES = 50_000
 
 
@@ -80,8 +80,8 @@ class Detect(nn.Module):
             return torch.cat([self.decode_level(raw, level) for level, raw in enumerate(levels)], dim=1)
         # At inference on the CPU (where it was measured) each level is copied into its rows of one result and
         # decoded there in place, without the per-level and final concatenations of the graph form: two result-sized
-        # tensors fewer at the peak (yolov5n on coco128 at 640, batch 16: 1.8 against 2.0 GB peak RSS, 8% fewer page
-        # faults), the same numbers up to the sigmoid's last bit at the ends of its vectorised runs.
+        # tensors fewer at the peak (docs/benchmarks.md, "Inference"), the same numbers up to the sigmoid's last bit
+        # at the ends of its vectorised runs.
         counts = [math.prod(raw.shape[1:4]) for raw in levels]
         decoded = levels[0].new_empty(levels[0].shape[0], sum(counts), self.no)
         for level, (raw, start) in enumerate(zip(levels, itertools.accumulate([0, *counts]))):

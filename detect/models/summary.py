@@ -32,7 +32,7 @@ def _batch_norm_flops(x_shape, *args, out_shape=None, **kwargs) -> int:
 
 def count_flops(model: nn.Module, imgsz: int = 640) -> float:
     """FLOPs of one forward pass of a (1, 3, imgsz, imgsz) image, counted on the meta device (no compute)."""
-    from torch.utils.flop_counter import FlopCounterMode  # imports triton where installed: 75 ms of every CLI start
+    from torch.utils.flop_counter import FlopCounterMode  # imports triton where installed: slow for every CLI start
 
     probe = copy.deepcopy(model).to("meta").eval()
     batch_norm = {torch.ops.aten._native_batch_norm_legit_no_training: _batch_norm_flops}

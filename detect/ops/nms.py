@@ -17,9 +17,8 @@ from detect.ops.boxes import xywh_to_xyxy
 # The backend supplies it (Backend.nms: torchvision.ops.nms on CPU and CUDA, the NPU kernel on Ascend).
 NMSKernel = Callable[[Tensor, Tensor, float], Tensor]
 
-# Rows one kernel call may hold when it joins several (image, class) groups (see _suppress_in_groups): the calls of
-# 32 coco128 images took 1.85 / 1.59 / 1.43 / 1.58 ms per image with 1 / 64 / 256 / 1024, 4.45 with one call per
-# image (yolov5n at 640, one thread, torchvision's CPU kernel, the predictions of scripts/bench_nms.py).
+# Rows one kernel call may hold when it joins several (image, class) groups (see _suppress_in_groups): the fastest
+# of the sizes measured, all far faster than one call per image (docs/benchmarks.md, "Figures behind constants").
 PACK = 256
 
 
@@ -33,8 +32,8 @@ def _where(mask: Tensor, numpy: bool | None = None) -> Tensor:
     """Indices (int64) of the true entries of a mask, counted in row-major order over all its elements; with numpy on
     the CPU unless `numpy` is False."""
     if mask.device.type == "cpu" and numpy is not False:
-        # numpy's flatnonzero is 3-5x faster than torch.nonzero on the CPU: 0.22 ms against 0.77-1.2 ms for a
-        # 9,162 x 80 mask with 16,440 entries set (yolov5n's 8 first coco128 images, torch 2.14, best of 20)
+        # numpy's flatnonzero is several times faster than torch.nonzero on the CPU (docs/benchmarks.md, "Figures
+        # behind constants")
         return torch.from_numpy(np.flatnonzero(mask.numpy()))
     return mask.reshape(-1).nonzero().squeeze(1)
 
@@ -59,8 +58,8 @@ def _candidates(
     rows, image = flat.index_select(0, passing), passing // boxes_per_image
     if multi_label:
         # One candidate per (box, class) whose score passes. Multiplying every tiny class score by obj underflows,
-        # and x86 takes a slow path for each underflow (measured: 2.5 ms -> 0.03 ms per 1,429 x 80 product with
-        # denormals flushed), so a class first passes cls > conf / obj, relaxed by 1e-6 (three float32 roundings,
+        # and x86 takes a slow path for each underflow (docs/benchmarks.md, "Figures behind constants"), so a class
+        # first passes cls > conf / obj, relaxed by 1e-6 (three float32 roundings,
         # 1.8e-7, are all it needs), and only those products are formed and compared exactly.
         near = where(rows[:, 5:] > conf_threshold / rows[:, 4:5] * (1 - 1e-6))
         box_index, class_index = near // (width - 5), near % (width - 5)

@@ -33,6 +33,7 @@ class ServeSettings(SlicingFlags):
     weights: str = option(description="what val and predict read: ours or a yolov5 .pt, .torchscript, .onnx (static "
                                       "or dynamic), an OpenVINO .xml or its folder, an .om (on an NPU)")
     device: str = option("auto", backends.SPEC_HELP)
+    nms_device: str = option("device", backends.NMS_DEVICE_HELP, choices=backends.NMS_DEVICES)
     imgsz: tuple[int, ...] = option(PredictSettings.imgsz[:1], "inference size: one side, or height width "
                                     "(a static export: its own)", bound=IMAGE_SIZE)
     host: str = option("127.0.0.1", "address to listen on; another than loopback needs --api-key or --insecure")
@@ -80,7 +81,7 @@ class ServeSettings(SlicingFlags):
         """The Detector's settings: the size, the default thresholds and the slicing."""
         return PredictSettings(imgsz=(self.imgsz[0], self.imgsz[-1]), conf_threshold=self.conf_thres,
                                iou_threshold=self.iou_thres, max_det=self.max_det,
-                               slicing=SliceSettings.asked(self, self.max_batch))
+                               slicing=SliceSettings.asked(self, self.max_batch), nms_device=self.nms_device)
 
 
 def is_loopback(host: str) -> bool:

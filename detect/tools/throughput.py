@@ -1,5 +1,5 @@
-"""Model-only throughput on one fixed batch already on the device: the trainer's training step (forward, loss,
-scaled backward, unscale -> clip -> step -> EMA every `accumulate` batches) and inference (fused, eval mode)."""
+"""Model-only throughput on one fixed batch already on the device: the trainer's own training step (training/step.py:
+forward and loss, scaled backward, the optimizer step every `accumulate` batches) and inference (fused, eval mode)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from detect.data.device_batch import to_device_batch
 from detect.inference.runtimes.torch_model import TorchInference
 from detect.models import DetectionModel
 from detect.tools.workload import precision_name
-from detect.training.epoch import StepRecipe, TrainingParts, build_parts, optimizer_step
 from detect.training.optim import ModelEMA, OptimSettings, accumulate_steps
+from detect.training.step import StepRecipe, TrainingParts, backward, build_parts, forward_loss, optimizer_step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,11 +31,6 @@ class Measurement:
     peak_memory_bytes: int
 
 
-def _device_images(batch: Batch, backend: backends.Backend) -> tuple[torch.Tensor, torch.Tensor]:
-    device_batch = to_device_batch(batch, backend)
-    return device_batch.images, device_batch.padded_targets
-
-
 def _prepared(model: DetectionModel, backend: backends.Backend) -> DetectionModel:
     model = copy.deepcopy(model).to(backend.device)
     return model.to(memory_format=torch.channels_last) if backend.channels_last else model
@@ -44,8 +39,7 @@ def _prepared(model: DetectionModel, backend: backends.Backend) -> DetectionMode
 def _parts(model: DetectionModel, backend: backends.Backend, imgsz: int, batch_size: int) -> TrainingParts:
     """The trainer's step parts for one process with yolov5's default hyp, past warmup."""
     hyp = load_hyp()
-    return build_parts(model, backend, StepRecipe(hyp, OptimSettings.from_hyp(hyp), batch_size, imgsz),
-                       ema=ModelEMA(model))
+    return build_parts(model, backend, StepRecipe(hyp, OptimSettings.from_hyp(hyp), batch_size, imgsz), ModelEMA(model))
 
 
 def _timed(backend: backends.Backend, run, warmup: int, steps: int, batch_size: int) -> tuple[float, int]:
@@ -66,16 +60,14 @@ def measure_train(model: DetectionModel, batch: Batch, backend: backends.Backend
                   steps: int) -> Measurement:
     """Training steps on the batch: model only, the data loader excluded."""
     parts = _parts(_prepared(model, backend).train(), backend, imgsz, len(batch))
-    images, targets = _device_images(batch, backend)
+    device_batch = to_device_batch(batch, backend)
     accumulate = accumulate_steps(len(batch))
 
     def step(index: int) -> None:
-        with backend.autocast():
-            loss, _ = parts.criterion(parts.train_model(images), targets)
-        parts.scaler.scale(loss).backward()
+        backward(parts, forward_loss(parts, device_batch)[0])
         # nominal batch 64, as in training (docs/yolov5.md, "Optimizer and weight decay")
         if (index + 1) % accumulate == 0:
-            optimizer_step(parts.train_model, parts.optimizer, parts.scaler, parts.ema)
+            optimizer_step(parts)
 
     rate, peak = _timed(backend, step, warmup, steps, len(batch))
     return Measurement("train", precision_name(backend), backend.amp_enabled, rate, peak)
@@ -86,7 +78,7 @@ def measure_inference(model: DetectionModel, batch: Batch, backend: backends.Bac
     """Predictions through validation's own inference path (fused, decoded; NMS excluded), under the backend's
     autocast as validation during training runs it."""
     inference = TorchInference(copy.deepcopy(model), backend)  # it fuses the model it is given
-    images, _ = _device_images(batch, backend)
+    images = to_device_batch(batch, backend).images
 
     def step(index: int) -> None:
         with backend.autocast():

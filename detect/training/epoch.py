@@ -1,139 +1,26 @@
-"""One training epoch: warmup, forward and loss under autocast, scaled backward, accumulation, clipping, EMA; the parts
-a step uses, built in one place for the trainer and the throughput tool; and how the loop and the trainer's hooks talk:
-the hooks ask in `Control` (stop, save, end the run), the loop answers in the events it sends (`StepEnd`)."""
+"""One training epoch: the steps (training/step.py) over one pass of the loader, with warmup and accumulation from the
+iteration plan, the hooks called around each step (training/control.py), the losses, numerics and problems tallied
+into EpochStats; a run resumed inside an epoch starts at its batch."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import time
-from collections.abc import Callable
-from typing import Protocol
 
 import torch
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from detect.backend import Backend
-from detect.config import Hyp
 from detect.data import Batch, Loader
-from detect.data.device_batch import DeviceBatch, to_device_batch
 from detect.errors import UserError
-from detect.models import DetectionModel
-from detect.training.distributed import DistContext, any_rank, entering
-from detect.training.loss import DetectionLoss, LossSettings
-from detect.training.optim import IterationPlan, ModelEMA, OptimSettings, build_optimizer
+from detect.training.control import NO_HOOKS, StepEnd, StepHooks
+from detect.training.optim import IterationPlan
 from detect.training.resume import Counters
+from detect.training.step import TrainingParts, forward_backward, optimizer_step, to_device
 
-MAX_GRAD_NORM = 10.0  # gradient clipping after unscale (docs/yolov5.md, "Step order and gradient clip")
 # A run stops after this many non-finite losses in a row: one is a bad batch, this many is a diverged run.
 MAX_NONFINITE_STREAK = 10
 POSTFIX_SECONDS = 0.5  # the progress bar's losses and memory are read at most this often
-Criterion = Callable[[list[torch.Tensor], torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainingParts:
-    """What a training step uses besides the batch, the device and the job included; `ema` exists on the main rank
-    only."""
-
-    train_model: nn.Module  # what the step calls: DistributedDataParallel around the model under torchrun, else it
-    criterion: Criterion
-    optimizer: torch.optim.Optimizer
-    scaler: torch.amp.GradScaler
-    ema: ModelEMA | None
-    backend: Backend
-    context: DistContext
-
-
-@dataclasses.dataclass(frozen=True)
-class StepRecipe:
-    """What a step's parts follow besides the model and the device: yolov5's hyp (the loss's gains, the scaler's
-    settings), the optimizer's settings, the global batch and the image size (the loss's scales), label smoothing, and
-    SyncBatchNorm under DDP."""
-
-    hyp: Hyp
-    optim: OptimSettings
-    batch_size: int
-    imgsz: int
-    label_smoothing: float = 0.0
-    sync_bn: bool = False
-
-
-def build_parts(model: DetectionModel, backend: Backend, recipe: StepRecipe, context: DistContext | None = None,
-                ema: ModelEMA | None = None) -> TrainingParts:
-    """yolov5's optimizer groups, the GradScaler and the loss for `model` (already on the backend's device), wrapped
-    in DDP (with SyncBatchNorm when asked) under torchrun. The backend's process-wide settings for repeated steps are
-    applied (Backend.prepare_steps)."""
-    context, hyp = context or DistContext(), recipe.hyp
-    backend.prepare_steps()
-    optimizer = build_optimizer(model, recipe.optim, recipe.batch_size)
-    scaler = backend.grad_scaler(init_scale=hyp.amp_init_scale, growth_factor=hyp.amp_growth_factor,
-                                 growth_interval=hyp.amp_growth_interval)
-    loss_settings = LossSettings.from_hyp(hyp, model.detect.nl, model.nc, recipe.imgsz, recipe.label_smoothing)
-    criterion = DetectionLoss(loss_settings, model.detect.anchors, model.nc, matched_only=backend.dynamic_shapes)
-    train_model: nn.Module = model
-    if context.distributed:
-        if recipe.sync_bn:
-            train_model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-        # DDP broadcasts rank 0's parameters and buffers (the AutoAnchor result included) to every rank.
-        device_ids = None if backend.device.type == "cpu" else [backend.device.index]
-        train_model = DistributedDataParallel(train_model, device_ids=device_ids)
-    return TrainingParts(train_model, criterion, optimizer, scaler, ema, backend, context)
-
-
-@dataclasses.dataclass
-class Control:
-    """What the hooks ask of the loop and the trainer; only the hooks' side writes it (a hook asks, the hook list
-    withdraws a save once answered), the loop and the trainer read it. Any rank's ask holds for the job: the ranks
-    agree at the next step boundary (the loop answers in StepEnd) or validation batch."""
-
-    stop_signal: int | None = None  # stop at the next step boundary, last.pt written; exit 128 + this signal
-    save_asked: bool = False  # write last.pt at the next step boundary (a mid-epoch save)
-    end_training: bool = False  # end the run after this epoch (early stopping)
-
-    def stop_asked(self) -> bool:
-        """Whether a stop was asked on this rank (what a validation pass checks after each batch)."""
-        return self.stop_signal is not None
-
-
-@dataclasses.dataclass(frozen=True)
-class StepEnd:
-    """The loop's answer at the end of a step, sent with after_step: `save_now` when the ranks stopped at a step
-    boundary that a save or a stop asked for (the counters then say where the epoch stands, for last.pt), `stopped`
-    when a stop ends the epoch there."""
-
-    save_now: bool = False
-    stopped: bool = False
-
-
-class StepHooks(Protocol):
-    """The epoch loop's side of the hooks (the trainer's hook list, training/hooks.py): the requests it reads, the
-    events it sends around each step."""
-
-    @property
-    def control(self) -> Control: ...
-
-    def before_step(self, index: int, batch: Batch) -> None: ...
-
-    def after_step(self, index: int, step: StepEnd) -> None: ...
-
-
-class NoHooks:
-    """No hook points, nothing asked (the loop alone, as benchmarks and tests run it)."""
-
-    def __init__(self) -> None:
-        self.control = Control()
-
-    def before_step(self, index: int, batch: Batch) -> None:
-        pass
-
-    def after_step(self, index: int, step: StepEnd) -> None:
-        pass
-
-
-NO_HOOKS = NoHooks()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,7 +33,7 @@ class EpochStats:
     learning_rates: tuple[float, ...]
     nonfinite_steps: int  # batches skipped for a non-finite loss
     problems: tuple[str, ...]
-    nonfinite_grad_steps: int = 0  # optimizer steps whose gradients were not finite (the GradScaler skips them)
+    nonfinite_grad_steps: int = 0  # optimizer steps whose gradients were not finite or that the GradScaler skipped
     grad_norm_mean: float | None = None  # of the finite gradient norms before clipping
     grad_norm_max: float | None = None
     loss_scale_min: float | None = None  # the GradScaler's scale after each step (None: no loss scaling)
@@ -181,47 +68,6 @@ class StepNumerics:
         scales = [None, None] if self.scale_min is None else torch.stack([self.scale_min, self.scale_last]).tolist()
         return {"nonfinite_grad_steps": int(nonfinite), "grad_norm_mean": norm_sum / finite if finite else None,
                 "grad_norm_max": norm_max if finite else None, "loss_scale_min": scales[0], "loss_scale_last": scales[1]}
-
-
-def optimizer_step(train_model: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
-                   ema: ModelEMA | None) -> torch.Tensor:
-    """unscale -> clip at 10 -> step -> update the scale -> zero grads -> EMA
-    (docs/yolov5.md, "Step order and gradient clip"); returns the gradients' total norm before clipping (a device
-    tensor)."""
-    scaler.unscale_(optimizer)
-    grad_norm = nn.utils.clip_grad_norm_(train_model.parameters(), max_norm=MAX_GRAD_NORM)
-    scaler.step(optimizer)
-    scaler.update()
-    optimizer.zero_grad(set_to_none=True)
-    if ema is not None:
-        ema.update(train_model)
-    return grad_norm
-
-
-def _forward_backward(parts: TrainingParts, batch: DeviceBatch, sync: bool,
-                      control: Control) -> tuple[torch.Tensor | None, bool, bool]:
-    """(loss items (3,) after the backward pass or None when the loss was not finite on some rank (no backward),
-    whether any rank asks to stop, whether any rank asks to save)."""
-    train_model, context = parts.train_model, parts.context
-    # Gradients are all-reduced only on the micro-step that ends an accumulation (DDP no_sync before it).
-    no_sync = context.distributed and not sync
-    with train_model.no_sync() if no_sync else contextlib.nullcontext():
-        if context.distributed:
-            entering("DDP's forward (its broadcast of rank 0's BatchNorm buffers)")
-        with parts.backend.autocast():
-            loss, items = parts.criterion(train_model(batch.images), batch.padded_targets)
-        # One host sync per step: the ranks must agree to skip (or DDP's backward would wait forever), to stop and to
-        # save, so one all-reduce carries the three.
-        asks = torch.tensor([False, control.stop_signal is not None, control.save_asked], device=loss.device)
-        asks[0] = ~torch.isfinite(loss.detach())
-        nonfinite, stop, save = any_rank(context, asks).tolist()
-        if nonfinite:
-            return None, stop, save
-        if sync and context.distributed:
-            entering("the gradient all-reduce of DDP's backward")
-        # yolov5 multiplies by the world size because DDP averages the gradients (docs/yolov5.md, "Loss").
-        parts.scaler.scale(loss * context.world_size).backward()
-    return items, stop, save
 
 
 def _postfix(backend: Backend, mean_losses: torch.Tensor, batch: Batch, size: int | None) -> str:
@@ -290,9 +136,9 @@ def train_one_epoch(parts: TrainingParts, loader: Loader, plan: IterationPlan, c
         iteration, counters.iteration = counters.iteration, counters.iteration + 1
         accumulate, size = plan.prepare(optimizer, iteration, epoch)
         step_now = iteration - counters.last_optimizer_step >= accumulate
-        items, *asks = _forward_backward(parts, to_device_batch(batch, backend, size), step_now, hooks.control)
+        items, *asks = forward_backward(parts, to_device(parts, batch, size), step_now, hooks.control)
         if items is not None and step_now:
-            tally.numerics.add(optimizer_step(parts.train_model, optimizer, parts.scaler, parts.ema), parts.scaler)
+            tally.numerics.add(optimizer_step(parts), parts.scaler)
             counters.last_optimizer_step = iteration
         tally.add(batch, len(batch) * parts.context.world_size, items, asks, f"epoch {epoch + 1}, batch {index + 1}")
         # No gradient waits between a boundary and the next step (the epoch's last batch drops its leftovers anyway).

@@ -4,8 +4,8 @@ checkpoints and early stopping.
 
 The trainer calls, in this order: before_train; for each epoch before_epoch, then for each step before_step and
 after_step, then after_epoch (after validation, with the epoch's results.csv row); after_train once the run ends
-(also when it fails or a signal stops it: then `metrics` is None). Hooks ask through `run.control` (epoch.Control:
-stop, save, end the run); the loop answers in the events: after_step's `step` (epoch.StepEnd) says when the ranks
+(also when it fails or a signal stops it: then `metrics` is None). Hooks ask through `run.control` (control.Control:
+stop, save, end the run); the loop answers in the events: after_step's `step` (control.StepEnd) says when the ranks
 stopped at a boundary to save or to stop. Only the signal stop runs on every rank; the other hooks, yours included,
 run on the rank that writes the run (run.context.is_main)."""
 
@@ -24,9 +24,10 @@ from detect.data.dataset_plots import plot_batch
 from detect.errors import Interrupted, UserError
 from detect.evaluation.evaluator import Metrics
 from detect.models.safe_io import save_checkpoint
+from detect.training.control import Control, StepEnd
 from detect.training.distributed import stop_signals_handled_by
-from detect.training.epoch import Control, StepEnd
-from detect.training.run import Run, epoch_line
+from detect.training.results_log import epoch_line
+from detect.training.run import Run
 
 LOGGER = logging.getLogger(__name__)
 
@@ -189,8 +190,8 @@ class Profiler(Hook):
 
 class ResultsLogger(Hook):
     """One results.csv row (and TensorBoard scalars) and one log line per epoch; results.png at the end, unless a stop
-    ends the run: drawing it took 1.2-3.2 s of the 5 s a stop has (2 ranks on a loaded 2-core machine, docs/scale.md
-    "Many nodes and preemption"); the resumed run draws it, or plot_results from results.csv."""
+    ends the run: drawing it would spend much of the few seconds a stop has (docs/scale.md, "Many nodes and
+    preemption"); the resumed run draws it, or plot_results from results.csv."""
 
     def after_epoch(self, run: Run, epoch: int, row: dict[str, float]) -> None:
         run.results.add(row)

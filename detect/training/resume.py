@@ -199,11 +199,10 @@ def _elastic_last(project: Path, context: DistContext) -> Path | None:
     return latest / RUN_WEIGHTS / LAST
 
 
-def _local_point(settings: TrainSettings, context: DistContext, resume: Resume,
+def _local_point(project: Path, context: DistContext, resume: Resume,
                  overrides: dict[str, Any]) -> ResumePoint | UserError | None:
     """What this rank's storage says: the resume point, the error that stops the run, or nowhere (a new run, or a
     checkpoint another node may hold)."""
-    project = Path(settings.project)
     try:
         if resume.newest:
             path = _latest_last(project, missing_ok=context.distributed)
@@ -218,16 +217,16 @@ def _local_point(settings: TrainSettings, context: DistContext, resume: Resume,
         return error
 
 
-def resume_point(settings: TrainSettings, context: DistContext, resume: Resume,
+def resume_point(project: Path, context: DistContext, resume: Resume,
                  overrides: dict[str, Any]) -> tuple[ResumePoint | None, DistContext]:
     """Where the run continues from, the same on every rank, and the job's context: --resume (the newest last.pt
-    of --project, or the checkpoint or run folder at its path), else this torchrun job's last.pt after an elastic
-    restart, else nowhere (None: a new run). Called once, after the process group exists.
+    of `project`, the run's --project, or the checkpoint or run folder at its path), else this torchrun job's last.pt
+    after an elastic restart, else nowhere (None: a new run). Called once, after the process group exists.
 
     On storage that is not shared only some nodes see the run folder: the rank that holds the newest checkpoint of
     the job becomes its main rank (it goes on writing that folder, whatever its number) and sends the checkpoint to
     the ranks that lack it. An error on any rank stops every rank with the same line."""
-    local = _local_point(settings, context, resume, overrides)
+    local = _local_point(project, context, resume, overrides)
     if not context.distributed:
         return local, context
     seen = all_gather_objects(context, str(local) if isinstance(local, UserError) else

@@ -23,6 +23,16 @@ LAST, BEST = "last.pt", "best.pt"
 
 
 @dataclasses.dataclass(frozen=True)
+class RunPlace:
+    """Where a run's folder goes: project/name, that folder again (`exist_ok`: asked, or a resumed run) or the next
+    free name (exp2, exp3, ...)."""
+
+    project: str
+    name: str
+    exist_ok: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class RunFolder:
     """One run's folder; only the main rank writes in it."""
 
@@ -45,12 +55,12 @@ class RunFolder:
         return self.weights_dir / f"epoch{epoch}.pt"
 
     @classmethod
-    def open(cls, settings: TrainSettings, context: DistContext, resume: bool) -> RunFolder:
-        """The main rank makes project/name (exp, exp2, ... unless exist_ok or resuming) and tells the other ranks."""
-        check_output_folder(Path(settings.project) / settings.name, "run folder")  # every rank: none left waiting
+    def open(cls, place: RunPlace, context: DistContext) -> RunFolder:
+        """The main rank makes the run's folder at `place` and tells the other ranks."""
+        check_output_folder(Path(place.project) / place.name, "run folder")  # every rank: none left waiting
         save_dir = None
         if context.is_main:
-            save_dir = make_run_dir(settings.project, settings.name, settings.exist_ok or resume)
+            save_dir = make_run_dir(place.project, place.name, place.exist_ok)
             make_folder(save_dir / RUN_WEIGHTS)
             for leftover in (save_dir / RUN_WEIGHTS).glob(".*.tmp"):  # a save killed half-way left its temp file
                 remove_file(leftover)

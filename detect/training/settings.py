@@ -1,27 +1,25 @@
 """What a training run was asked to do: yolov5's train.py options as one frozen, checked dataclass, the one home of
 their names, defaults, ranges and help; the train CLI's flags and the Python API are made from it; and what --resume
-asks for. Also the checks of the settings against the model and the job, made before anything is written."""
+asks for. Their checks against the model, the job, the device and the data are training/recipe.py's."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 from pathlib import Path
 from typing import Any
 
-from detect.backend import NPU_ALLOW_HF32_HELP, NPU_JIT_COMPILE_HELP, SPEC_HELP
+from detect.backend import NMS_DEVICE_HELP, NMS_DEVICES, NPU_ALLOW_HF32_HELP, NPU_JIT_COMPILE_HELP, SPEC_HELP
 from detect.backend.placement import AFFINITY_HELP, check_affinity
 from detect.config import MAX_IMGSZ, NON_NEGATIVE, POSITIVE, Bound, Settings, option, options_from_dict
 from detect.data.images.cache import CACHE_CHOICES
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS, MAX_PIXELS_HELP
 from detect.data.labels.check import DEFAULT_MAX_BOXES, MAX_BOXES, MAX_BOXES_HELP
-from detect.data.storage.places import CACHE_DIR_HELP
-from detect.data.tiles.windows import DEFAULT_MAX_WINDOWS, MAX_WINDOWS_HELP, OVERLAP, TileSettings
+from detect.data.storage.cache_places import CACHE_DIR_HELP
+from detect.data.tiles.windows import DEFAULT_MAX_WINDOWS, MAX_WINDOWS_HELP, OVERLAP
 from detect.errors import UserError
 from detect.run_dir import check_run_folder
-from detect.training.distributed import DistContext
 
 LOGGER = logging.getLogger(__name__)
 # at least the largest stride; at most MAX_IMGSZ
@@ -81,10 +79,12 @@ class TrainSettings(Settings):
     max_windows: int = option(DEFAULT_MAX_WINDOWS, MAX_WINDOWS_HELP, bound=POSITIVE)
     single_cls: bool = option(False, "train every class as one class, 'item'")
     rect: bool = option(False, "rectangular batches in aspect-ratio order (no mosaic; many shapes)")
-    amp: bool | None = option(None, "mixed precision (default: on for accelerators and CPUs with bf16 units, AMX-BF16 "
-                                         "or AVX512-BF16; else off)")
+    amp: bool | None = option(None, "mixed precision (default: on for accelerators; on the CPU bf16 where the model's "
+                                         "step times clearly faster in it than in fp32, kept in the cache folder)")
     npu_jit_compile: bool | None = option(None, NPU_JIT_COMPILE_HELP)
     npu_allow_hf32: bool | None = option(None, NPU_ALLOW_HF32_HELP)
+    nms_device: str = option("device", NMS_DEVICE_HELP + "; for the validation during training",
+                             choices=NMS_DEVICES, again_on_resume=True)
     cpu_affinity: str = option("auto", AFFINITY_HELP, again_on_resume=True)
     dist_timeout: float = option(1800.0, "seconds any collective may wait (torchrun jobs)", bound=POSITIVE_SECONDS)
     progress: bool = option(True, "progress bars (--no-progress: one line per epoch only)", flags=("--no-progress",),
@@ -138,38 +138,3 @@ class Resume:
 
 
 NEW_RUN, NEWEST_RUN = Resume(), Resume(newest=True)
-
-
-def tile_settings(settings: TrainSettings, from_yaml: TileSettings | None) -> TileSettings | None:
-    """The windows a run trains on: the data yaml's tile: with --tile, --tile-overlap and --max-windows over it; None:
-    whole images (no tile: and no --tile, or --tile 0)."""
-    if settings.tile == 0 or settings.tile is None and from_yaml is None:
-        return None
-    base = from_yaml or TileSettings(size=settings.tile)
-    overlap = base.overlap if settings.tile_overlap is None else settings.tile_overlap
-    return dataclasses.replace(base, size=settings.tile or base.size, overlap=overlap,
-                               max_windows=settings.max_windows)
-
-
-def fit_imgsz(settings: TrainSettings, max_stride: int) -> TrainSettings:
-    """yolov5's rule for training: --imgsz rounded up to a multiple of the largest stride, at least twice it."""
-    imgsz = max(math.ceil(settings.imgsz / max_stride) * max_stride, 2 * max_stride)
-    if imgsz != settings.imgsz:
-        LOGGER.warning("--imgsz %d: the model needs a multiple of its largest stride %d, at least %d: training at %d",
-                       settings.imgsz, max_stride, 2 * max_stride, imgsz)
-    return dataclasses.replace(settings, imgsz=imgsz)
-
-
-def check_batch_size(settings: TrainSettings, context: DistContext) -> None:
-    """The global batch must divide over the ranks; AutoBatch measures one device."""
-    if settings.batch_size == AUTO_BATCH and context.distributed:
-        raise UserError("--batch-size -1 (AutoBatch) measures one device: give the total batch size for "
-                        f"{context.world_size} ranks")
-    if settings.batch_size % context.world_size:
-        raise UserError(f"--batch-size {settings.batch_size} does not divide over {context.world_size} ranks")
-
-
-def check_model_given(settings: TrainSettings) -> None:
-    """A run needs an architecture, a checkpoint, or both."""
-    if settings.cfg is None and settings.weights is None:
-        raise UserError("give a model: --cfg yolov5s.yaml (from scratch) and/or --weights FILE (fine-tune)")

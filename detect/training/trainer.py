@@ -35,7 +35,10 @@ from detect.training.distributed import (
 )
 from detect.training.epoch import EpochStats, train_one_epoch
 from detect.training.hooks import Hook, HookList, SignalStop, run_hooks
-from detect.training.run import Run, epoch_row
+from detect.training.phase_times import PhaseTimes
+from detect.training.recipe import resolve_run
+from detect.training.results_log import epoch_row
+from detect.training.run import Run
 from detect.training.settings import NEW_RUN, Resume, TrainSettings
 
 LOGGER = logging.getLogger(__name__)
@@ -95,7 +98,8 @@ class Trainer:
         validation batch (SignalStop)."""
         signals = SignalStop()
         with signals.handling():
-            run = build_run(self.settings, self.context, self.resume, self.resume_overrides)
+            phases = PhaseTimes()
+            run = build_run(resolve_run(self.settings, self.context, self.resume, self.resume_overrides), phases)
             hooks = run_hooks(run, self.profile, self.callbacks, signals)
             first_epoch, result = run.counters.epoch, None
             try:
@@ -179,9 +183,9 @@ class Trainer:
         return epoch_row(epoch, stats, metrics, backends.host_memory_stats().peak_bytes, device_peak)
 
     def stopped_after_epoch(self, run: Run, epoch: int) -> Interrupted:
-        """The end of a run whose stop came after the epoch's last validation batch, as soon as the epoch is saved: the
-        next epoch's loader start, first step and save took 1.1 s more of the 5 s a stop has (docs/scale.md,
-        "Many nodes and preemption")."""
+        """The end of a run whose stop came after the epoch's last validation batch, as soon as the epoch is saved:
+        going on to the next epoch's loader start, first step and save would spend the few seconds a stop has
+        (docs/scale.md, "Many nodes and preemption")."""
         if run.context.is_main and run.settings.nosave:  # last.pt is otherwise written at the last epoch alone
             run.save_last()
         return self.stopped(run, f"after epoch {epoch + 1}")

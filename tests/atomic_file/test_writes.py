@@ -91,3 +91,17 @@ def test_a_write_the_file_system_refuses_is_one_line_and_still_an_oserror(tmp_pa
     with pytest.raises(atomic_file.WriteError, match=r"^cannot write .*file/under \(Not a directory\)$"):
         atomic_file.make_folder(tmp_path / "file" / "under")
     assert sorted(entry.name for entry in tmp_path.iterdir()) == ["file", "taken"]
+
+
+def test_a_stream_is_written_in_place_and_what_was_at_its_place_removed_first(tmp_path):
+    kept = tmp_path / "kept.txt"
+    kept.write_text("source")
+    (tmp_path / "soft.txt").symlink_to(kept)
+    os.link(kept, tmp_path / "hard.txt")
+    for name in ("soft.txt", "hard.txt", "new.txt"):
+        with atomic_file.open_stream(tmp_path / name) as stream:
+            stream.write("1,1\n")
+            stream.flush()
+            assert (tmp_path / name).read_text() == "1,1\n"  # each flushed line there while it is written
+        assert not (tmp_path / name).is_symlink()
+    assert kept.read_text() == "source" and os.stat(kept).st_nlink == 1

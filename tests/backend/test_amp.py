@@ -1,5 +1,5 @@
-"""Autocast defaults (bf16 on CPUs with bf16 units, read from /proc/cpuinfo) and GradScaler construction from the
-three scaler settings (CPU and CUDA glue)."""
+"""Autocast defaults (the CPU: fp32 until training times bf16 on the model, whatever /proc/cpuinfo lists) and
+GradScaler construction from the three scaler settings (CPU and CUDA glue)."""
 
 import os
 
@@ -18,33 +18,19 @@ def matmul_dtype(backend):
         return (a @ a).dtype
 
 
-@pytest.fixture
-def cpu_flags(monkeypatch):
-    """Call it with flags: the CPU then has those (cpu.cpu_flags is where every choice reads them)."""
-    return lambda *flags: monkeypatch.setattr(cpu, "cpu_flags", lambda: frozenset(flags))
-
-
-def test_cpu_without_bf16_units_is_fp32_by_default(cpu_flags):
-    cpu_flags("avx2", "fma", "avx512f", "avx512_vnni")  # an EPYC without bf16 units: fp32 by default, as before
+@pytest.mark.parametrize("flags", [("avx2", "fma", "avx512f", "avx512_vnni"),
+                                   ("avx512f", "avx512_bf16", "amx_tile", "amx_bf16")])
+def test_the_cpu_is_fp32_until_training_times_bf16_whatever_its_flags(monkeypatch, flags):
+    monkeypatch.setattr(cpu, "cpu_flags", lambda: frozenset(flags))  # no flag turns bf16 on (training times it)
     backend = select("cpu")
-    assert backend.amp_enabled is False and backend.amp_dtype is None
-    assert matmul_dtype(backend) == torch.float32
-    assert backend.precision() == "fp32" and backend.amp_default_reason == (
-        "the CPU has no bf16 unit (AMX-BF16 or AVX512-BF16)")
-
-
-@pytest.mark.parametrize(("flags", "unit"), [(("avx512f", "avx512_bf16", "amx_tile", "amx_bf16"), "AMX-BF16"),
-                                             (("avx512f", "avx512_vnni", "avx512_bf16"), "AVX512-BF16")])
-def test_cpu_with_bf16_units_autocasts_bf16_by_default_and_no_amp_turns_it_off(cpu_flags, flags, unit):
-    cpu_flags(*flags)
-    backend = select("cpu")
-    assert backend.amp_dtype == torch.bfloat16 and matmul_dtype(backend) == torch.bfloat16
-    assert backend.precision() == "bf16 autocast" and backend.amp_default_reason == f"the CPU has {unit}"
-    assert backend.grad_scaler(**SCALER).is_enabled() is False  # bf16 needs no loss scaling
-    with backend.validation_autocast():  # validation during training stays fp32 on the CPU
+    assert backend.amp_enabled is False and backend.amp_dtype is None and backend.amp_timed is True
+    assert matmul_dtype(backend) == torch.float32 and backend.precision() == "fp32"
+    bf16 = select("cpu", amp=True)  # what training's timing picks where bf16 is clearly faster
+    assert bf16.amp_dtype == torch.bfloat16 and matmul_dtype(bf16) == torch.bfloat16
+    assert bf16.precision() == "bf16 autocast"
+    assert bf16.grad_scaler(**SCALER).is_enabled() is False  # bf16 needs no loss scaling
+    with bf16.validation_autocast():  # validation during training stays fp32 on the CPU
         assert torch.randn(2, 2).matmul(torch.randn(2, 2)).dtype == torch.float32
-    off = select("cpu", amp=False)  # --no-amp
-    assert off.amp_enabled is False and matmul_dtype(off) == torch.float32
 
 
 def test_the_cpu_is_read_from_proc_cpuinfo(monkeypatch, tmp_path):
@@ -53,11 +39,11 @@ def test_the_cpu_is_read_from_proc_cpuinfo(monkeypatch, tmp_path):
                     "flags\t\t: fpu avx2 fma avx512f avx512_vnni avx512_bf16 amx_bf16 amx_tile amx_int8\n\n"
                     "processor\t: 1\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: fpu\n")
     monkeypatch.setattr(cpu, "_CPUINFO", info)
-    assert cpu.bf16_unit() == "AMX-BF16" and select("cpu").amp_dtype == torch.bfloat16
+    assert "amx_bf16" in cpu.cpu_flags() and select("cpu").device_name() == "Intel(R) Xeon(R) Platinum 8480+"
     assert cpu.cpu_description() == (f"CPU: Intel(R) Xeon(R) Platinum 8480+, {os.cpu_count()} cores; has avx2 fma "
                                      "avx512f avx512_vnni avx512_bf16 amx_bf16 amx_int8; lacks avx_vnni")
     monkeypatch.setattr(cpu, "_CPUINFO", tmp_path / "absent")  # not Linux
-    assert cpu.cpu_flags() == frozenset() and cpu.bf16_unit() is None and select("cpu").amp_enabled is False
+    assert cpu.cpu_flags() == frozenset() and select("cpu").amp_enabled is False
     assert cpu.cpu_description().endswith("; has none; lacks " + " ".join(cpu.SPEED_FLAGS))
 
 

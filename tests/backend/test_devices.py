@@ -9,8 +9,8 @@ from detect import backend as backends
 from detect.backend import BackendUnavailable, DeviceRequest, parse_devices
 from detect.backend import npu as npu_module
 from detect.errors import UserError
-from detect.training.build import select_backend
 from detect.training.distributed import DistContext
+from detect.training.recipe import precision_request
 from detect.training.settings import TrainSettings
 from tests import npu_standin
 
@@ -66,13 +66,13 @@ def test_an_index_names_the_npu_when_torch_npu_works(two_npus):
 def test_a_torchrun_rank_takes_the_device_at_its_local_rank_in_the_list(two_npus):
     settings = TrainSettings(device="1,0")
     for local_rank, expected in ((0, 1), (1, 0)):
-        select_backend(settings, DistContext(rank=local_rank, world_size=2, local_rank=local_rank))
+        precision_request(settings, DistContext(rank=local_rank, world_size=2, local_rank=local_rank)).backend()
         assert two_npus[-1] == expected
     # one index under torchrun: the accelerator at LOCAL_RANK, as before (and as yolov5)
-    select_backend(TrainSettings(device="0"), DistContext(rank=1, world_size=2, local_rank=1))
+    precision_request(TrainSettings(device="0"), DistContext(rank=1, world_size=2, local_rank=1)).backend()
     assert two_npus[-1] == 1
 
 
 def test_a_list_shorter_than_the_node_is_one_line(two_npus):
     with pytest.raises(UserError, match="--device lists 2 device"):
-        select_backend(TrainSettings(device="0,1"), DistContext(rank=2, world_size=3, local_rank=2))
+        precision_request(TrainSettings(device="0,1"), DistContext(rank=2, world_size=3, local_rank=2))

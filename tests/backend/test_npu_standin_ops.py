@@ -14,7 +14,7 @@ from detect.backend.npu_ops import FALLBACK_WARNING, NpuFallbackWarning
 from detect.data.device_batch import to_device_batch
 from detect.tools.throughput import _parts
 from detect.tools.workload import build_tool_model, synthetic_batch
-from detect.training.epoch import optimizer_step
+from detect.training.step import backward, forward_loss, optimizer_step
 from tests.npu_standin import npu_backend
 
 
@@ -22,10 +22,8 @@ def one_step(backend, model) -> None:
     """The trainer's step on a batch of two 64 px images: forward, loss, scaled backward, unscale, clip, SGD, EMA."""
     parts = _parts(model, backend, 64, 2)
     batch = to_device_batch(synthetic_batch(2, 64, 80, seed=0), backend)
-    with backend.autocast():
-        loss, _ = parts.criterion(parts.train_model(batch.images), batch.padded_targets)
-    parts.scaler.scale(loss).backward()
-    optimizer_step(parts.train_model, parts.optimizer, parts.scaler, parts.ema)
+    backward(parts, forward_loss(parts, batch)[0])
+    optimizer_step(parts)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import onnx
 
 from detect import export
 from tests.exporters.helpers import IMGSZ, run_export
+from tests.npu_standin import install
 
 
 def fake_atc(folder: Path, exit_code: int = 0) -> Path:
@@ -66,3 +67,17 @@ def test_a_failing_atc_is_one_line_and_exit_2(weights, tmp_path, monkeypatch, ca
                         "--output-dir", str(tmp_path)])
     err = capsys.readouterr().err
     assert code == 2 and "atc failed with exit code 1: E19999: Inner Error" in err and len(err.splitlines()) == 1
+
+
+def test_the_chip_is_read_from_the_npu_when_not_given(weights, tmp_path, monkeypatch, caplog):
+    """No --soc-version: the chip this machine's NPU reports (an Atlas 800T A2 may hold 910B2 cards), not a default."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    record = fake_atc(bin_dir)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}")
+    install(monkeypatch).chip = "Ascend910B2"
+    with caplog.at_level("INFO"):
+        written = run_export(weights, tmp_path / "out", "--include", "om")
+    assert "--soc_version=Ascend910B2" in record.read_text().splitlines()
+    assert '"soc_version": "Ascend910B2"' in (tmp_path / "out" / "tiny.om.json").read_text() and "om" in written
+    assert "om: for Ascend910B2 (this machine's NPU; --soc-version for another chip)" in caplog.text

@@ -28,9 +28,13 @@ def frame_number(image: np.ndarray) -> int:
 class StreamServer:
     """Serves `files` (path -> bytes) and `streams` (path -> the number of frames each connection gets, in turn; a
     connection after the last gets 404, so a stream that reconnects finds it gone). Frames are sent every
-    `interval` seconds, numbered on across connections; the connection closes after its last frame."""
+    `interval` seconds, numbered on across connections; the connection closes after its last frame. `loop`: images
+    sent in turn, again and again (a looped clip), instead of the grey frames."""
 
-    def __init__(self, interval: float = 0.01) -> None:
+    def __init__(self, interval: float = 0.01, loop: list[np.ndarray] | None = None,
+                 stall: tuple[int, float] | None = None) -> None:
+        self.loop = loop or []
+        self.stall = stall  # (frames, seconds): each connection stops sending for that long after that many frames
         self.files: dict[str, bytes] = {}
         self.streams: dict[str, list[int]] = {}
         self.sent: dict[str, int] = {}  # frames sent on each stream path so far
@@ -73,11 +77,13 @@ class StreamServer:
                 self.send_header("Content-Type", f"multipart/x-mixed-replace; boundary={BOUNDARY.decode()}")
                 self.end_headers()
                 for index in indices:
-                    jpeg = cv2.imencode(".jpg", grey_frame(index))[1].tobytes()
+                    image = server.loop[index % len(server.loop)] if server.loop else grey_frame(index)
+                    jpeg = cv2.imencode(".jpg", image)[1].tobytes()
                     head = b"--%s\r\nContent-Type: image/jpeg\r\nContent-Length: %d\r\n\r\n" % (BOUNDARY, len(jpeg))
                     self.wfile.write(head + jpeg + b"\r\n")
                     self.wfile.flush()
-                    time.sleep(server.interval)
+                    stalls = server.stall is not None and index - indices.start + 1 == server.stall[0]
+                    time.sleep(server.stall[1] if stalls else server.interval)
                 self.close_connection = True
 
             def log_message(self, *args: object) -> None:  # the tests read their own log, not the server's

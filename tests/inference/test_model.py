@@ -66,7 +66,7 @@ from detect import backend
 from detect.config import load_hyp
 from detect.inference.runtimes.torch_model import TorchInference
 from detect.models import build_model
-from detect.training.epoch import StepRecipe, build_parts
+from detect.training.step import StepRecipe, build_parts
 from detect.training.optim import OptimSettings
 cpu, model = backend.select("cpu"), build_model("yolov5n.yaml", num_classes=2)
 if sys.argv[1] == "inference":

@@ -17,10 +17,10 @@ from detect import predict, val
 from detect.errors import UserError
 from detect.inference.model import load_inference_model
 from detect.inference.predictor import Predictor
-from tests import ais_bench_standin
+from tests import acl_standin, ais_bench_standin
 from tests.data.helpers import write_sample, write_yaml
 from tests.exporters.helpers import IMGSZ, NAMES, eager, run_export
-from tests.npu_standin import host, npu_backend
+from tests.npu_standin import call_names, host, npu_backend
 
 select = backends.select  # the real one, before a test stands the NPU in
 
@@ -31,7 +31,7 @@ def export_om(weights: Path, folder: Path, monkeypatch, *options: str) -> Path:
     bin_dir.mkdir(parents=True)
     ais_bench_standin.fake_atc(bin_dir)
     monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}")
-    written = run_export(weights, folder / "out", "--include", "om", "--soc-version", "Ascend310P3", *options)
+    written = run_export(weights, folder / "out", "--include", "om", "--soc-version", "Ascend910B3", *options)
     return written["om"]
 
 
@@ -39,7 +39,7 @@ def export_om(weights: Path, folder: Path, monkeypatch, *options: str) -> Path:
 def test_om_predicts_like_the_model_with_its_metadata_and_a_static_batch(weights, tmp_path, monkeypatch, io_dtype):
     om = export_om(weights, tmp_path, monkeypatch, "--batch-size", "2")
     metadata = json.loads(om.with_suffix(".om.json").read_text())
-    assert metadata["names"] == NAMES and metadata["batch"] == 2 and metadata["soc_version"] == "Ascend310P3"
+    assert metadata["names"] == NAMES and metadata["batch"] == 2 and metadata["soc_version"] == "Ascend910B3"
     standin = ais_bench_standin.install(monkeypatch, io_dtype)
     model = load_inference_model(om, npu_backend(monkeypatch))
     assert model.names == tuple(NAMES) and model.stride == 32 and model.fixed_shape == IMGSZ and model.nms is None
@@ -80,8 +80,32 @@ def test_what_an_om_needs_is_named_in_one_line(weights, tmp_path, monkeypatch):
     ais_bench_standin.install(monkeypatch)
     with pytest.raises(UserError, match="--half does not apply"):
         load_inference_model(om, backend, half=True)
+    backend.torch_npu.chip = "Ascend910B2"  # an Atlas 800T A2 of 910B2 cards
+    with pytest.raises(UserError) as caught:
+        load_inference_model(om, backend)
+    assert str(caught.value) == (f"{om} was compiled for Ascend910B3 (its .om.json) but cpu is Ascend910B2: export it "
+                                 "again with --soc-version Ascend910B2")
     om.with_suffix(".om.json").unlink()
     with pytest.raises(UserError, match=r"its metadata tiny\.om\.json is missing"):
+        load_inference_model(om, backend)
+
+
+def test_an_om_leaves_torch_npus_context_current(weights, tmp_path, monkeypatch, capsys):
+    """aclruntime calls aclInit again (error 100002, printed) and makes an ACL context of its own current on the thread
+    where the NPU's NMS runs next (tests/acl_standin.py): the context torch_npu had is made current again after each
+    call, so the NMS runs. Before the fix the stand-in refused torch_npu's first op after the .om's."""
+    om = export_om(weights, tmp_path, monkeypatch)
+    ais_bench_standin.install(monkeypatch)
+    backend = npu_backend(monkeypatch)
+    backend.set_device()
+    model = load_inference_model(om, backend)
+    assert "acl init failed, ret 100002" in capsys.readouterr().out
+    found = Predictor(model).detections(model(torch.rand(2, 3, *IMGSZ)), backend, conf_threshold=0.001,
+                                        iou_threshold=0.6, max_det=300)
+    assert len(found) == 2 and "npu_nms_v4" in call_names(backend.torch_npu)
+    assert acl_standin.runtime().current == "torch_npu context on device 0"
+    monkeypatch.setitem(sys.modules, "acl", None)
+    with pytest.raises(UserError, match=r"^running an \.om needs pyACL \(`import acl`"):
         load_inference_model(om, backend)
 
 

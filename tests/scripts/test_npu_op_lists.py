@@ -72,13 +72,13 @@ def test_lists_come_from_the_wheel_and_the_op_plugin_entries_for_its_version(tmp
     result = run_script("--wheel", str(wheel), "--op-plugin", str(tmp_path / "op-plugin"), "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
     assert "torch_npu 2.14.0: 4 registered, 1 host kernels, 1 refuse internal formats" in result.stdout
-    torch_npu = json.loads((tmp_path / "out" / "torch_npu.json").read_text())
+    torch_npu = json.loads((tmp_path / "out" / "torch_npu_2.14.0.json").read_text())
     assert torch_npu["registered"] == ["_to_copy", "as_strided_", "clone", "npu_nms_v4"]
     assert torch_npu["own"] == ["_to_copy"] and torch_npu["git_version"] == "54e365d3"
     assert list(torch_npu["host_kernels"]) == ["_fused_adam_"]
     assert torch_npu["refuse_internal_format"] == ["_foreach_norm"]
     assert "fallback message fragments not found" in result.stdout  # this library lacks the disabled-fallback text
-    plugin = json.loads((tmp_path / "out" / "op_plugin.json").read_text())
+    plugin = json.loads((tmp_path / "out" / "op_plugin_v2.14.json").read_text())
     assert (plugin["version"], plugin["commit"]) == ("v2.14", commit)
     assert plugin["acl_op"] == ["convolution", "npu_nms_v4"] and plugin["op_api"] == ["convolution", "listed"]
 
@@ -93,7 +93,7 @@ def test_a_whl_file_is_read_as_it_is(tmp_path):
     fake_op_plugin(tmp_path / "op-plugin")
     result = run_script("--wheel", str(archive), "--op-plugin", str(tmp_path / "op-plugin"), "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
-    assert len(json.loads((tmp_path / "torch_npu.json").read_text())["sha256"]) == 64
+    assert len(json.loads((tmp_path / "torch_npu_2.14.0.json").read_text())["sha256"]) == 64
 
 
 def test_a_missing_source_is_one_line(tmp_path):

@@ -22,7 +22,7 @@ pytest.importorskip("mlflow", reason="MLflow is optional (pip install 'detect-tr
 from mlflow.tracking import MlflowClient
 
 from detect.tracking import KEY_TAG, RUN_ID, RUN_KEY
-from detect.training.run import COLUMNS
+from detect.training.results_log import COLUMNS
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]

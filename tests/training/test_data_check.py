@@ -8,11 +8,14 @@ from types import SimpleNamespace
 import pytest
 
 from detect import train
+from detect.data.labels.check import DEFAULT_BOUNDS
 from detect.training import build
 from detect.training.distributed import DistContext
-from detect.training.settings import TrainSettings
+from detect.training.recipe import SplitCheck
 from tests.data.helpers import write_yaml
 from tests.training.helpers import tiny_dataset, train_args
+
+CHECK = SplitCheck(single_cls=False, cache_dir=None, bounds=DEFAULT_BOUNDS)
 
 
 @pytest.mark.parametrize("split", ["val", "train"])
@@ -37,7 +40,7 @@ def test_each_nodes_first_rank_checks_the_labels_while_its_others_wait(monkeypat
     monkeypatch.setattr(build, "load_split", lambda *args: events.append("check") or SimpleNamespace(cache_state="x"))
     monkeypatch.setattr(build, "gather_objects", lambda context, value: [value] * context.world_size)
     context = DistContext(rank=rank, world_size=4, local_rank=local_rank, local_world_size=2)
-    build._checked_split(TrainSettings(), SimpleNamespace(remote=None, builtin=None), "train", context)
+    build._checked_split(SimpleNamespace(remote=None, builtin=None), "train", CHECK, context)
     order = ["check", "train labels/first", "train labels/others"]
     assert events == (order if first else [order[1], order[0], order[2]])
 
@@ -64,6 +67,6 @@ def test_a_buckets_split_on_two_nodes_is_checked_by_the_main_rank_alone(monkeypa
     monkeypatch.setattr(build, "open_storage", lambda data, cache_dir: (data, bucket))
     monkeypatch.setattr(build, "gather_objects", lambda context, value: [value] * context.world_size)
     context = DistContext(rank=rank, world_size=4, local_rank=local_rank, local_world_size=2)
-    build._checked_split(TrainSettings(), SimpleNamespace(remote="s3://b/data"), "train", context)
+    build._checked_split(SimpleNamespace(remote="s3://b/data"), "train", CHECK, context)
     assert events == events_expected
     assert kept == ([(cache.name, b"checked")] if "kept" in events else [])

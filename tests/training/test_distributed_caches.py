@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from detect.data.storage.places import CACHE_DIR_VARIABLE
+from detect.data.storage.cache_places import CACHE_DIR_VARIABLE
 from detect.training.resume import TrainingCheckpoint
 from tests.training.helpers import tiny_dataset, train_args
 
@@ -42,7 +42,7 @@ def test_caches_of_a_read_only_dataset_at_two_ranks(tmp_path: Path) -> None:
     data = tiny_dataset(root)
     folders = [root, *(root / kind for kind in ("images", "labels")), *(root / kind / "train" for kind in
                                                                          ("images", "labels"))]
-    for folder in folders:  # no write bits: read-only, even for root (storage/places.py, folder_writable)
+    for folder in folders:  # no write bits: read-only, even for root (storage/cache_places.py, folder_writable)
         folder.chmod(0o555)
     try:
         ram = torchrun(train_args(data, tmp_path / "ram", "--cache", "ram"), tmp_path / "xdg")

@@ -14,9 +14,9 @@ from detect.backend import select
 from detect.config import Hyp, load_hyp
 from detect.models import build_model
 from detect.ops.boxes import ciou_paired
-from detect.training.epoch import StepRecipe, build_parts
 from detect.training.loss import DetectionLoss, LossSettings, last_write
 from detect.training.optim import OptimSettings
+from detect.training.step import StepRecipe, build_parts
 from tests.training.reference_loss import ReferenceLoss, flat_targets, reference_ciou
 
 # yolov5's P5 anchors (docs/yolov5.md, "Architecture") in grid units of strides 8, 16, 32, as the model's buffer holds

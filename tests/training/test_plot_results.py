@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from detect.errors import UserError
-from detect.training.run import COLUMNS, PLOTTED, ResultsLog, plot_results
+from detect.training.results_log import COLUMNS, PLOTTED, ResultsLog, plot_results
 
 
 def test_results_png_from_our_csv_and_from_yolov5s(tmp_path):

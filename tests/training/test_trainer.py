@@ -17,14 +17,16 @@ import yaml
 
 from detect import train, val
 from detect.errors import UserError
-from detect.training import build as build_module
 from detect.training import epoch as train_epoch
-from detect.training.build import build_run, select_backend
+from detect.training import recipe as recipe_module
+from detect.training.build import build_run
 from detect.training.distributed import DistContext
 from detect.training.epoch import train_one_epoch
 from detect.training.hooks import EarlyStopping
+from detect.training.phase_times import PhaseTimes
+from detect.training.recipe import precision_request, resolve_run
 from detect.training.resume import TrainingCheckpoint
-from detect.training.run_folder import RunFolder
+from detect.training.run_folder import RunFolder, RunPlace
 from detect.training.settings import NEW_RUN, NEWEST_RUN, Resume, TrainSettings
 from tests.training.helpers import tiny_dataset, train_args
 
@@ -170,7 +172,7 @@ def test_batch_that_does_not_divide_over_the_ranks(data, tmp_path, capsys, monke
 def test_single_class_rect_training(data, tmp_path):
     settings = TrainSettings(cfg="yolov5n.yaml", data=str(data), imgsz=128, batch_size=4, epochs=1, workers=0,
                              device="cpu", project=str(tmp_path / "built"), progress=False, single_cls=True, rect=True)
-    batch = next(iter(build_run(settings, DistContext()).train_loader))
+    batch = next(iter(build_run(resolve_run(settings, DistContext()), PhaseTimes()).train_loader))
     assert batch.images.shape[-2:] == (96, 128)  # the 96x128 images keep their aspect ratio (rect), stride 32
     assert batch.targets[:, 1].eq(0).all() and batch.targets.shape[0] == sum(batch.target_counts)  # one class
     assert train.main(train_args(data, tmp_path, "--single-cls", "--rect", "--noval", epochs=1)) == 0
@@ -202,7 +204,8 @@ def test_a_resumed_run_clears_a_killed_save(tmp_path):
     leftover = tmp_path / "exp" / "weights" / ".last.pt.k1ll3d.tmp"
     leftover.parent.mkdir(parents=True)
     leftover.write_bytes(b"half a checkpoint")
-    assert RunFolder.open(settings, DistContext(), resume=True).save_dir == tmp_path / "exp"
+    assert RunFolder.open(RunPlace(settings.project, settings.name, exist_ok=True), DistContext()).save_dir == (
+        tmp_path / "exp")
     assert not leftover.exists()
 
 
@@ -214,8 +217,9 @@ def test_resume_is_read_once_into_one_of_three_cases(tmp_path):
 
 
 def test_non_finite_losses_skip_steps_then_stop_the_run(data, tmp_path, monkeypatch):
-    run = build_run(TrainSettings(cfg="yolov5n.yaml", data=str(data), imgsz=64, batch_size=2, epochs=1, workers=0,
-                                  device="cpu", project=str(tmp_path), progress=False), DistContext())
+    settings = TrainSettings(cfg="yolov5n.yaml", data=str(data), imgsz=64, batch_size=2, epochs=1, workers=0,
+                             device="cpu", project=str(tmp_path), progress=False)
+    run = build_run(resolve_run(settings, DistContext()), PhaseTimes())
     parts, loss = run.parts, run.parts.criterion
     calls = []
 
@@ -247,7 +251,7 @@ def test_non_finite_losses_skip_steps_then_stop_the_run(data, tmp_path, monkeypa
 ])
 def test_each_rank_takes_its_local_device_with_the_npu_switches(monkeypatch, device, context, spec):
     calls = []
-    monkeypatch.setattr(build_module.backends, "select", lambda spec, **options: calls.append((spec, options)))
+    monkeypatch.setattr(recipe_module.backends, "select", lambda spec, **options: calls.append((spec, options)))
     settings = TrainSettings(cfg="yolov5n.yaml", device=device, amp=False, npu_allow_hf32=True)
-    select_backend(settings, context)
-    assert calls == [(spec, {"amp": False, "npu_jit_compile": None, "npu_allow_hf32": True})]
+    precision_request(settings, context).backend()
+    assert calls == [(spec, {"amp": False, "npu_jit_compile": None, "npu_allow_hf32": True, "nms_device": "device"})]

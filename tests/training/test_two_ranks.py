@@ -1,8 +1,8 @@
 """What runs during training, at 2 ranks under torchrun (gloo on the CPU) and in one process: user callbacks,
 --profile, early stopping that fires, --save-period, --save-minutes, AutoAnchor that replaces the yaml's anchors,
-TensorBoard events and plots, in one run made twice on a CPU without bf16 units (fp32); then the main rank's start-up
-work (AutoAnchor, the AMP check on two NPU stand-ins and on a CPU with AMX-BF16, labels.png) made slower than
---dist-timeout. Each rank writes down what it saw (tests/training/two_ranks_worker.py)."""
+TensorBoard events and plots, in one run made twice on a CPU whose bf16 times slower (fp32); then the main rank's
+start-up work (AutoAnchor, the AMP check on two NPU stand-ins, the AMP timing and check on a CPU whose bf16 times
+faster, labels.png) made slower than --dist-timeout. Each rank writes down what it saw (tests/training/two_ranks_worker.py)."""
 
 from __future__ import annotations
 
@@ -71,15 +71,16 @@ def launch(options: dict, folder: Path, ranks: int, *patches: str) -> Finished:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[int, Finished]:
     """The same run in one process and as 2 ranks: far-off anchors, --profile, --patience 1 made to fire,
-    --save-period 1, --save-minutes always due, on a CPU without bf16 units (faked)."""
+    --save-period 1, --save-minutes always due, on a CPU whose bf16 times 0.5x fp32 (faked, under the real cache)."""
     root = tmp_path_factory.mktemp("two_ranks")
     spec = yaml.safe_load((CONFIGS_DIR / "models" / "yolov5n.yaml").read_text())
     (root / "far_anchors.yaml").write_text(yaml.safe_dump({**spec, "anchors": FAR_ANCHORS}))
     options = {"cfg": str(root / "far_anchors.yaml"), "data": str(tiny_dataset(root / "data")), "imgsz": 64,
                "batch_size": 4, "epochs": EPOCHS, "workers": 0, "device": "cpu", "progress": False, "patience": 1,
                "save_period": 1, "save_minutes": 5, "profile": PROFILE}
-    return {ranks: launch({**options, "project": str(root / f"runs{ranks}")}, root / f"job{ranks}", ranks,
-                          "save-due", "no-better-fitness", "cpu-flags:avx2,fma") for ranks in (1, 2)}
+    return {ranks: launch({**options, "project": str(root / f"runs{ranks}"), "cache_dir": str(root / f"cache{ranks}")},
+                          root / f"job{ranks}", ranks, "save-due", "no-better-fitness", "amp-speed:0.5")
+            for ranks in (1, 2)}
 
 
 def test_callbacks_fire_in_order_on_the_writing_rank_only(runs):
@@ -209,26 +210,73 @@ def test_the_amp_check_runs_on_the_main_rank_and_its_verdict_reaches_every_rank(
 def test_autoanchor_and_labels_png_longer_than_dist_timeout_are_waited_for(tmp_path):
     # Before the fix the other rank waited in DDP's first broadcast (AutoAnchor) or the first step's (labels.png), and
     # ended: "waited 5 s (--dist-timeout)". The hyp's `anchors` (yolov5's hyp key) asks AutoAnchor for 4 per level.
-    # The CPU has AMX-BF16 (faked): bf16 AMP by default, checked on the main rank, chosen on both.
+    # The CPU's bf16 times 1.5x fp32 (faked), longer than --dist-timeout: bf16 AMP by default, timed and checked on
+    # the main rank, chosen on both.
     hyp = tmp_path / "hyp.yaml"
     hyp.write_text("anchors: 4.4\n")
-    finished = launch({**start_up_options(tmp_path, "cpu"), "hyp": str(hyp)}, tmp_path / "job", 2,
-                      f"slow:autoanchor:{SLOWER}", f"slow:plot_label_stats:{SLOWER}", "cpu-flags:avx512f,amx_bf16")
+    finished = launch({**start_up_options(tmp_path, "cpu"), "hyp": str(hyp), "cache_dir": str(tmp_path / "cache")},
+                      tmp_path / "job", 2, f"slow:autoanchor:{SLOWER}", f"slow:amp_speed:{SLOWER}",
+                      f"slow:plot_label_stats:{SLOWER}", "amp-speed:1.5")
     main, other = finished.records
     assert main["anchors"] == other["anchors"] and main["anchors"][0]["model"] == main["anchors"][0]["loss"]
     assert [len(level) for level in main["anchors"][0]["model"]] == [4, 4, 4]  # the hyp's 4.4, rounded as yolov5 does
-    assert main["calls"] == ["autoanchor", "check_amp", "plot_label_stats"] and other["calls"] == []
+    assert main["calls"] == ["autoanchor", "amp_speed", "check_amp", "plot_label_stats"] and other["calls"] == []
     for record in finished.records:  # bf16 autocast needs no loss scaling
         assert (record["amp"], record["scaler"]) == (True, False), record["rank"]
-    assert finished.output.count("precision: bf16 autocast (the CPU has AMX-BF16; --no-amp for fp32)") == 1
+    assert finished.output.count("precision: bf16 autocast (bf16 measured 1.50x fp32 on this CPU; --no-amp for "
+                                 "fp32)") == 1
+    assert len(list((tmp_path / "cache" / "amp_speed").glob("*.json"))) == 1  # kept once, by the main rank
     assert [event[0] for event in other["hooks"]] == ["before_train", "before_epoch", "after_epoch", "after_train"]
     assert (finished.save_dir / "labels.png").is_file()
 
 
-def test_a_cpu_without_bf16_units_trains_fp32_unchecked_on_every_rank(runs):
-    for finished in runs.values():  # this machine's CPU, made one without bf16 units
-        assert [(record["amp"], record["scaler"]) for record in finished.records] == [(False, False)] * len(
-            finished.records)
-        assert "check_amp" not in finished.main["calls"]
-        assert finished.output.count("precision: fp32 (the CPU has no bf16 unit (AMX-BF16 or AVX512-BF16); "
-                                     "--amp for bf16 autocast)") == 1
+def test_a_cpu_whose_bf16_times_slower_trains_fp32_unchecked_on_every_rank(runs):
+    for ranks, finished in runs.items():  # timed on the main rank alone, its verdict on every rank
+        assert [(record["amp"], record["scaler"]) for record in finished.records] == [(False, False)] * ranks
+        assert finished.main["calls"][:2] == ["autoanchor", "amp_speed"] and "check_amp" not in finished.main["calls"]
+        assert all(record["calls"] == [] for record in finished.records if record is not finished.main)
+        assert finished.output.count("precision: fp32 (bf16 measured 0.50x fp32 on this CPU; --amp forces it)") == 1
+
+
+def test_a_cpu_run_resumes_on_two_npus_with_torch_npus_scaler_logged(tmp_path, monkeypatch):
+    """A CPU run stopped in its second epoch resumes on two NPU stand-ins (fp16 AMP, torch_npu's GradScaler, whose
+    state a CPU run leaves empty), at a loss scale so large that every step overflows. In INF_NAN mode torch_npu's
+    scaler decides each rank alone (no all-reduce: tests/npu_scaler_standin.py): both ranks skip the same steps, each
+    says so in its log (not through the progress bar), and the numerics line counts them on every rank. The job has
+    ACL_OP_INIT_MODE=2 (npu_nms_v4 refused) and --nms-device cpu: its validation suppresses on the host."""
+    import signal
+
+    from detect import train
+    from detect.training import hooks
+
+    hyp = tmp_path / "hyp.yaml"
+    hyp.write_text("amp_init_scale: 3.0e+38\n")  # the first fp16 steps overflow at any loss above 1.2
+    steps = []
+
+    def stop_at_the_third_step(self, run, index, batch) -> None:
+        steps.append(index)
+        if len(steps) >= 3:
+            run.control.stop_signal = signal.SIGTERM
+
+    monkeypatch.setattr(hooks.SignalStop, "before_step", stop_at_the_third_step)
+    data = tiny_dataset(tmp_path / "data")  # 2 steps an epoch: stopped at the start of epoch 2's second
+    assert train.main(["--cfg", "yolov5n.yaml", "--data", str(data), "--imgsz", "64", "--batch-size", "4", "--epochs",
+                       "2", "--workers", "0", "--device", "cpu", "--hyp", str(hyp), "--project", str(tmp_path / "runs"),
+                       "--noval", "--noplots", "--no-progress"]) == 143
+    monkeypatch.undo()
+    monkeypatch.setenv("ACL_OP_INIT_MODE", "2")
+    finished = launch({"resume": str(tmp_path / "runs" / "exp"), "device": "npu", "workers": 0, "progress": False,
+                       "cpu_affinity": "none", "nms_device": "cpu"}, tmp_path / "job", 2, "npu:warn", "scaler-log")
+    skipped = []
+    for record in finished.records:
+        assert (record["amp"], record["scaler"]) == (True, True), record["rank"]
+        lines = [line for line in record["scaler_log"] if line.startswith("torch_npu's GradScaler: ")]
+        skipped.append(lines.count("torch_npu's GradScaler: Gradient overflow. Skipping step"))
+        assert record["numerics"][-1][:2] == [1, skipped[-1]], record  # epoch 2 (index 1): every skip counted
+    assert skipped[0] == skipped[1] == 1  # the step left of epoch 2, on each rank
+    assert "Gradient overflow. Skipping step" not in finished.output.splitlines()  # no bare print
+    assert "had no fp16 loss scaling" in finished.output
+    assert finished.main["npu_nms_v4"] == finished.records[1]["npu_nms_v4"] == 0  # validated, NMS on the host
+    assert "mAP50-95" in finished.output
+    resumed = TrainingCheckpoint.load(tmp_path / "runs" / "exp" / "weights" / "last.pt")
+    assert resumed.counters.epoch == 2 and resumed.scaler["dynamic"] is True

@@ -24,7 +24,7 @@ def anchors_px(weights):
 
 def test_the_hyps_anchors_replace_the_yamls_and_the_weights(data, tmp_path, caplog, monkeypatch):
     monkeypatch.chdir(tmp_path)  # yolov5's data/hyps/ is not here: our copy of hyp.VOC.yaml (anchors: 3.412)
-    with caplog.at_level(logging.INFO, logger="detect.training.build"):
+    with caplog.at_level(logging.INFO, logger="detect.models.transfer"):
         # the hyp evolution tutorial's command (yolov5's VOC hyp), sizes shrunk
         assert train.main(train_args(data, tmp_path, "--hyp", "data/hyps/hyp.VOC.yaml", "--noval", epochs=1)) == 0
     assert sum("asks for 3 anchors per level" in record.message for record in caplog.records) == 1

@@ -5,21 +5,27 @@ writes what this rank saw to RECORDS/rank<RANK>.json.
 
 Every rank writes down its hook points (a hook appended after all of the rank's own), the anchors of its model and
 loss, its AMP choice, whether the profiler was on at each step, the step boundaries it saved at, the files it wrote
-(checkpoints and images), its calls of AutoAnchor, the AMP check and labels.png, and what a user callback was called
-with. PATCH is any of:
+(checkpoints and images), its calls of AutoAnchor, the AMP timing, the AMP check and labels.png, and what a user
+callback was called with. PATCH is any of:
   npu                two NPU stand-ins (tests/npu_standin.py) placed on the CPU, joined by gloo
-  slow:NAME:S        on the main rank, build.NAME (autoanchor, check_amp or plot_label_stats) takes S seconds longer
+  npu:warn           the same, an op without an NPU kernel warned about, not refused (host code such as NMS on the
+                     host runs on CPU tensors, which the stand-in cannot tell from its NPU ones)
+  slow:NAME:S        on the main rank, build.NAME (autoanchor, amp_speed, check_amp or plot_label_stats) takes S
+                     seconds longer
   amp-disagrees      the AMP check runs, and its verdict is then made a disagreement
-  cpu-flags:A,B      the CPU has the feature flags A and B only (e.g. amx_bf16: bf16 AMP by default)
+  amp-speed:X        the AMP timing's steps take 1 s in fp32 and 1/X s in bf16 (X > 1.15: bf16 by default)
   save-due           --save-minutes' clock is always due (as tests/training/test_preemption.py forces it)
   no-better-fitness  the callback puts the best fitness out of reach from the start (best epoch: the first), so
                      --patience fires
+  scaler-log         what torch_npu's GradScaler printed (the NPU backend's log at DEBUG) is written down, with each
+                     epoch's numerics
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import sys
 import time
@@ -38,15 +44,15 @@ from detect.training.resume import TrainingCheckpoint
 RANK = int(os.environ.get("RANK", "0"))
 UNREACHABLE_FITNESS = 2.0  # fitness is a weighted mean of mAPs, at most 1
 RECORD: dict = {"rank": RANK, "calls": [], "writes": [], "callbacks": [], "hooks": [], "profiled": [], "saves": [],
-                "anchors": []}
+                "anchors": [], "scaler_log": [], "numerics": []}
 
 
-def npu_standins_on_the_cpu() -> None:
+def npu_standins_on_the_cpu(fallback: str = "raise") -> None:
     """detect sees two NPUs, whose backends put their tensors on the CPU and join the job through gloo."""
     from tests.npu_standin import enforce, make_torch_npu
 
     sys.modules["torch_npu"] = make_torch_npu(device_count=2)
-    enforce(sys.modules["torch_npu"])  # every op of the rank checked as torch_npu would, for its life
+    enforce(sys.modules["torch_npu"], fallback)  # every op of the rank checked as torch_npu would, for its life
     from detect.backend import npu
 
     original = npu.NpuBackend.__init__
@@ -59,8 +65,8 @@ def npu_standins_on_the_cpu() -> None:
 
 
 def main_rank_work(delays: dict[str, float]) -> None:
-    """AutoAnchor, the AMP check and labels.png as build.py calls them: written down, and on the main rank (rank 0 of
-    a new job) `delays[name]` seconds longer."""
+    """AutoAnchor, the AMP timing, the AMP check and labels.png as build.py calls them: written down, and on the main
+    rank (rank 0 of a new job) `delays[name]` seconds longer."""
     def slowed(function, seconds: float):
         def call(*args, **kwargs):
             RECORD["calls"].append(function.__name__)
@@ -69,7 +75,7 @@ def main_rank_work(delays: dict[str, float]) -> None:
             return function(*args, **kwargs)
         return call
 
-    for name in ("autoanchor", "check_amp", "plot_label_stats"):
+    for name in ("autoanchor", "amp_speed", "check_amp", "plot_label_stats"):
         setattr(build, name, slowed(getattr(build, name), delays.get(name, 0.0)))
 
 
@@ -86,15 +92,30 @@ def writes_recorded() -> None:
     Figure.savefig = recorded(Figure.savefig, 1)
 
 
+class ScalerLog(logging.Handler):
+    """The NPU backend's log lines (torch_npu's GradScaler prints among them), into RECORD."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        RECORD["scaler_log"].append(record.getMessage())
+
+
+def scaler_logged() -> None:
+    logger = logging.getLogger("detect.backend.npu")
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(ScalerLog())
+
+
 def amp_disagrees() -> None:
     checked = build.check_amp
     build.check_amp = lambda *args: dataclasses.replace(checked(*args), nonfinite=1)
 
 
-def cpu_with_flags(flags: str) -> None:
-    from detect.backend import cpu
+def amp_timed_at(speedup: float) -> None:
+    """The AMP timing (amp_check.time_amp, under the real cache) measures bf16 `speedup` times as fast as fp32."""
+    from detect.backend import amp_check
 
-    cpu.cpu_flags = lambda: frozenset(flags.split(","))
+    amp_check.time_amp = lambda model, backend, batch_size, imgsz: amp_check.AmpSpeed(
+        (1.0,), (1.0 / speedup,), "bf16", "CPU")
 
 
 def save_always_due() -> None:
@@ -133,8 +154,11 @@ class Witness(Hook):
 
     def after_epoch(self, run, epoch, row) -> None:
         RECORD["hooks"].append(["after_epoch", epoch])
+        RECORD["numerics"].append([epoch, row.get("train/nonfinite_grad_steps"), row.get("amp/loss_scale_last")])
 
     def after_train(self, run, metrics) -> None:
+        standin = sys.modules.get("torch_npu")
+        RECORD["npu_nms_v4"] = sum(call[0] == "npu_nms_v4" for call in standin.calls) if standin else None
         RECORD["anchors"].append(anchors(run))
         RECORD["hooks"].append(["after_train", run.counters.epoch])
         self.path.write_text(json.dumps(RECORD))
@@ -168,17 +192,19 @@ class Callback(Hook):
 
 
 def main(options_path: str, records: str, patches: list[str]) -> int:
-    if "npu" in patches:
-        npu_standins_on_the_cpu()
+    if "npu" in patches or "npu:warn" in patches:
+        npu_standins_on_the_cpu("warn" if "npu:warn" in patches else "raise")
     main_rank_work({patch.split(":")[1]: float(patch.split(":")[2]) for patch in patches if patch.startswith("slow:")})
     writes_recorded()
     if "amp-disagrees" in patches:
         amp_disagrees()
     for patch in patches:
-        if patch.startswith("cpu-flags:"):
-            cpu_with_flags(patch.split(":", 1)[1])
+        if patch.startswith("amp-speed:"):
+            amp_timed_at(float(patch.split(":", 1)[1]))
     if "save-due" in patches:
         save_always_due()
+    if "scaler-log" in patches:
+        scaler_logged()
     own_hooks = trainer.run_hooks
     trainer.run_hooks = lambda run, profile, callbacks, signals: HookList(
         run, [*own_hooks(run, profile, callbacks, signals).hooks, Witness(records)])

@@ -13,7 +13,17 @@ from collections.abc import Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from detect.backend.npu_ops.kernels import COMPOSITE, HOST, MISSING, NPU_KEY, Verdict, npu_kernels, qualified, verdict
+from detect.backend.npu_ops.kernels import (
+    COMPOSITE,
+    HOST,
+    MISSING,
+    NPU_KEY,
+    NpuKernels,
+    Verdict,
+    npu_kernels,
+    qualified,
+    verdict,
+)
 
 # What torch_npu 2.14.0 says, assembled from the fragments in its torch_npu/lib/libtorch_npu.so (read with `strings`;
 # scripts/npu_op_lists.py checks they are still there): the warning of its CPU fallback (the default) ...
@@ -44,12 +54,15 @@ class OpEvent:
 class OpCheck(TorchDispatchMode):
     """Use as a context manager. `on_op` sees every op (composites and what they call included); `fallback` says what
     an op without an NPU kernel does: "run" (only recorded), "warn" (torch_npu's default: a warning once per op, then
-    the op runs) or "raise" (torch_npu with TORCH_NPU_FALLBACK_CPU_DISABLE=1: a RuntimeError naming the op)."""
+    the op runs) or "raise" (torch_npu with TORCH_NPU_FALLBACK_CPU_DISABLE=1: a RuntimeError naming the op);
+    `kernels`: the lists of the torch_npu release to check against (default: the newest)."""
 
-    def __init__(self, on_op: Callable[[OpEvent], None] | None = None, fallback: str = "run") -> None:
+    def __init__(self, on_op: Callable[[OpEvent], None] | None = None, fallback: str = "run",
+                 kernels: NpuKernels | None = None) -> None:
         super().__init__()
         if fallback not in FALLBACKS:
             raise ValueError(f"fallback must be one of {FALLBACKS}, got {fallback!r}")
+        self.kernels = kernels or npu_kernels()
         self.on_op = on_op
         self.fallback = fallback
         self.warned: set[str] = set()
@@ -61,7 +74,7 @@ class OpCheck(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        found, name = verdict(func), qualified(func)
+        found, name = verdict(func, self.kernels), qualified(func)
         if self.on_op is not None:
             self.on_op(OpEvent(name, found, tuple(self._via)))
         if found.kind == COMPOSITE and name not in self._via:  # (a composite that calls itself runs as it is)
@@ -86,5 +99,5 @@ class OpCheck(TorchDispatchMode):
             raise RuntimeError(FALLBACK_DISABLED.format(op=name, through=through))
         if self.fallback == "warn" and name not in self.warned:
             self.warned.add(name)
-            own = npu_kernels().host_warning(name.split("::", 1)[1]) if found.kind == HOST else None
+            own = self.kernels.host_warning(name.split("::", 1)[1]) if found.kind == HOST else None
             warnings.warn(own or FALLBACK_WARNING.format(op=name), NpuFallbackWarning, stacklevel=3)

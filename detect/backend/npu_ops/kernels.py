@@ -1,18 +1,22 @@
-"""Where an op would run on an Ascend NPU with torch_npu 2.14: its NPU kernel, a composite of torch that decomposes
+"""Where an op would run on an Ascend NPU with a given torch_npu: its NPU kernel, a composite of torch that decomposes
 into other ops, a view, a registered kernel that computes on the host, or nothing (torch_npu's CPU fallback).
 
-The lists are data (torch_npu.json: the 2.14.0 wheel's registrations and the strings of its library; op_plugin.json:
-Ascend/op-plugin's entries for v2.14), made by scripts/npu_op_lists.py; torch's composite kernels are asked of the
-dispatcher at run time (docs/torch-npu.md, "What runs where")."""
+The lists are data, one pair per torch_npu release we pin (pyproject.toml's npu extra): torch_npu_<version>.json (the
+wheel's registrations and the strings of its library) and op_plugin_v<major.minor>.json (Ascend/op-plugin's entries for
+that line), made by scripts/npu_op_lists.py; torch's composite kernels are asked of the dispatcher at run time
+(docs/torch-npu.md, "What runs where")."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.metadata
 import json
+import re
 from importlib import resources
 
 import torch
+from packaging.version import InvalidVersion, Version
 
 # Where torch's dispatcher looks for an NPU tensor's kernel, in its order: the backend's own (torch_npu's, registered
 # for the PrivateUse1 key), then a composite (docs/torch-npu.md, "What runs where"), then the backend fallback.
@@ -43,14 +47,59 @@ class Verdict:
         return self.kind in (NPU, COMPOSITE, VIEW)
 
 
+LISTS = re.compile(r"torch_npu_(\d+\.\d+\.\d+)\.json")
+
+
 def _read(name: str) -> dict:
     return json.loads(resources.files(__package__).joinpath(name).read_text())
 
 
+def list_versions() -> list[str]:
+    """The torch_npu releases the package has kernel lists for, oldest first ("2.9.0", "2.14.0")."""
+    found = [match.group(1) for entry in resources.files(__package__).iterdir()
+             if (match := LISTS.fullmatch(entry.name))]
+    return sorted(found, key=Version)
+
+
+def _minor(version: str) -> tuple[int, int]:
+    release = Version(version).release
+    return release[0], release[1]
+
+
+def lists_for(installed: str | None) -> str:
+    """The lists that describe torch_npu `installed`: those of its major.minor line (2.9.0's for 2.9.0.post6), else
+    the newest (also when nothing is installed or the version does not parse)."""
+    versions = list_versions()
+    try:
+        same_line = [version for version in versions if installed and _minor(version) == _minor(installed)]
+    except InvalidVersion:
+        same_line = []
+    return (same_line or versions)[-1]
+
+
+def installed_version() -> str | None:
+    """The installed torch_npu's version, from its package metadata (torch_npu is not imported)."""
+    try:
+        return importlib.metadata.version("torch_npu")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def chosen_lists(asked: str | None = None) -> tuple[NpuKernels, str | None]:
+    """The kernel lists of torch_npu `asked` (its line's), else of the installed torch_npu, else the newest; and a
+    line saying which release they describe when the installed one differs (None when it does not)."""
+    installed = installed_version()
+    kernels = npu_kernels(lists_for(asked or installed))
+    if installed and kernels.version != installed:
+        return kernels, f"torch_npu {installed} is installed; these lists describe torch_npu {kernels.version}"
+    return kernels, None
+
+
 @dataclasses.dataclass(frozen=True)
 class NpuKernels:
-    """The NPU's kernels by op name (`add.Tensor`, `npu_nms_v4`), with their sources."""
+    """The NPU's kernels by op name (`add.Tensor`, `npu_nms_v4`) for one torch_npu release, with their sources."""
 
+    version: str  # the torch_npu release the lists describe, e.g. "2.14.0"
     registered: frozenset[str]  # what the torch_npu wheel registers for the NPU
     own: frozenset[str]  # the part torch_npu itself registers (the rest comes from op-plugin)
     op_plugin: dict[str, str]  # name -> "acl_op", "op_api" or "acl_op, op_api" (op-plugin's entries for the version)
@@ -60,17 +109,23 @@ class NpuKernels:
     op_plugin_source: str
 
     @classmethod
-    def load(cls) -> NpuKernels:
-        """The lists shipped with the package (detect/backend/npu_ops/*.json)."""
-        wheel, plugin = _read("torch_npu.json"), _read("op_plugin.json")
+    def load(cls, version: str) -> NpuKernels:
+        """The lists shipped with the package for torch_npu `version` (one of list_versions())."""
+        wheel = _read(f"torch_npu_{version}.json")
+        plugin = _read(f"op_plugin_v{'.'.join(map(str, _minor(version)))}.json")
         kinds: dict[str, list[str]] = {}
         for kind in ("acl_op", "op_api"):
             for name in plugin[kind]:
                 kinds.setdefault(name, []).append(kind)
-        return cls(frozenset(wheel["registered"]), frozenset(wheel["own"]),
+        return cls(wheel["version"], frozenset(wheel["registered"]), frozenset(wheel["own"]),
                    {name: ", ".join(found) for name, found in kinds.items()}, dict(wheel["host_kernels"]),
                    frozenset(wheel["refuse_internal_format"]), f"torch_npu {wheel['version']}",
                    f"op-plugin {plugin['version']} ({plugin['commit'][:12]})")
+
+    def acl_op_only(self, name: str) -> bool:
+        """Whether op-plugin implements `name` (with its overload) only as a legacy acl_op kernel, which
+        ACL_OP_INIT_MODE=2 disables (docs/torch-npu.md, "NMS on the NPU")."""
+        return self.op_plugin.get(name) == "acl_op"
 
     def registration(self, namespace: str, name: str) -> Verdict | None:
         """The NPU kernel torch_npu registers for `namespace::name` (name with its overload), or None."""
@@ -89,9 +144,9 @@ class NpuKernels:
 
 
 @functools.cache
-def npu_kernels() -> NpuKernels:
-    """The shipped lists, read once."""
-    return NpuKernels.load()
+def npu_kernels(version: str | None = None) -> NpuKernels:
+    """The shipped lists of torch_npu `version` (None: the newest), read once."""
+    return NpuKernels.load(version or list_versions()[-1])
 
 
 def op_name(op: torch._ops.OpOverload) -> tuple[str, str]:
@@ -112,11 +167,17 @@ def _is_view(op: torch._ops.OpOverload) -> bool:
     return any(ret.alias_info is not None and not ret.alias_info.is_write for ret in op._schema.returns)
 
 
+def verdict(op: torch._ops.OpOverload, kernels: NpuKernels | None = None) -> Verdict:
+    """Where `op` runs when its tensors are on an NPU with the torch_npu of `kernels` (None: the newest lists), in the
+    dispatcher's order of precedence."""
+    return _verdict(op, (kernels or npu_kernels()).version)
+
+
 @functools.cache
-def verdict(op: torch._ops.OpOverload) -> Verdict:
-    """Where `op` runs when its tensors are on an NPU, in the dispatcher's order of precedence."""
+def _verdict(op: torch._ops.OpOverload, version: str) -> Verdict:
+    kernels = npu_kernels(version)
     namespace, name = op_name(op)
-    registered = npu_kernels().registration(namespace, name)
+    registered = kernels.registration(namespace, name)
     if registered is not None:
         return registered
     key_name = qualified(op)
@@ -125,4 +186,4 @@ def verdict(op: torch._ops.OpOverload) -> Verdict:
     for key in (*EXPLICIT_COMPOSITES, IMPLICIT_COMPOSITE):
         if torch._C._dispatch_has_kernel_for_dispatch_key(key_name, key):
             return Verdict(VIEW if _is_view(op) else COMPOSITE, f"torch {key}")
-    return Verdict(MISSING, f"none in {npu_kernels().torch_npu_source} or {npu_kernels().op_plugin_source}")
+    return Verdict(MISSING, f"none in {kernels.torch_npu_source} or {kernels.op_plugin_source}")

@@ -7,7 +7,8 @@ from pathlib import Path
 from detect.data.images.disk_cache import DiskImages, disk_images
 from detect.data.images.ram_cache import NodeShare, RamImages, cache_images
 from detect.data.records import RecordTable
-from detect.data.storage.local import LOCAL, Storage
+from detect.data.storage.interface import Storage
+from detect.data.storage.local import LOCAL
 from detect.errors import UserError
 
 CACHE_CHOICES = ("ram", "disk")

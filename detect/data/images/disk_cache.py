@@ -15,8 +15,9 @@ import numpy as np
 from detect.atomic_file import make_folder, replacing
 from detect.data.images.load import load_resized, resized_shapes
 from detect.data.records import RecordTable
-from detect.data.storage.local import LOCAL, Storage
-from detect.data.storage.places import cache_root, folder_writable, relocated
+from detect.data.storage.cache_places import cache_root, folder_writable, relocated
+from detect.data.storage.interface import Storage
+from detect.data.storage.local import LOCAL
 from detect.errors import UserError
 
 LOGGER = logging.getLogger(__name__)
@@ -24,7 +25,7 @@ LOGGER = logging.getLogger(__name__)
 
 def npy_path(image: str, imgsz: int | None, root: str | None = None) -> str:
     """<image file>.<imgsz>.npy beside the image (one per size, and a.jpg and a.png never share one; imgsz None:
-    .full.npy, the image as decoded); with a cache `root`, in its folder for the image's folder (storage/places.py,
+    .full.npy, the image as decoded); with a cache `root`, in its folder for the image's folder (storage/cache_places.py,
     relocated: <folder name>-<hash>)."""
     name = f"{image}.{'full' if imgsz is None else imgsz}.npy"
     if root is None:
@@ -90,7 +91,7 @@ def _written_bytes(paths: np.ndarray, imgsz: int | None, root: str | None) -> in
 def disk_images(records: RecordTable, imgsz: int | None, augment: bool, cache_dir: str | Path | None = None,
                 storage: Storage = LOCAL) -> DiskImages:
     """The .npy store of `records` at `imgsz`: beside the images, or in a cache folder when `cache_dir`
-    (--cache-dir) or $DETECT_CACHE_DIR names one or the first image's folder is read-only (storage/places.py,
+    (--cache-dir) or $DETECT_CACHE_DIR names one or the first image's folder is read-only (storage/cache_places.py,
     cache_root);
     one UserError when its disk cannot hold them, a warning when it cannot be written."""
     beside = Path(os.fsdecode(records.paths[0])).parent

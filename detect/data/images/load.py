@@ -8,7 +8,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from detect.data.storage.local import LOCAL, Storage
+from detect.data.storage.interface import Storage
+from detect.data.storage.local import LOCAL
 
 
 def decode_truncated_jpeg(data: bytes) -> np.ndarray | None:

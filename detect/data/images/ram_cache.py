@@ -16,7 +16,8 @@ import numpy as np
 from detect.atomic_file import remove_file, replacing
 from detect.data.images.load import load_resized, read_failure, resized_shapes
 from detect.data.records import RecordTable
-from detect.data.storage.local import LOCAL, Storage
+from detect.data.storage.interface import Storage
+from detect.data.storage.local import LOCAL
 from detect.errors import UserError
 
 LOGGER = logging.getLogger(__name__)

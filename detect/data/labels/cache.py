@@ -1,6 +1,6 @@
 """The label-check cache: flat numpy arrays in one .npz, keyed by a hash of the split's file list, every file's size
 and mtime, the class count and CACHE_VERSION, with a checksum of its contents; never trusted stale or corrupt; and
-the check's details file beside it. Where they go: storage/places.py."""
+the check's details file beside it. Where they go: storage/cache_places.py."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import numpy as np
 
 from detect.atomic_file import make_folder, replacing, write_text
 from detect.data.labels.check import DEFAULT_BOUNDS, CheckedImages, ImageBounds
-from detect.data.storage.places import CACHE_DIR_VARIABLE, folder_writable
+from detect.data.storage.cache_places import CACHE_DIR_VARIABLE, folder_writable
 
 LOGGER = logging.getLogger(__name__)
 

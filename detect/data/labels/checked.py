@@ -14,7 +14,8 @@ from itertools import repeat
 
 from detect.data.labels import check
 from detect.data.labels.check import CheckedImages
-from detect.data.storage.local import LOCAL, Storage
+from detect.data.storage.interface import Storage
+from detect.data.storage.local import LOCAL
 
 LOGGER = logging.getLogger(__name__)
 # From this many images the check runs in processes (below, threads overlap the file reads of a network disk).

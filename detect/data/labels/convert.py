@@ -23,7 +23,7 @@ from detect.data.data_config import DataConfig
 from detect.data.labels.check import DEFAULT_BOUNDS, ImageBounds
 from detect.data.labels.split import LabelledSplit, load_split
 from detect.data.records import label_path_for
-from detect.data.storage.places import folder_writable
+from detect.data.storage.cache_places import folder_writable
 from detect.errors import UserError
 from detect.ops.boxes import xywhn_to_xyxy, xyxy_to_ltwh
 

@@ -15,7 +15,7 @@ from detect import atomic_file
 from detect.data.annotations.formats import AnnotationSource, read_split_labels
 from detect.data.data_config import DataConfig
 from detect.data.records import label_path_for
-from detect.data.storage.local import Storage
+from detect.data.storage.interface import Storage
 
 LOGGER = logging.getLogger(__name__)
 

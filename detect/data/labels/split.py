@@ -16,7 +16,8 @@ from detect.data.labels.checked import check_images
 from detect.data.labels.report import summarise
 from detect.data.labels.sources import label_sources
 from detect.data.records import RecordTable, assign_image_ids
-from detect.data.storage.local import LOCAL, Storage
+from detect.data.storage.interface import Storage
+from detect.data.storage.local import LOCAL
 from detect.errors import UserError
 
 

@@ -12,7 +12,8 @@ import numpy as np
 from detect.data.images.disk_cache import DiskImages
 from detect.data.images.load import read_image, resize_to_imgsz
 from detect.data.images.ram_cache import RamImages
-from detect.data.storage.local import LOCAL, Storage
+from detect.data.storage.interface import Storage
+from detect.data.storage.local import LOCAL
 from detect.data.tiles.windows import Windows
 
 

@@ -5,12 +5,20 @@ they need CANN. The calls are those of ais_bench.infer.interface.InferSession: I
 get_inputs() / get_outputs() (descriptions with name, shape, datatype: aclDataType codes), infer(feeds,
 mode="static") -> list of numpy arrays, free_resource(). Tested against a stand-in with those signatures only
 (tests/ais_bench_standin.py); this path has not run on a chip here.
+
+ais_bench's aclruntime makes an ACL context of its own current on the calling thread (when the session is made and
+before every copy of a tensor), the thread where torch_npu runs NMS next, and nothing documents that torch_npu's ops
+still run then; torch_npu's own set_device would not help (it returns early for the thread's device). So every call
+into the session is wrapped: the thread's current context is read before it and made current again after it, with
+pyACL (`import acl`, CANN's python/site-packages) (docs/torch-npu.md, "First hour").
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +43,30 @@ def _infer_session():
     return InferSession
 
 
-def _metadata(path: Path) -> ExportInfo:
+def _pyacl():
+    """pyACL's `acl` module, or one line naming where it comes from."""
+    try:
+        import acl
+    except ImportError as error:
+        raise UserError(f"running an .om needs pyACL (`import acl`, in CANN's python/site-packages, on PYTHONPATH once "
+                        f"CANN's set_env.sh is sourced), which keeps the NPU backend's ACL context current around "
+                        f"ais_bench's calls ({error})") from None
+    return acl
+
+
+@contextlib.contextmanager
+def context_kept(acl) -> Iterator[None]:
+    """The ACL context current on this thread before the block is current again after it (none: nothing to keep)."""
+    context, status = acl.rt.get_context()
+    try:
+        yield
+    finally:
+        if status == 0 and context is not None:
+            acl.rt.set_context(context)
+
+
+def _metadata(path: Path) -> tuple[ExportInfo, str | None]:
+    """The .om's export metadata and the chip it was compiled for, from <stem>.om.json."""
     sidecar = path.with_suffix(METADATA_SUFFIX)
     if not sidecar.is_file():
         raise UserError(f"{path}: its metadata {sidecar.name} is missing (python -m detect.export --include om "
@@ -44,7 +75,16 @@ def _metadata(path: Path) -> ExportInfo:
         values = json.loads(sidecar.read_text())
     except (OSError, ValueError) as error:
         raise UserError(f"{sidecar}: not readable JSON ({error})") from None
-    return ExportInfo.from_values(values, path)
+    return ExportInfo.from_values(values, path), values.get("soc_version")
+
+
+def _check_chip(path: Path, compiled_for: str | None, backend: Backend) -> None:
+    """An .om runs on the chip ATC compiled it for: one named in its .om.json that is not this NPU's is refused
+    (docs/torch-npu.md, "First hour")."""
+    chip = backend.device_name()
+    if compiled_for and compiled_for != chip:
+        raise UserError(f"{path} was compiled for {compiled_for} (its {METADATA_SUFFIX}) but {backend.device} is "
+                        f"{chip}: export it again with --soc-version {chip}")
 
 
 class OmInference(ExportedModel):
@@ -56,8 +96,11 @@ class OmInference(ExportedModel):
     def __init__(self, path: str | Path, backend: Backend) -> None:
         self.path = existing_file(path, "OM")
         device_id = backend.offline_model_device()
-        info = _metadata(self.path)
-        self.session = _infer_session()(device_id, str(self.path))
+        info, compiled_for = _metadata(self.path)
+        _check_chip(self.path, compiled_for, backend)
+        session_class, self._acl = _infer_session(), _pyacl()
+        with context_kept(self._acl):
+            self.session = session_class(device_id, str(self.path))
         graph_input = self.session.get_inputs()[0]
         dtype = ACL_DTYPES.get(int(graph_input.datatype))
         if dtype is None:
@@ -68,4 +111,5 @@ class OmInference(ExportedModel):
         LOGGER.info("%s runs in ais_bench on Ascend device %d", self.path, device_id)
 
     def _run(self, array: np.ndarray) -> np.ndarray:
-        return self.session.infer([array], mode="static")[0]
+        with context_kept(self._acl):
+            return self.session.infer([array], mode="static")[0]

@@ -7,7 +7,7 @@ falls back to DataParallel here), which runs the same command line once per devi
 torchrun's agent stops the others within its monitor interval and names it; a rank that hangs instead is caught by
 --dist-timeout, which every collective inherits: the rank that waited names the ranks whose heartbeats in the job's
 store stopped and the collective it waited in (collective_failure). Rank-local work of any length (label checks,
-caches; the main rank's AutoAnchor, AMP check and labels.png) waits at patient_barrier, under no deadline.
+caches; the main rank's AutoAnchor, AMP timing and check and labels.png) waits at patient_barrier, under no deadline.
 """
 
 from detect.training.distributed.collectives import (
@@ -18,6 +18,7 @@ from detect.training.distributed.collectives import (
     collective_failure,
     entering,
     gather_objects,
+    main_rank_answer,
     patient_barrier,
     replicas_in_sync,
 )
@@ -35,5 +36,5 @@ from detect.training.distributed.liveness import JobStore
 
 __all__ = ["DistContext", "JobStore", "all_gather_objects", "any_rank", "broadcast_object", "broadcast_tensors",
            "collective_failure", "destroy_process_group", "entering", "gather_objects", "host_cores",
-           "init_process_group", "join_attempt", "launch_ranks", "one_voice", "patient_barrier", "replicas_in_sync",
-           "stop_signals_handled_by"]
+           "init_process_group", "join_attempt", "launch_ranks", "main_rank_answer", "one_voice", "patient_barrier",
+           "replicas_in_sync", "stop_signals_handled_by"]

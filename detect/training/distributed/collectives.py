@@ -1,13 +1,13 @@
 """The collectives the trainer uses, each a no-op at world size 1 and each naming the wait it enters, so that a rank
 whose --dist-timeout ran out names the collective and the ranks that went silent (collective_failure); rank-local
-work of any length (label checks, caches; the main rank's AutoAnchor, AMP check and labels.png) waits at
+work of any length (label checks, caches; the main rank's AutoAnchor, AMP timing and check and labels.png) waits at
 patient_barrier, under no deadline."""
 
 from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import torch
@@ -61,6 +61,14 @@ def patient_barrier(context: DistContext, name: str) -> None:
         if time.monotonic() > deadline:
             raise dist.DistStoreError(f"rank {context.rank} waited {LOCAL_WORK_TIMEOUT} at the barrier {name!r}")
         time.sleep(BARRIER_POLL_S)
+
+
+def main_rank_answer(context: DistContext, name: str, work: Callable[[], T]) -> T:
+    """`work()` done on the main rank alone, however long it takes (the others wait at patient_barrier `name`), and
+    its answer on every rank."""
+    answer = work() if context.is_main else None
+    patient_barrier(context, name)
+    return broadcast_object(context, answer)
 
 
 def broadcast_object(context: DistContext, value: T) -> T:

@@ -164,7 +164,7 @@ def host_cores(spec: str, device: str, backend: Backend, context: DistContext) -
         request = parse_devices(device)
         if not context.distributed:
             devices = [backend.device.index]
-        elif len(request.indices) > 1:  # --device 0,1,...: local rank r takes the r-th (build.select_backend)
+        elif len(request.indices) > 1:  # --device 0,1,...: local rank r takes the r-th (recipe.precision_request)
             devices = list(request.indices)
         else:
             devices = list(range(context.local_world_size))

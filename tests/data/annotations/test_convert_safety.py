@@ -76,7 +76,7 @@ def test_an_out_that_is_a_file_under_a_file_or_read_only_is_one_line(tmp_path: P
     assert (tmp_path / "a_file").read_text() == "mine\n"
     locked = tmp_path / "locked"
     locked.mkdir()
-    locked.chmod(0o555)  # no write bits: read-only, even for root (storage/places.py, folder_writable)
+    locked.chmod(0o555)  # no write bits: read-only, even for root (storage/cache_places.py, folder_writable)
     try:
         assert "cannot be written" in _refused(source, locked / "out")
     finally:

@@ -22,8 +22,8 @@ from detect.data.images import ram_cache
 from detect.data.images.disk_cache import disk_images, npy_path
 from detect.data.images.load import load_resized
 from detect.data.images.ram_cache import NodeShare, RamImages, cache_images, check_memory
-from detect.data.storage.local import Storage
-from detect.data.storage.places import CACHE_DIR_VARIABLE
+from detect.data.storage.cache_places import CACHE_DIR_VARIABLE
+from detect.data.storage.interface import Storage
 from detect.errors import UserError
 from tests.data.helpers import simple_dataset
 

@@ -15,7 +15,7 @@ from detect.data import load_data_config, load_split
 from detect.data.__main__ import main as data_main
 from detect.data.data_config import DataConfig
 from detect.data.labels.cache import ARRAYS, read_cache
-from detect.data.storage.places import CACHE_DIR_VARIABLE
+from detect.data.storage.cache_places import CACHE_DIR_VARIABLE
 from tests.data.helpers import simple_dataset, write_sample
 
 FLIPS = 400

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from detect.data.remote.object_cache import LIMIT_VARIABLE, LOW_WATER, ObjectCache, limit_bytes
+from detect.data.storage.object_cache import LIMIT_VARIABLE, LOW_WATER, ObjectCache, limit_bytes
 from detect.errors import UserError
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from detect.data import load_data_config
-from detect.data.remote.store import Bucket
+from detect.data.storage.bucket_client import Bucket
 from detect.errors import UserError
 
 

@@ -1,7 +1,8 @@
-"""A bucket as a dataset's storage: its mirror folder in the cache folder, whose files are fetched on first read
-through the disk cache (object_cache.py); the bucket's listing, kept locally for a while; a split's images listed
-from it, their listed sizes and times for the label cache's key, its label cache kept by object keys; the label
-check and the loader's workers fetch as they go (fetch_ahead.py)."""
+"""A bucket (s3://, obs://) as a dataset's storage (the interface: interface.py): its mirror folder in the cache
+folder, whose files are fetched on first read from the bucket's client (bucket_client.py) through the disk cache
+(object_cache.py); the bucket's listing, kept locally for a while; a split's images listed from it, their listed
+sizes and times for the label cache's key, its label cache kept by object keys; the label check and the loader's
+workers fetch as they go (fetch_ahead.py)."""
 
 from __future__ import annotations
 
@@ -17,12 +18,13 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from detect.atomic_file import make_folder, remove_file, replacing
-from detect.data.remote.fetch_ahead import FetchAhead
-from detect.data.remote.object_cache import ObjectCache, limit_bytes
-from detect.data.remote.store import Bucket
+from detect.data.storage.bucket_client import Bucket
+from detect.data.storage.cache_places import CACHE_DIR_VARIABLE, relocated
+from detect.data.storage.fetch_ahead import FetchAhead
 from detect.data.storage.files import Listing, is_image
-from detect.data.storage.local import Storage, listed_images
-from detect.data.storage.places import CACHE_DIR_VARIABLE, relocated
+from detect.data.storage.interface import Storage
+from detect.data.storage.local import listed_images
+from detect.data.storage.object_cache import ObjectCache, limit_bytes
 from detect.errors import UserError
 
 LOGGER = logging.getLogger(__name__)

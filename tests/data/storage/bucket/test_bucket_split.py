@@ -15,9 +15,9 @@ import torch
 
 from detect.config import Hyp
 from detect.data import AugmentSettings, TrainLoaderSettings, build_train_loader, load_data_config, load_split
-from detect.data.remote import store
-from detect.data.remote.bucket import LISTING_TTL_VARIABLE
-from detect.data.remote.fetch_ahead import FetchAhead
+from detect.data.storage import bucket_client
+from detect.data.storage.bucket import LISTING_TTL_VARIABLE
+from detect.data.storage.fetch_ahead import FetchAhead
 from detect.errors import UserError
 from tests.training.helpers import tiny_dataset
 
@@ -132,7 +132,7 @@ def test_errors_are_one_line(problem, bucket_yaml, tmp_path, monkeypatch):
         expected = r"s3://none-\d+/sets/tiny: no bucket 'none-\d+' at http://127.0.0.1:\d+ \(check the data yaml's"
     else:
         monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{_free_port()}")
-        monkeypatch.setattr(store, "ATTEMPTS", 1)  # a user's three tries of each call take 5 s
+        monkeypatch.setattr(bucket_client, "ATTEMPTS", 1)  # a user's three tries of each call take 5 s
         expected = r"s3://tiny-\d+/sets/tiny: cannot reach http://127.0.0.1:\d+ \(EndpointConnectionError\); check "
     with pytest.raises(UserError, match=expected) as raised:
         load_split(load_data_config(bucket_yaml), "train", cache_dir=tmp_path / "cache")

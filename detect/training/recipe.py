@@ -1,0 +1,249 @@
+"""A training run's settings read once: checked against each other, the model, the job, the device and the data, and
+resolved into one frozen RunRecipe, from which training/build.py builds the run without reading a setting. Every
+check between settings that needs more than the flags themselves is here, each a one-line UserError made before
+anything is written: a new run's model checks before the process group (every rank can tell alone), the others once
+the job is joined and a resumed run's stored settings are known. (A pair of flags alone, --rect with --multi-scale,
+is refused as TrainSettings is made.)"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+from detect import backend as backends
+from detect.backend.autobatch import fit_batch_size
+from detect.config import Hyp, load_hyp
+from detect.data import AugmentSettings, DataConfig, TrainLoaderSettings, ValLoaderSettings, load_data_config
+from detect.data.data_config import check_sources
+from detect.data.labels.check import ImageBounds
+from detect.data.loader import default_workers
+from detect.data.tiles.windows import TileSettings
+from detect.errors import UserError
+from detect.inference.slicing import SliceSettings
+from detect.models.transfer import AnchorFit, ModelSource
+from detect.models.yolo import check_class_count
+from detect.training.distributed import DistContext, host_cores, init_process_group, one_voice
+from detect.training.optim import OptimSettings
+from detect.training.resume import ResumePoint, resume_point
+from detect.training.run_folder import RunPlace
+from detect.training.settings import AUTO_BATCH, NEW_RUN, Resume, TrainSettings
+from detect.training.step import StepRecipe
+
+LOGGER = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class PrecisionRequest:
+    """What the run asks of this rank's backend: its device (the spec at the rank's place in the job), --amp or
+    --no-amp (None: the device's default, which the AMP check then tries on the model) and the NPU's options."""
+
+    device: str
+    amp: bool | None = None
+    npu_jit_compile: bool | None = None
+    npu_allow_hf32: bool | None = None
+    nms_device: str = "device"  # where validation's NMS runs: the device or the host (--nms-device)
+
+    def backend(self) -> backends.Backend:
+        """The backend this request selects."""
+        return backends.select(self.device, amp=self.amp, npu_jit_compile=self.npu_jit_compile,
+                               npu_allow_hf32=self.npu_allow_hf32, nms_device=self.nms_device)
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitCheck:
+    """What the label check of a split takes besides the data yaml: --single-cls, the cache folder, each image's
+    bounds."""
+
+    single_cls: bool
+    cache_dir: str | None
+    bounds: ImageBounds
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRecipe:
+    """A run as this rank builds it: what it joined and read, then every value of its set-up, resolved."""
+
+    settings: TrainSettings  # the run's own (imgsz fitted, AutoBatch's batch, a resumed run's): checkpoints and
+    #                          config.yaml keep them, the trainer and the hooks read them
+    hyp: Hyp
+    context: DistContext  # this rank in the job it joined
+    backend: backends.Backend  # this rank's device, before the AMP check
+    point: ResumePoint | None  # the checkpoint a resumed run continues (None: a new run)
+    source: ModelSource | None  # what a new run's model is made from
+    data: DataConfig
+    precision: PrecisionRequest
+    imgsz: int  # fitted to the model's largest stride
+    rank_batch: int  # this rank's share of the global batch
+    split_check: SplitCheck
+    train_loading: TrainLoaderSettings
+    val_loading: ValLoaderSettings  # the model's stride is set when it is built
+    slicing: SliceSettings | None  # a tiled run is scored by sliced inference over windows of its tile size
+    freeze: tuple[int, ...]
+    anchors: AnchorFit | None  # None: no AutoAnchor (--noautoanchor, a resumed run)
+    step: StepRecipe
+    sync_bn: bool
+    multi_scale: bool
+    epochs: int
+    seed: int
+    folder: RunPlace
+    label_plots: bool  # labels.png: a new run's, unless --noplots
+
+
+def resolve_run(settings: TrainSettings, context: DistContext, resume: Resume = NEW_RUN,
+                overrides: dict[str, Any] | None = None) -> RunRecipe:
+    """This rank's recipe, in order: a new run's batch, model and image size checked (before the process group:
+    every rank can tell alone), this rank's device and the job's process group, where the run resumes from (a resumed
+    run's stored settings and device, `overrides` replacing some), the data yaml checked against the model,
+    AutoBatch's batch, this rank's host cores; then every value the set-up builds from."""
+    hyp, source = None, None
+    if not resume.asked:
+        check_batch_size(settings, context)  # a bad flag must not leave ranks waiting
+        settings, hyp, source = _new_run(settings)
+    settings, context, backend, point = _join(settings, context, resume, overrides or {})
+    data = load_data_config(settings.data)
+    if source is not None:
+        check_class_count(source.spec, len(data.names))  # before the label check
+    check_sources(data, ("train", "val"))  # every rank validates its share
+    if settings.batch_size == AUTO_BATCH:  # measured with the new run's model on this device (one device)
+        model = source.build(data.names).to(backend.device).train()
+        settings = dataclasses.replace(settings, batch_size=fit_batch_size(model, backend, settings.imgsz))
+        del model
+        backend.empty_cache()
+    cores = host_cores(settings.cpu_affinity, settings.device, backend, context)
+    return _resolved(_Joined(settings, hyp or point.checkpoint.hyp, context, backend, point, source, data), cores)
+
+
+def _new_run(settings: TrainSettings) -> tuple[TrainSettings, Hyp, ModelSource]:
+    """A new run's hyp and model, and the settings checked against them: a model given, --freeze within its layers,
+    AutoAnchor on for anchors it must compute; --imgsz fitted to its largest stride (yolov5's rule for training: a
+    multiple of it, at least twice it)."""
+    hyp = load_hyp(settings.hyp)
+    if settings.cfg is None and settings.weights is None:
+        raise UserError("give a model: --cfg yolov5s.yaml (from scratch) and/or --weights FILE (fine-tune)")
+    source = ModelSource.read(settings.cfg, settings.weights, hyp.anchors)
+    layers = len(source.spec.layers)
+    if max(settings.freeze) >= layers:
+        raise UserError(f"--freeze {' '.join(map(str, settings.freeze))}: the model has {layers} layers (0-"
+                        f"{layers - 1}); freeze fewer, so that its Detect head (layer {layers - 1}) still trains")
+    if source.anchors_to_compute and settings.noautoanchor:
+        raise UserError(f"--noautoanchor: {settings.hyp if hyp.anchors else settings.cfg} gives `anchors: "
+                        f"{source.spec.anchors}` (a count), which AutoAnchor computes from the labels: drop "
+                        "--noautoanchor")
+    stride = source.max_stride
+    imgsz = max(math.ceil(settings.imgsz / stride) * stride, 2 * stride)
+    if imgsz != settings.imgsz:
+        LOGGER.warning("--imgsz %d: the model needs a multiple of its largest stride %d, at least %d: training at %d",
+                       settings.imgsz, stride, 2 * stride, imgsz)
+    return dataclasses.replace(settings, imgsz=imgsz), hyp, source
+
+
+def _join(settings: TrainSettings, context: DistContext, resume: Resume,
+          overrides: dict[str, Any]) -> tuple[TrainSettings, DistContext, backends.Backend, ResumePoint | None]:
+    """This rank's device and the job's process group, then where the run resumes from, the same on every rank: a
+    resumed run's stored settings (the batch checked over this job's ranks) and device, which must be of the kind the
+    job joined on; --sync-bn checked against the device and the job."""
+    backend = precision_request(settings, context).backend()
+    backend.set_device()
+    context = init_process_group(context, backend.distributed_backend, settings.dist_timeout)
+    project = Path(settings.project)  # where a bare --resume looks for the newest run
+    point, context = resume_point(project, context, resume, overrides)
+    one_voice(context)  # the rank that writes the run speaks, whatever its number
+    if point is not None:
+        settings, joined = point.settings, backend
+        check_batch_size(settings, context)
+        backend = precision_request(settings, context).backend()
+        if context.distributed and backend.distributed_backend != joined.distributed_backend:
+            raise UserError(f"--resume: the run was trained with --device {settings.device}; give the same --device "
+                            f"again (the job's ranks joined on {joined.device.type})")
+        backend.set_device()
+        LOGGER.info("resuming from %s: epoch %d, batch %d", point.path, point.checkpoint.counters.epoch + 1,
+                    point.checkpoint.counters.batch)
+    if settings.sync_bn and backend.device.type == "cpu":
+        raise UserError("--sync-bn needs GPUs or NPUs: torch's SyncBatchNorm does not run on the CPU")
+    if settings.sync_bn and not context.distributed:
+        LOGGER.warning("--sync-bn does nothing in a single process (launch with torchrun)")
+    return settings, context, backend, point
+
+
+@dataclasses.dataclass(frozen=True)
+class _Joined:
+    """What a run joined and read before its recipe is resolved (RunRecipe's first fields)."""
+
+    settings: TrainSettings
+    hyp: Hyp
+    context: DistContext
+    backend: backends.Backend
+    point: ResumePoint | None
+    source: ModelSource | None
+    data: DataConfig
+
+
+def _resolved(joined: _Joined, cores: list[int] | None) -> RunRecipe:
+    """The recipe's values, from the run's settings, hyp, job and data; loader workers per rank as yolov5: no more
+    than the rank's share of the cores (its --cpu-affinity cores when pinned), nor than its batch."""
+    settings, context, hyp = joined.settings, joined.context, joined.hyp
+    rank_batch = settings.batch_size // context.world_size
+    share = default_workers(context.world_size) if cores is None else min(8, len(cores))
+    workers = min(settings.workers, share, rank_batch)
+    tiles = tile_settings(settings, joined.data.tile)
+    pinned = joined.backend.device.type != "cpu"
+    train_loading = TrainLoaderSettings(AugmentSettings.from_hyp(hyp), settings.imgsz, rank_batch, workers,
+                                        seed=settings.seed, rank=context.rank, world_size=context.world_size,
+                                        cache=settings.cache, pin_memory=pinned, rect=settings.rect,
+                                        cache_dir=settings.cache_dir, tiles=tiles)
+    val_batch = 2 * rank_batch  # as yolov5
+    val_loading = ValLoaderSettings(settings.imgsz, val_batch, workers, pin_memory=pinned, rank=context.rank,
+                                    world_size=context.world_size, windows=tiles)
+    slicing = tiles and SliceSettings(tiles.size, tiles.overlap, batch_size=val_batch, max_windows=tiles.max_windows)
+    precision = precision_request(settings, context)
+    optim = OptimSettings.from_hyp(hyp, settings.optimizer, settings.cos_lr)
+    anchors = None if joined.point is not None or settings.noautoanchor else AnchorFit(
+        settings.imgsz, hyp.anchor_t, settings.seed, joined.source.anchors_to_compute)
+    return RunRecipe(
+        **vars(joined), precision=precision, imgsz=settings.imgsz, rank_batch=rank_batch,
+        split_check=SplitCheck(settings.single_cls, settings.cache_dir, ImageBounds(settings.max_pixels,
+                                                                                   settings.max_boxes)),
+        train_loading=train_loading, val_loading=val_loading, slicing=slicing, freeze=settings.freeze, anchors=anchors,
+        step=StepRecipe(hyp, optim, settings.batch_size, settings.imgsz, settings.label_smoothing),
+        sync_bn=settings.sync_bn, multi_scale=settings.multi_scale, epochs=settings.epochs, seed=settings.seed,
+        folder=RunPlace(settings.project, settings.name, settings.exist_ok or joined.point is not None),
+        label_plots=joined.point is None and not settings.noplots)
+
+
+def precision_request(settings: TrainSettings, context: DistContext) -> PrecisionRequest:
+    """The backend's request for this rank: under torchrun the device at LOCAL_RANK in a --device list (0,1,2,3),
+    else the accelerator whose index is LOCAL_RANK, whatever index --device names."""
+    request = backends.parse_devices(settings.device)
+    device = settings.device
+    if context.distributed and request.kind != "cpu":
+        if len(request.indices) > 1:
+            device = request.spec(context.local_rank)
+        else:
+            kind = backends.parse_spec(request.spec())[0]
+            kind = backends.select(kind, amp=False).name if kind == "auto" else kind
+            device = kind if kind == "cpu" else f"{kind}:{context.local_rank}"
+    return PrecisionRequest(device, settings.amp, settings.npu_jit_compile, settings.npu_allow_hf32,
+                            settings.nms_device)
+
+
+def tile_settings(settings: TrainSettings, from_yaml: TileSettings | None) -> TileSettings | None:
+    """The windows a run trains on: the data yaml's tile: with --tile, --tile-overlap and --max-windows over it; None:
+    whole images (no tile: and no --tile, or --tile 0)."""
+    if settings.tile == 0 or settings.tile is None and from_yaml is None:
+        return None
+    base = from_yaml or TileSettings(size=settings.tile)
+    overlap = base.overlap if settings.tile_overlap is None else settings.tile_overlap
+    return dataclasses.replace(base, size=settings.tile or base.size, overlap=overlap,
+                               max_windows=settings.max_windows)
+
+
+def check_batch_size(settings: TrainSettings, context: DistContext) -> None:
+    """The global batch must divide over the ranks; AutoBatch measures one device."""
+    if settings.batch_size == AUTO_BATCH and context.distributed:
+        raise UserError("--batch-size -1 (AutoBatch) measures one device: give the total batch size for "
+                        f"{context.world_size} ranks")
+    if settings.batch_size % context.world_size:
+        raise UserError(f"--batch-size {settings.batch_size} does not divide over {context.world_size} ranks")
