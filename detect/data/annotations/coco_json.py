@@ -19,6 +19,7 @@ from detect.data.categories import json_categories
 from detect.errors import UserError, short_repr
 
 UNLISTED_IMAGE = "annotation of an image the json does not list"
+PLURAL = {"category": "categories", "image": "images"}
 
 
 def read_coco(path: Path) -> ParsedLabels:
@@ -38,8 +39,8 @@ def _unique_ids(entries: list[dict], kind: str, path: Path) -> list[int]:
         for entry, number in zip(entries, ids):
             if number in seen:
                 first, second = (short_repr(item.get("file_name", item.get("name"))) for item in (seen[number], entry))
-                raise UserError(f"{path}: {kind}s {first} and {second} share id {number}: each {kind} needs an id of "
-                                f"its own (the boxes of {kind} {number} could belong to either)")
+                raise UserError(f"{path}: {PLURAL[kind]} {first} and {second} share id {number}: each {kind} needs an "
+                                f"id of its own (the boxes of {kind} {number} could belong to either)")
             seen[number] = entry
     return ids
 
@@ -68,8 +69,6 @@ def _parse(data: dict, path: Path) -> ParsedLabels:
             continue
         annotations.append(item)
     sizes = np.array([[image["width"], image["height"]] for image in images], np.float64).reshape(-1, 2)
-    if (sizes <= 0).any():
-        raise ValueError("an image with width or height <= 0")
     owners = np.array([row_of[int(item["image_id"])] for item in annotations], np.int64)
     ltwh = np.array([item["bbox"] for item in annotations], np.float64).reshape(-1, 4)
     corners = np.concatenate([ltwh[:, :2], ltwh[:, :2] + ltwh[:, 2:]], axis=1)

@@ -1,9 +1,9 @@
 """A COCO instances json's values as tools and pandas type them, read once into one form: ids, image ids and category
 ids whole numbers (1, 1.0, "1", "1.0", "np.int64(1)"), a box four numbers (a list of numbers or of numeric strings, or
 one string "[x, y, w, h]"), an area a number (missing, null or NaN: the box's), iscrowd 0 or 1 (true, "0", "false"...,
-missing: 0), an image's width and height whole numbers. What cannot be read as one is one UserError naming the file and
-the first entry that holds it. The reader (coco_json.py) and the evaluators (evaluation/) take this form, never the
-file's own."""
+missing: 0), an image's width and height whole numbers above 0. What cannot be read as one is one UserError naming
+the file and the first entry that holds it. The reader (coco_json.py) and the evaluators (evaluation/) take this form,
+never the file's own."""
 
 from __future__ import annotations
 
@@ -53,6 +53,14 @@ def _whole(value: Any) -> int:
         number = int(real)
     if not -ID_LIMIT < number < ID_LIMIT:
         raise _NotRead("a whole number within the signed 64 bits COCO's evaluators index by")
+    return number
+
+
+def _size(value: Any) -> int:
+    """An image's width or height: a whole number above 0 (a box is a fraction of it)."""
+    number = _whole(value)
+    if number <= 0:
+        raise _NotRead("a whole number above 0")
     return number
 
 
@@ -138,7 +146,7 @@ def normalised(data: Any, path: Path) -> dict:
             raise UserError(f"{path}: not {WHAT} (no '{key}')")
     return {**data,
             "images": _read_entries(data["images"], "image", {
-                "id": (_whole, True), "width": (_whole, True), "height": (_whole, True), "file_name": (str, False)},
+                "id": (_whole, True), "width": (_size, True), "height": (_size, True), "file_name": (str, False)},
                 path),
             "categories": _read_entries(data["categories"], "category", {"id": (_whole, True), "name": (str, True)},
                                         path),

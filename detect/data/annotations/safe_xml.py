@@ -1,12 +1,13 @@
 """XML read without a DTD: a file that declares one (and so could declare entities: the "billion laughs" expansion,
 an external file pulled in) is refused before anything in it is expanded or opened.
 
-Encodings: expat reads UTF-8, UTF-16 and the single-byte encodings Python knows (ISO-8859-1, windows-1252 ...), but
-no multi-byte one. A file that starts with a byte-order mark is in the mark's encoding (UTF-8, UTF-16 or UTF-32), and
-one whose declaration names another is refused; GBK, GB2312, GB18030 and HZ, which Chinese labelling tools declare,
-and utf-8-sig are decoded here and handed to expat as UTF-8. What cannot be read is one line that says what was seen
-(the declared encoding or none, the byte-order mark or none, the first byte that is not in the encoding read) and
-what to do."""
+Encodings: expat reads UTF-8 and UTF-16 itself and any other encoding one byte a character, so a multi-byte one
+(Big5, Shift_JIS, GBK) is "multi-byte encodings are not supported" and one that changes meaning after an escape (HZ,
+ISO-2022-JP) "not well-formed". So a file that starts with a byte-order mark is in the mark's encoding (UTF-8, UTF-16
+or UTF-32), and one whose declaration names another is refused; any other encoding a file declares, if Python knows
+it as a text encoding, is decoded here and handed to expat as UTF-8. What cannot be read is one line that says what
+was seen (the declared encoding or none, the byte-order mark or none, the first byte that is not in the encoding
+read) and what to do."""
 
 from __future__ import annotations
 
@@ -19,8 +20,6 @@ from xml.parsers import expat
 from detect.errors import UserError, short_repr
 
 DECLARED_ENCODING = re.compile(r"""^\ufeff?\s*<\?xml[^>]*?\sencoding\s*=\s*["']([^"']{1,40})["']""")
-DECODED_HERE = ("gbk", "gb2312", "gb18030", "hz", "utf-8-sig")  # Python's codec names (codecs.lookup: "cp936" ...)
-READ = "UTF-8, UTF-16, UTF-32, single-byte encodings, GBK, GB2312, GB18030 and HZ"
 # (mark, its encoding as codecs names it, as messages name it): UTF-32's marks first, as UTF-16 LE's begins UTF-32 LE's
 MARKS = ((codecs.BOM_UTF32_LE, "utf-32", "UTF-32"), (codecs.BOM_UTF32_BE, "utf-32", "UTF-32"),
          (codecs.BOM_UTF8, "utf-8-sig", "UTF-8"), (codecs.BOM_UTF16_LE, "utf-16", "UTF-16"),
@@ -68,9 +67,11 @@ class _Seen:
         if self.declared is not None:
             try:
                 self.codec = codecs.lookup(self.declared).name
+                b"<".decode(self.codec, "ignore")  # a codec that is no text encoding (base64, rot13): LookupError
             except LookupError:
-                raise UserError(f"{path}: declares encoding {short_repr(self.declared)}, which Python does not know "
-                                f"(this reads {READ}: save it as UTF-8)") from None
+                raise UserError(f"{path}: {self}, an encoding Python does not know as text: declare the encoding its "
+                                "bytes are in (UTF-8, GB18030, Big5, Shift_JIS, windows-1252 ...), or save it as "
+                                "UTF-8") from None
 
     def __str__(self) -> str:
         """'it declares 'GBK' and starts with a UTF-8 byte-order mark', 'it declares no encoding (XML then reads
@@ -102,7 +103,7 @@ def _for_expat(data: bytes, path: Path) -> tuple[bytes, str | None]:
     if seen.codec in ("utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be"):
         raise UserError(f"{path}: {seen}, but its first line is one byte a character, which {seen.declared} never "
                         f"is: the declaration is wrong; {_hint(data, seen.codec)}")
-    if seen.codec in DECODED_HERE:
+    if seen.codec not in (None, "utf-8"):
         return _decoded(data, seen.codec, seen.declared, seen, path)
     return data, None
 
@@ -110,10 +111,9 @@ def _for_expat(data: bytes, path: Path) -> tuple[bytes, str | None]:
 def _not_well_formed(data: bytes, path: Path, error: Exception) -> UserError:
     """The line for expat's error: the encoding read and its first bad byte where the bytes are not in it."""
     seen = _Seen(data, path)
-    read_as = seen.codec or "utf-8"
-    bad = _first_bad_byte(data, read_as) if read_as not in DECODED_HERE and not seen.mark else None
+    bad = None if seen.mark or seen.codec not in (None, "utf-8") else _first_bad_byte(data, "utf-8")  # else decoded
     if bad is not None:
-        return UserError(f"{path}: {seen}, but {bad} is not {seen.declared or 'UTF-8'}: {_hint(data, read_as)}")
+        return UserError(f"{path}: {seen}, but {bad} is not {seen.declared or 'UTF-8'}: {_hint(data, 'utf-8')}")
     return UserError(f"{path}: not well-formed XML ({error or 'no root element'}; {seen})")
 
 
@@ -138,9 +138,5 @@ def read_xml(path: Path) -> ElementTree.Element:
         return builder.close()
     except _Refused:
         raise UserError(f"{path}: XML with a DTD or entity declaration is refused (labelling tools write none)") from None
-    except (ValueError, LookupError):  # expat's "multi-byte encodings are not supported", and its unknown names
-        seen = _Seen(original, path)
-        raise UserError(f"{path}: declares {short_repr(seen.declared)}, a multi-byte encoding this does not read (it "
-                        f"reads {READ}): save it as UTF-8 ({'a' if seen.mark else 'no'} byte-order mark)") from None
     except (expat.ExpatError, AssertionError) as error:  # TreeBuilder.close asserts a root element was seen
         raise _not_well_formed(original, path, error) from None

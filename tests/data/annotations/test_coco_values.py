@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from detect.data import load_data_config, load_split
+from detect.data.annotations.coco_json import read_coco
 from detect.data.annotations.coco_values import normalised
 from detect.errors import UserError
 from detect.evaluation.evaluator import CocoEvaluator
@@ -82,6 +83,17 @@ def test_an_image_or_category_that_is_no_number_is_named_too():
         normalised(data, Path("x.json"))
     with pytest.raises(UserError, match="x.json: category 1 of 1 .* has no 'name'"):
         normalised(_json() | {"categories": [{"id": 1}]}, Path("x.json"))
+    data["images"][0]["width"] = "0"  # a box is a fraction of the image: it was 'not a COCO instances json
+    with pytest.raises(UserError, match=r"image 1 of 1 \('a.jpg'\) has width '0', which is not a whole number above 0"):
+        normalised(data, Path("x.json"))  # (ValueError: an image with width or height <= 0)', naming no image
+
+
+def test_two_categories_of_one_id_as_tools_type_it_are_named(tmp_path: Path) -> None:
+    data = _json()
+    data["categories"].append({"id": "1.0", "name": "dog"})  # the same id once read
+    (tmp_path / "x.json").write_text(json.dumps(data))
+    with pytest.raises(UserError, match="x.json: categories 'cat' and 'dog' share id 1: each category needs an id"):
+        read_coco(tmp_path / "x.json")
 
 
 def _dataset(root: Path) -> tuple[Path, list]:

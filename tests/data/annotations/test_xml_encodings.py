@@ -1,7 +1,8 @@
-"""VOC and CVAT xml as Chinese labelling tools on Windows save them (GBK, GB2312, GB18030, HZ declared), or with a
-byte-order mark, read by `python -m detect.data` as a user runs it: the same boxes and class names as in UTF-8; any
-other multi-byte encoding, a name Python does not know, bytes that are not the declared encoding, or a declaration the
-byte-order mark contradicts: one line naming the file and saying what was seen and what to do, exit 2."""
+"""VOC and CVAT xml as labelling tools on Windows save them (GBK, GB2312, GB18030, HZ, Big5, Shift_JIS, EUC-KR,
+ISO-2022-JP declared: any text encoding Python knows), or with a byte-order mark, read by `python -m detect.data` as a
+user runs it: the same boxes and class names as in UTF-8; a name Python does not know as a text encoding, bytes that
+are not the declared encoding, or a declaration the byte-order mark contradicts: one line naming the file and saying
+what was seen and what to do, exit 2."""
 
 from __future__ import annotations
 
@@ -62,10 +63,12 @@ def test_gbk_gb2312_gb18030_read_as_utf_8(tmp_path: Path, form: str, encoding: s
 
 
 @pytest.mark.parametrize(("encoding", "codec", "line"), [
-    ("Big5", "utf-8", ("declares 'Big5', a multi-byte encoding this does not read (it reads UTF-8, UTF-16, UTF-32, "
-                      "single-byte encodings, GBK, GB2312, GB18030 and HZ): save it as UTF-8")),
-    ("x-chinese-9", "utf-8", ("declares encoding 'x-chinese-9', which Python does not know (this reads UTF-8, UTF-16, "
-                             "UTF-32, single-byte encodings, GBK, GB2312, GB18030 and HZ: save it as UTF-8)")),
+    ("x-chinese-9", "utf-8", ("it declares 'x-chinese-9' and has no byte-order mark, an encoding Python does not "
+                             "know as text: declare the encoding its bytes are in (UTF-8, GB18030, Big5, Shift_JIS, "
+                             "windows-1252 ...), or save it as UTF-8")),
+    ("base64", "utf-8", "it declares 'base64' and has no byte-order mark, an encoding Python does not know as text"),
+    ("Big5", "utf-8", ("it declares 'Big5' and has no byte-order mark, but byte 0x"  # UTF-8 bytes Big5 lacks
+                       )),
     ("GB2312", "gb18030", "it declares 'GB2312' and has no byte-order mark, but byte 0x"),  # a GB18030 four-byte character GB2312 lacks
 ])
 @pytest.mark.parametrize("form", ["voc", "cvat"])
@@ -117,3 +120,20 @@ def test_an_encoding_that_cannot_be_read_says_what_was_seen_and_what_to_do(tmp_p
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     errors = [text for text in done.stderr.splitlines() if text.startswith("error")]
     assert len(errors) == 1 and "街道.xml: " in errors[0] and line in errors[0], done.stderr
+
+
+@pytest.mark.parametrize("encoding", ["Big5", "Shift_JIS", "EUC-KR", "ISO-2022-JP", "cp950"])
+def test_any_multi_byte_encoding_python_knows_is_read(tmp_path: Path, encoding: str) -> None:
+    # expat reads none of these ("multi-byte encodings are not supported"; ISO-2022-JP "not well-formed");
+    # the names are characters all five hold (行人 pedestrian, 人 person; 街道 street)
+    voc = VOC.replace("图片", "街道").replace("车辆", "人")
+    write_images(tmp_path / "images", {"街道.jpg": (200, 100)})
+    (tmp_path / "Annotations").mkdir()
+    (tmp_path / "Annotations" / "街道.xml").write_bytes(voc.format(encoding=encoding).encode(encoding))
+    split = {"annotations": "Annotations", "images": "images"}
+    source = tmp_path / "data.yaml"
+    source.write_text(yaml.safe_dump({"path": str(tmp_path), "train": split, "val": split, "names": ["行人", "人"]},
+                                     allow_unicode=True), encoding="utf-8")
+    done = run_cli("detect.data", "--data", str(source), timeout=120, memory_gb=4, merge_output=True)
+    assert done.returncode == 0 and "Traceback" not in done.stdout and "unknown class" not in done.stdout, done.stdout
+    assert rows_of(load_split(load_data_config(source), "val")) == EXPECTED
