@@ -254,7 +254,8 @@ def output_folder(path: str | os.PathLike, flag: str) -> Path:
     try:
         os.makedirs(real, exist_ok=True)
     except FileExistsError:
-        raise UserError(f"{flag} {path}: is a file, not a folder") from None
+        what = "a link that leads back to itself (a loop)" if os.path.islink(real) else "a file, not a folder"
+        raise UserError(f"{flag} {path}: is {what}") from None
     except OSError as error:
         raise UserError(f"{flag} {path}: cannot be made ({error.strerror or error})") from None
     add_root(absolute, real)

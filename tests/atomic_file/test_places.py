@@ -136,6 +136,10 @@ def test_an_output_folder_under_a_file_or_named_like_one_is_one_line(tmp_path):
     with pytest.raises(atomic_file.Refused.__mro__[1], match="cannot be made"):
         atomic_file.output_folder(tmp_path / "file" / "deeper", "--out")
     assert (tmp_path / "file").read_text() == "mine" and os.listdir(tmp_path) == ["file"]
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")  # it was "is a file, not a folder"
+    with pytest.raises(atomic_file.Refused.__mro__[1], match="--out .*a: is a link that leads back to itself"):
+        atomic_file.output_folder(tmp_path / "a", "--out")
 
 
 def test_commands_nest_and_each_forgets_only_its_own_sources(tmp_path):

@@ -135,8 +135,9 @@ def _writable_out(out: Path) -> Path:
     out = Path(os.path.realpath(out))
     existing = next(folder for folder in (out, *out.parents) if os.path.lexists(folder))
     if not existing.is_dir():
-        what = "is a file" if existing == out else f"lies under {existing}, a file"
-        raise UserError(f"--out {out}: {what}, not a folder")
+        # a link that realpath could not follow leads back to itself
+        kind = "a link that leads back to itself (a loop)" if existing.is_symlink() else "a file, not a folder"
+        raise UserError(f"--out {out}: {'is' if existing == out else f'lies under {existing},'} {kind}")
     if not folder_writable(existing):
         raise UserError(f"--out {out}: {existing} cannot be written (no write permission)")
     return out

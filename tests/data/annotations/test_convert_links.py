@@ -1,10 +1,10 @@
 """`python -m detect.data convert` run as a user would, into an --out that holds links to the dataset it converts (issue
 58): a folder of it linked to the source images (`mine-yolo/images/val -> ds/images/val`, how a converted copy is kept
 beside the original), a file linked to a source file, a link to a parent or grandparent of the sources, relative links,
-a link to a link, hard links, and --out given as a link. With and without --copy, every source file keeps its bytes
-(sha256) and every link of the dataset stays as it was: a link inside --out is replaced by a real folder or file,
-never written through (it ended in `RuntimeError: Symlink loop` with every source JPEG a link to itself, and --copy
-deleted a source image)."""
+a link to a link, hard links, a link to itself or to nothing, and --out given as a link. With and without --copy,
+every source file keeps its bytes (sha256) and every link of the dataset stays as it was: a link inside --out is
+replaced by a real folder or file, never written through (it ended in `RuntimeError: Symlink loop` with every source
+JPEG a link to itself, and --copy deleted a source image)."""
 
 from __future__ import annotations
 
@@ -59,6 +59,16 @@ def _hard_links(tmp_path: Path, ds: Path) -> Path:
     return mine
 
 
+def _dead_links(tmp_path: Path, ds: Path) -> Path:
+    """mine/images/val -> val (a link to itself) and mine/labels/val -> a place that does not exist."""
+    mine = tmp_path / "mine"
+    (mine / "images").mkdir(parents=True)
+    (mine / "labels").mkdir()
+    (mine / "images" / "val").symlink_to("val")
+    (mine / "labels" / "val").symlink_to(tmp_path / "nowhere" / "val", target_is_directory=True)
+    return mine
+
+
 def _out_a_link(tmp_path: Path, ds: Path) -> Path:
     """--out given as a link (to a folder holding the issue's link): the link the user names is followed."""
     _links_inside(tmp_path, ds)
@@ -67,8 +77,8 @@ def _out_a_link(tmp_path: Path, ds: Path) -> Path:
 
 
 @pytest.mark.parametrize("copy", [(), ("--copy",)], ids=["links", "copy"])
-@pytest.mark.parametrize("layout", [_links_inside, _links_to_parents, _hard_links, _out_a_link],
-                         ids=["inside", "parents", "hard", "out-a-link"])
+@pytest.mark.parametrize("layout", [_links_inside, _links_to_parents, _hard_links, _dead_links, _out_a_link],
+                         ids=["inside", "parents", "hard", "dead", "out-a-link"])
 def test_links_at_every_level_of_out_leave_every_source_byte_identical(tmp_path: Path, layout, copy) -> None:
     source = _dataset(tmp_path / "ds")
     ds = tmp_path / "ds"
@@ -131,3 +141,16 @@ def test_out_as_a_second_mount_of_the_dataset_is_refused_before_writing(tmp_path
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert done.stderr.strip().splitlines()[-1].startswith(f"error: --out {tmp_path / 'mounted'}: holds ")
     assert _sources(tmp_path / "ds") == before
+
+
+def test_out_a_link_that_leads_back_to_itself_is_one_line(tmp_path: Path) -> None:
+    source = _dataset(tmp_path / "ds")
+    before = _sources(tmp_path / "ds")
+    (tmp_path / "mine").symlink_to(tmp_path / "mine")  # it was "is a file, not a folder"
+    mine = tmp_path / "mine"
+    for out, line in ((mine, "is a link"), (mine / "sub", f"lies under {mine}, a link")):
+        done = run_cli("detect.data", "convert", "--data", str(source), "--to", "yolo", "--out", str(out), timeout=120,
+                       memory_gb=4)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.strip().splitlines()[-1] == f"error: --out {out}: {line} that leads back to itself (a loop)"
+    assert _sources(tmp_path / "ds") == before and (tmp_path / "mine").is_symlink()
