@@ -23,6 +23,7 @@ import typing
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
+from detect import atomic_file
 from detect.config import NON_NEGATIVE, POSITIVE, UNIT, Bound, flag_name, options_from_dict, settings_fields
 from detect.errors import Interrupted, UserError, short_repr
 
@@ -196,7 +197,8 @@ def run(main: Callable[[], int | None]) -> int:
     # say it (val --verbose prints the 12 stats).
     logging.getLogger("faster_coco_eval").setLevel(logging.WARNING)
     try:
-        return main() or 0
+        with atomic_file.command():  # what the command reads is its sources until it ends
+            return main() or 0
     except UserError as error:
         say(f"error: {user_message(error)}")
         return 2

@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from detect import atomic_file, cli
 from detect import backend as backends
-from detect import cli
 from detect.config import IMAGE_SIZE, NON_NEGATIVE, POSITIVE, UNIT, Settings, option, options_from_dict
 from detect.errors import UserError
 from detect.evaluation.export_check import check_files, check_table, file_megabytes
@@ -150,6 +150,7 @@ def om_chip(args: ExportRunSettings) -> str | None:
     return chip
 
 
+@atomic_file.command()  # what it reads is its sources until it ends
 def export(args: ExportRunSettings) -> dict[str, Path]:
     """Write each format asked for; returns format -> path (om is absent when atc is not installed). The CLI's body."""
     weights = Path(args.cfg) if args.cfg else resolve_weights(args.weights)
@@ -158,7 +159,7 @@ def export(args: ExportRunSettings) -> dict[str, Path]:
     LOGGER.info("exporting %s at %s", weights, size)
     settings = args.export_settings(size.size)
     output_dir = Path(args.output_dir) if args.output_dir else Path() if args.cfg else weights.parent
-    output_dir.mkdir(parents=True, exist_ok=True)
+    atomic_file.output_folder(output_dir, "--output-dir")
     if not os.access(output_dir, os.W_OK):
         raise UserError(f"cannot write to {output_dir}: choose another folder with --output-dir")
     backend = backends.select(args.device, amp=False)

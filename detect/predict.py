@@ -9,8 +9,8 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+from detect import atomic_file, cli
 from detect import backend as backends
-from detect import cli
 from detect.config import IMAGE_SIZE, NON_NEGATIVE, POSITIVE, UNIT, option, options_from_dict
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS, MAX_PIXELS_HELP
 from detect.errors import UserError
@@ -94,6 +94,7 @@ def run(**options: Any) -> Path:
     return predict(options_from_dict(PredictRunSettings, options, "detect.predict.run"))
 
 
+@atomic_file.command()  # what it reads is its sources until it ends
 def predict(settings: PredictRunSettings) -> Path:
     """Predict on every frame of --source; returns the run folder. The CLI's body."""
     detector = Detector(settings.weights, settings.device, settings.detector_settings(), settings.half,

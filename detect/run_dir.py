@@ -7,6 +7,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from detect.atomic_file import output_folder
 from detect.errors import UserError
 
 # Control characters (C0, DEL, C1), path separators of every platform, and what Windows refuses in a name (':' also
@@ -84,5 +85,4 @@ def make_run_dir(project: str | Path, name: str, exist_ok: bool = False) -> Path
     while path.exists() and not exist_ok:
         path = project / f"{name}{number}"
         number += 1
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return output_folder(path, "run folder")

@@ -10,8 +10,8 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+from detect import atomic_file, cli
 from detect import backend as backends
-from detect import cli
 from detect.config import IMAGE_SIZE, NON_NEGATIVE, POSITIVE, UNIT, option, options_from_dict
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS, MAX_PIXELS_HELP
 from detect.errors import UserError
@@ -79,6 +79,7 @@ def run(**options: Any) -> Path:
     return track(options_from_dict(TrackRunSettings, options, "detect.track.run"))
 
 
+@atomic_file.command()  # what it reads is its sources until it ends
 def track(settings: TrackRunSettings) -> Path:
     """Track every sequence of --source; returns the run folder. The CLI's body."""
     tracker = load_tracker_settings(settings.tracker)

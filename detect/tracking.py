@@ -33,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+from detect.atomic_file import make_folder, publish, remove_file
 from detect.evaluation.evaluator import Metrics
 from detect.training.hooks import Hook
 from detect.training.run import Run
@@ -105,21 +106,16 @@ def set_up_new_store(uri: str) -> None:
     _remove_abandoned_drafts(path, host)
     if path.exists():
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(path.parent)
     draft = path.with_name(f".{path.name}.{host}.{os.getpid()}.new")
     try:
         made = subprocess.run([sys.executable, "-c", MAKE_TABLES, url.set(database=str(draft)).render_as_string(
             hide_password=False)], capture_output=True, text=True, check=False)
         if made.returncode:
             raise RuntimeError((made.stderr.strip().splitlines() or [f"exit {made.returncode}"])[-1])
-        os.link(draft, path)  # unlike a rename, it never replaces a store another process made meanwhile
-    except FileExistsError:
-        pass
-    except OSError:  # a filesystem without hard links: a rename, if no store came meanwhile
-        if not path.exists():
-            os.replace(draft, path)
+        publish(draft, path)  # unlike a rename, it never replaces a store another process made meanwhile
     finally:
-        draft.unlink(missing_ok=True)
+        remove_file(draft)
 
 
 def _remove_abandoned_drafts(path: Path, host: str) -> None:
@@ -127,8 +123,8 @@ def _remove_abandoned_drafts(path: Path, host: str) -> None:
     for draft in path.parent.glob(f".{glob.escape(path.name)}.{glob.escape(host)}.*.new"):
         pid = draft.name.rsplit(".", 2)[-2]
         if pid.isdigit() and not _alive(int(pid)):
-            draft.unlink(missing_ok=True)
-            draft.with_name(f"{draft.name}-journal").unlink(missing_ok=True)
+            remove_file(draft)
+            remove_file(draft.with_name(f"{draft.name}-journal"))
 
 
 def _alive(pid: int) -> bool:
@@ -247,7 +243,7 @@ class MlflowLogger(Hook):
         uri, artifact_location = tracking_store()
         try:
             if artifact_location is not None:
-                LOCAL_STORE.mkdir(exist_ok=True)
+                make_folder(LOCAL_STORE)
             check_reachable(uri)
             set_up_new_store(uri)
             self.entities, self.client = entities, MlflowClient(tracking_uri=uri)

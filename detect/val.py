@@ -7,8 +7,8 @@ import dataclasses
 import logging
 from typing import Any
 
+from detect import atomic_file, cli
 from detect import backend as backends
-from detect import cli
 from detect.config import IMAGE_SIZE, NON_NEGATIVE, POSITIVE, UNIT, option, options_from_dict
 from detect.data.data_config import SPLITS
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS, MAX_PIXELS_HELP
@@ -100,6 +100,7 @@ def run(**options: Any) -> Any:
     return results[0] if len(results) == 1 else results
 
 
+@atomic_file.command()  # what it reads is its sources until it ends
 def run_tasks(settings: ValSettings) -> list[Any]:
     """--task for the --weights (several: their ensemble; --task study scores each in turn, as yolov5's); the CLI's
     body."""

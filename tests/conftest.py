@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from detect import atomic_file
 from tests.exporters.helpers import static_exports_of, tiny_weights
 from tests.shared_data import ABSENT_REASON, SHARED_PRESENT, coco128_layout
 
@@ -46,6 +47,13 @@ def npu_op_checks_end_with_the_test():
     standin = sys.modules.get("tests.npu_standin")
     if standin is not None:
         standin.leave_checks()
+
+
+@pytest.fixture(autouse=True)
+def each_test_one_command():
+    """A test is one command: the sources it registers in this process (atomic_file.protect) end with it."""
+    with atomic_file.command():
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)

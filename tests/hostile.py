@@ -3,6 +3,7 @@ line, and tiny checkpoints whose every class is detected."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 from pathlib import Path
@@ -17,6 +18,23 @@ from detect.models.weights import weights_payload
 def tree(root: Path) -> set[Path]:
     """Every file and folder under root (links not followed)."""
     return {Path(folder) / name for folder, folders, files in os.walk(root) for name in folders + files}
+
+
+def fingerprints(root: Path) -> dict[str, str]:
+    """Every file, link and folder under `root` by relative path (links not followed): a file's sha256, a link's
+    target, 'folder'. Two equal fingerprints: not a byte, link or folder of the tree changed."""
+    found = {}
+    for folder, folders, files in os.walk(root):
+        for name in folders + files:
+            path = Path(folder) / name
+            key = str(path.relative_to(root))
+            if path.is_symlink():
+                found[key] = f"link to {os.readlink(path)}"
+            elif path.is_dir():
+                found[key] = "folder"
+            else:
+                found[key] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
 
 
 def assert_refused(done: subprocess.CompletedProcess, *pieces: str) -> str:

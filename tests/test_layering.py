@@ -102,9 +102,10 @@ def test_checker_allows_prose_and_option_names(code):
 
 # The one layering rule (docs/architecture.md "Floors", which tests/test_readme.py holds to FLOORS): a
 # module imports only from its own package or from lower floors; packages of one floor never import each other;
-# nothing imports floor 8 (the CLIs and tools).
+# nothing imports floor 8 (the CLIs and tools). errors is below them all: every floor raises them.
 FLOORS = {
-    "errors": 1, "ops": 1, "atomic_file": 1,
+    "errors": 0,
+    "ops": 1, "atomic_file": 1,
     "config": 2, "run_dir": 2,
     "backend": 3, "data": 3, "models": 3,
     "inference": 4, "exporters": 4,

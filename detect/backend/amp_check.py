@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from detect.atomic_file import replacing
+from detect.atomic_file import write_text
 from detect.backend import cpu
 from detect.backend.base import Backend
 
@@ -213,9 +213,7 @@ def _keep(path: Path, key: dict, speed: AmpSpeed) -> str:
     record = {"key": key, "measured": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               **dataclasses.asdict(speed)}
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with replacing(path) as temporary:
-            temporary.write_text(json.dumps(record, indent=1) + "\n")
+        write_text(path, json.dumps(record, indent=1) + "\n", cache=True)  # a cache: the writer makes its folder
     except OSError as error:
         return f"not kept ({error}): timed again next run"
     return str(path)

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from detect import atomic_file, cli
 from detect import backend as backends
-from detect import cli
 from detect.backend.cpu import cpu_description
 from detect.config import IMAGE_SIZE, POSITIVE, Settings, option, options_from_dict
 from detect.errors import UserError
@@ -64,6 +64,7 @@ def run(**options: Any) -> list[CheckRow]:
     return benchmark(options_from_dict(BenchmarkSettings, options, "detect.benchmarks.run"))
 
 
+@atomic_file.command()  # what it reads is its sources until it ends
 def benchmark(settings: BenchmarkSettings) -> list[CheckRow]:
     """Export, score and time each format in turn; one table. The CLI's body."""
     started = time.perf_counter()
@@ -74,7 +75,7 @@ def benchmark(settings: BenchmarkSettings) -> list[CheckRow]:
         LOGGER.warning("--half: fp16 needs an accelerator; exporting and scoring in fp32 on the CPU")
         settings = dataclasses.replace(settings, half=False)
     output_dir = Path(settings.output_dir) if settings.output_dir else weights.parent
-    output_dir.mkdir(parents=True, exist_ok=True)
+    atomic_file.output_folder(output_dir, "--output-dir")
     if not os.access(output_dir, os.W_OK):
         raise UserError(f"cannot write to {output_dir}: choose another folder with --output-dir")
     rows = [_row(kind, weights, output_dir / weights.stem, settings, backend)

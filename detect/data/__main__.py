@@ -7,7 +7,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from detect import cli
+from detect import atomic_file, cli
 from detect.config import IMAGE_SIZE, POSITIVE, Settings, load_hyp, option
 from detect.data import (
     AugmentSettings,
@@ -62,8 +62,7 @@ def check(settings: DataSettings) -> None:
     bounds = ImageBounds(settings.max_pixels, settings.max_boxes)
     splits = {name: load_split(config, name, cache_dir=settings.cache_dir, bounds=bounds) for name in config.splits}
     if settings.plots is not None and "train" in splits:
-        folder = Path(settings.plots)
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = atomic_file.output_folder(Path(settings.plots), "--plots")
         train = splits["train"]
         print(plot_label_stats(train.records, train.names, folder / "labels.png"))
         augmentation = AugmentSettings.from_hyp(load_hyp(settings.hyp))

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 from pathlib import Path
 
 import cv2
 import numpy as np
 
+from detect.atomic_file import make_folder, remove_tree, replace_folder, write_image, write_text
 from detect.data.data_config import DATA_DIR_VARIABLE, DataConfig
 from detect.errors import UserError
 from detect.ops.boxes import xyxy_to_xywhn
@@ -105,21 +105,21 @@ def _scene(rng: np.random.Generator) -> tuple[np.ndarray, list[str]]:
 
 
 def generate_shapes(root: Path, seed: int = 0) -> None:
-    """Write images/{train,val} and labels/{train,val} under root (atomically: a temp folder renamed)."""
+    """Write images/{train,val} and labels/{train,val} under root (atomically: a temp folder renamed). The dataset is
+    ours, made again whenever it is stale: its writes are a cache's (atomic_file)."""
     staging = root.with_name(f"{root.name}.{os.getpid()}.tmp")
-    shutil.rmtree(staging, ignore_errors=True)
+    remove_tree(staging, cache=True)
     rng = np.random.default_rng(seed)
     for split, count in SPLIT_SIZES.items():
-        (staging / "images" / split).mkdir(parents=True)
-        (staging / "labels" / split).mkdir(parents=True)
+        make_folder(staging / "images" / split, cache=True)
         for index in range(count):
             image, lines = _scene(rng)
-            cv2.imwrite(str(staging / "images" / split / f"{index:06d}.jpg"), image, [cv2.IMWRITE_JPEG_QUALITY, 92])
-            (staging / "labels" / split / f"{index:06d}.txt").write_text("\n".join(lines) + "\n")
-    (staging / "VERSION").write_text(GENERATOR_VERSION + "\n")
-    if root.exists():
-        shutil.rmtree(root)
-    os.replace(staging, root)
+            write_image(staging / "images" / split / f"{index:06d}.jpg", image, [cv2.IMWRITE_JPEG_QUALITY, 92],
+                        cache=True)
+            write_text(staging / "labels" / split / f"{index:06d}.txt", "\n".join(lines) + "\n", cache=True)
+    write_text(staging / "VERSION", GENERATOR_VERSION + "\n", cache=True)
+    remove_tree(root, cache=True)
+    replace_folder(staging, root, cache=True)
 
 
 def ensure_builtin(config: DataConfig) -> None:
@@ -135,7 +135,7 @@ def ensure_builtin(config: DataConfig) -> None:
                         f"point the yaml's path (or {DATA_DIR_VARIABLE}) at a new folder")
     LOGGER.info("generating the built-in shapes dataset in %s", config.root)
     try:
-        config.root.parent.mkdir(parents=True, exist_ok=True)
+        make_folder(config.root.parent, cache=True)
         generate_shapes(config.root)
     except OSError as error:
         raise UserError(f"cannot write the built-in dataset to {config.root} ({error.strerror}); "

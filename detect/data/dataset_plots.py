@@ -8,6 +8,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from detect.atomic_file import replacing, write_image
 from detect.data.batch import Batch
 from detect.data.records import ImageRecord
 from detect.ops.boxes import xywhn_to_xyxy
@@ -42,8 +43,8 @@ def plot_label_stats(records: list[ImageRecord], names: list[str], path: Path) -
     size_axis.hist2d(boxes[:, 2], boxes[:, 3], bins=50, range=[[0, 1], [0, 1]], cmap="Blues")
     size_axis.set(title="box size", xlabel="width", ylabel="height")
     figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path)
+    with replacing(path, keep_suffix=True) as temporary:
+        figure.savefig(temporary)
     return path
 
 
@@ -73,7 +74,6 @@ def plot_batch(batch: Batch, names: list[str], path: Path, max_images: int = 16)
             cv2.putText(tile, label, (x1, max(y1 - 3, 10)), cv2.FONT_HERSHEY_SIMPLEX, 0.4, colour, 1)
         row, column = divmod(index, columns)
         grid[row * height:(row + 1) * height, column * width:(column + 1) * width] = tile
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not cv2.imwrite(str(path), grid):
+    if not write_image(path, grid):
         raise OSError(f"{path}: cannot write the batch plot")
     return path

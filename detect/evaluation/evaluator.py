@@ -21,13 +21,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from detect.data.annotations.coco_json import WHAT
-from detect.data.annotations.json_file import read_json
+from detect.atomic_file import write_text
+from detect.data.annotations.coco_values import read_coco_json
 from detect.data.categories import json_categories, yolo_category_ids
 from detect.data.labels.split import LabelledSplit
 from detect.data.records import ImageRecord
 from detect.errors import UserError, short_repr
-from detect.evaluation.ground_truth import complete_annotations, ground_truth_as_read, ground_truth_from_records
+from detect.evaluation.ground_truth import ground_truth_as_read, ground_truth_from_records, numbered_for_scoring
 from detect.ops.boxes import xyxy_to_ltwh
 
 logger = logging.getLogger(__name__)
@@ -121,14 +121,15 @@ class CocoEvaluator:
 
     @classmethod
     def from_coco_json(cls, path: Path | str, backend: str = "auto") -> CocoEvaluator:
-        """Ground truth from a COCO instances json, class order by data/categories.json_categories."""
+        """Ground truth from a COCO instances json (its values as tools type them, read once into one form:
+        data/annotations/coco_values.py), class order by data/categories.json_categories."""
         path = Path(path)
         if not path.is_file():
             raise UserError(f"COCO annotations not found: {path} (put the instances_*.json there)")
-        dataset = read_json(path, WHAT)
-        categories = json_categories(dataset.get("categories", []))
-        return cls(complete_annotations(dataset), [c["id"] for c in categories], [c["name"] for c in categories],
-                   backend, path)
+        dataset = read_coco_json(path)
+        dataset["annotations"] = numbered_for_scoring(dataset["annotations"], path)
+        categories = json_categories(dataset["categories"])
+        return cls(dataset, [c["id"] for c in categories], [c["name"] for c in categories], backend, path)
 
     @classmethod
     def for_split(cls, split: LabelledSplit, backend: str = "auto") -> CocoEvaluator:
@@ -136,7 +137,7 @@ class CocoEvaluator:
         one (crowd regions and segment areas as COCO's own evaluation counts them), else built from its labels."""
         if split.coco_json is None:
             return cls.from_records(split.records, split.names, backend)
-        ground_truth = ground_truth_as_read(read_json(split.coco_json, WHAT), split.records, split.coco_json)
+        ground_truth = ground_truth_as_read(read_coco_json(split.coco_json), split.records, split.coco_json)
         return cls(ground_truth, split.category_ids, split.names, backend, split.coco_json)
 
     @classmethod
@@ -266,11 +267,7 @@ class CocoEvaluator:
 
 def _write_json(path: Path | str, content: Any) -> Path:
     """Write `content` as json to `path` (parents created) and return the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as handle:
-        json.dump(content, handle)
-    return path
+    return write_text(path, json.dumps(content))
 
 
 def _mean_valid(values: np.ndarray) -> float:

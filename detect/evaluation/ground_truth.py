@@ -32,32 +32,36 @@ def ground_truth_from_records(records: Sequence[ImageRecord], class_names: Seque
     return {"images": images, "annotations": annotations, "categories": categories}
 
 
-def complete_annotations(dataset: dict) -> dict:
-    """`dataset` with COCOeval's two per-box keys where a tool left them out: `iscrowd` 0, `area` the box's."""
-    for annotation in dataset.get("annotations", []):
-        annotation.setdefault("iscrowd", 0)
-        annotation.setdefault("area", float(annotation["bbox"][2]) * float(annotation["bbox"][3]))
-    return dataset
+def numbered_for_scoring(annotations: list[dict], path: Path | str) -> list[dict]:
+    """`annotations` as COCOeval can tell them apart, said in one line where they are numbered anew: 1..n where an id
+    repeats (COCO's index keeps one box per id), is missing, or is 0 or less (COCOeval's matching reads 0 as
+    'unmatched', and faster-coco-eval scores a box of a negative id as never matched)."""
+    ids = [annotation.get("id") for annotation in annotations]
+    distinct = len(set(ids))
+    if distinct == len(ids) and all(isinstance(number, int) and number > 0 for number in ids):
+        return annotations
+    why = (f"{distinct} distinct ids" if distinct < len(ids) else
+           "an annotation without an id" if None in ids else "ids of 0 or less, which COCOeval cannot match")
+    logger.warning("%s: its %d annotations have %s: numbered 1..%d for scoring (COCO's index keeps one box per id)",
+                   path, len(annotations), why, len(annotations))
+    return [{**annotation, "id": number} for number, annotation in enumerate(annotations, start=1)]
 
 
 def ground_truth_as_read(dataset: dict, records: RecordTable, path: Path) -> dict:
-    """A COCO json's ground truth for the images that were read (`records`), each said in one line where it differs
-    from the file: its images the split does not hold (not in the folder, or skipped by the label check) are not
-    scored, as yolov5 scores only the images it evaluated; annotation ids that repeat are numbered anew (COCO's index
-    keeps one box per id); the split's images the json does not list are background."""
+    """A COCO json's ground truth (normalised: data/annotations/coco_values.py) for the images that were read
+    (`records`), each said in one line where it differs from the file: its images the split does not hold (not in the
+    folder, or skipped by the label check) are not scored, as yolov5 scores only the images it evaluated; annotation
+    ids are numbered anew where COCOeval could not tell them apart (numbered_for_scoring); the split's images the json
+    does not list are background."""
     read = {int(image_id) for image_id in records.image_ids}
     images = [image for image in dataset["images"] if int(image["id"]) in read]
     if len(images) < len(dataset["images"]):
         logger.warning("%s: %d of its %d images are not in the split (not in the images folder, or skipped by the "
                        "label check): their boxes are not scored", path, len(dataset["images"]) - len(images),
                        len(dataset["images"]))
-    annotations = [annotation for annotation in dataset.get("annotations", []) if int(annotation["image_id"]) in read]
-    distinct = len({annotation.get("id") for annotation in annotations})
-    if distinct < len(annotations):
-        logger.warning("%s: its %d annotations have %d distinct ids: numbered 1..%d for scoring (COCO's index keeps "
-                       "one box per id)", path, len(annotations), distinct, len(annotations))
-        annotations = [{**annotation, "id": number} for number, annotation in enumerate(annotations, start=1)]
+    annotations = numbered_for_scoring([annotation for annotation in dataset["annotations"]
+                                        if annotation["image_id"] in read], path)
     listed = {int(image["id"]) for image in images}
     images += [{"id": int(record.image_id), "width": int(record.width), "height": int(record.height),
                 "file_name": Path(record.path).name} for record in records if int(record.image_id) not in listed]
-    return complete_annotations({**dataset, "images": images, "annotations": annotations})
+    return {**dataset, "images": images, "annotations": annotations}

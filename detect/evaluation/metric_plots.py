@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from detect.atomic_file import replacing
 from detect.data.dataset_plots import literal
 from detect.evaluation.confusion import ConfusionMatrix
 from detect.evaluation.evaluator import Metrics
@@ -22,9 +23,9 @@ def save_figure(figure, path: Path | str) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(figure)
-    figure.savefig(path, dpi=150)
+    with replacing(path, keep_suffix=True) as temporary:
+        figure.savefig(temporary, dpi=150)
     return path
 
 

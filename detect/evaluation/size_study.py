@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from detect.atomic_file import replacing
 from detect.errors import UserError
 from detect.evaluation.metric_plots import save_figure
 from detect.evaluation.val_loop import EvalResult
@@ -34,7 +35,9 @@ def write_study(path: Path, sizes: Sequence[int], results: Sequence[EvalResult])
     rows = [(result.metrics.precision, result.metrics.recall, result.metrics.map50, result.metrics.map50_95, 0, 0, 0,
              result.speed.preprocess, result.speed.inference, result.speed.nms, size)
             for size, result in zip(sizes, results)]
-    np.savetxt(path, np.array(rows, np.float64).reshape(-1, len(COLUMNS)), fmt="%10.4g", header=" ".join(COLUMNS))
+    with replacing(path) as temporary:
+        np.savetxt(temporary, np.array(rows, np.float64).reshape(-1, len(COLUMNS)), fmt="%10.4g",
+                   header=" ".join(COLUMNS))
     return path
 
 

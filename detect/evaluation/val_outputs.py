@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from detect.atomic_file import make_folder, write_text
 from detect.data import LabelledSplit
 from detect.evaluation.confusion import ConfusionMatrix
 from detect.evaluation.evaluator import Metrics
@@ -29,7 +30,7 @@ class ValOutputs:
         self._records = {record.image_id: record for record in split.records}
         self._shown: list[tuple[Path, torch.Tensor]] = []  # the first PLOTTED_IMAGES images, for val_predictions.jpg
         if self.labels_dir is not None:
-            self.labels_dir.mkdir(parents=True, exist_ok=True)
+            make_folder(self.labels_dir)
 
     def add(self, image: ImageDetections) -> None:
         if self.labels_dir is not None:
@@ -46,7 +47,7 @@ class ValOutputs:
     def _write_txt(self, image: ImageDetections) -> None:
         """One row per detection: class cx cy w h (normalised to the original image) [score]."""
         text = yolo_txt(image.detections, *image.letterbox.original, self.save_conf)
-        (self.labels_dir / f"{Path(image.path).stem}.txt").write_text(text)
+        write_text(self.labels_dir / f"{Path(image.path).stem}.txt", text)
 
     def finish(self, metrics: Metrics) -> None:
         """Write the plots once every image has been seen."""

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from detect.atomic_file import output_folder
 from detect.errors import UserError, short_repr
 from detect.evolution.evolve_files import TrialRecord, best_record, plot_evolution, write_best_hyp, write_csv
 from detect.evolution.optuna_study import (
@@ -57,8 +58,7 @@ def evolve(settings: TrainSettings, trials: int, sampler: str = "tpe", storage: 
     if sampler not in SAMPLERS:
         raise UserError(f"--evolve-sampler {short_repr(sampler)}: choose {', '.join(SAMPLERS)}")
     start = check_settings(settings)
-    folder = Path(settings.project) / settings.name
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = output_folder(Path(settings.project) / settings.name, "the study's folder")
 
     def drop_stale(trial: Any) -> None:  # a killed process's trial ends when another fails it: its weights go then
         drop_weights(trial_dir(folder, trial.number))

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from detect.atomic_file import replacing
+from detect.atomic_file import write_text
 from detect.config import Hyp
 from detect.evolution.space import SEARCHED, SPACE
 
@@ -42,9 +42,7 @@ def best_record(records: Sequence[TrialRecord]) -> TrialRecord | None:
 
 def _replace_text(path: Path, text: str) -> Path:
     """Write `text` to `path` through a temporary file, so a reader (or another process) never sees half."""
-    with replacing(path) as temporary:
-        temporary.write_text(text)
-    return path
+    return write_text(path, text)
 
 
 def write_csv(records: Sequence[TrialRecord], path: Path) -> Path:

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from detect.atomic_file import make_folder, remove_file, remove_folder, write_text
 from detect.config import Hyp
 from detect.errors import Interrupted, UserError, one_line
 from detect.evolution.evolve_files import METRIC_COLUMNS, TrialRecord
@@ -78,9 +79,8 @@ class Objective:
         self._claim(trial)
         hyp = suggest_hyp(trial, self.start)
         run_dir = trial_dir(self.folder, trial.number)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        hyp_path = run_dir / "hyp.yaml"
-        hyp_path.write_text(yaml.safe_dump(dataclasses.asdict(hyp), sort_keys=False))
+        make_folder(run_dir)
+        hyp_path = write_text(run_dir / "hyp.yaml", yaml.safe_dump(dataclasses.asdict(hyp), sort_keys=False))
         trial.set_user_attr("hyp", dataclasses.asdict(hyp))
         trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")  # which process of the study ran it
         began = time.monotonic()
@@ -147,9 +147,9 @@ def drop_weights(run_dir: Path) -> None:
     (its final evaluation reads best.pt; a stopped run saves last.pt), 36 MB a trial for yolov5n; a trial yields
     its fitness, and one cut short runs again from the start, so nothing reads them after the run."""
     for checkpoint in run_dir.rglob("*.pt"):
-        checkpoint.unlink()
+        remove_file(checkpoint)
     with contextlib.suppress(OSError):  # the weights folder, unless something else is in it
-        (run_dir / "weights").rmdir()
+        remove_folder(run_dir / "weights")
 
 
 def trial_records(optuna: ModuleType, study: Any) -> list[TrialRecord]:

@@ -17,6 +17,7 @@ import logging
 import tempfile
 from pathlib import Path
 
+from detect.atomic_file import replacing
 from detect.errors import UserError
 from detect.exporters.int8 import calibration_set, carry_int8_metadata, float_nodes
 from detect.exporters.onnx_export import INPUT_NAME, import_onnx
@@ -66,5 +67,6 @@ def calibrate_amct(onnx_path: Path, data: str, calib_images: int, settings: Expo
     # atc and the .om's metadata file (om.py) read the ONNX's metadata: the deploy model carries the fp32 one's.
     carry_int8_metadata(model, deploy)
     path = onnx_path.with_name(f"{onnx_path.stem}-int8-amct.onnx")
-    onnx.save(deploy, str(path))
+    with replacing(path) as temporary:
+        onnx.save(deploy, str(temporary))
     return path

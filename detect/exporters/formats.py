@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from detect.atomic_file import make_folder
 from detect.exporters.amct import calibrate_amct
 from detect.exporters.int8 import quantize_onnx
 from detect.exporters.om import convert_om
@@ -58,7 +59,7 @@ def _triton(module: nn.Module, example: torch.Tensor, model: nn.Module, settings
     unless --dynamic), then the backend's file and config.pbtxt."""
     batched = dataclasses.replace(settings, dynamic_batch=True)
     version = model_folder(stem) / VERSION
-    version.mkdir(parents=True, exist_ok=True)
+    make_folder(version)
     onnx_path = export_onnx(module, example, export_metadata(model, batched), batched, version / "model.onnx")
     return write_triton_model(onnx_path, batched, triton)
 

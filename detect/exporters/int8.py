@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from detect.atomic_file import replacing
 from detect.data.data_config import load_data_config
 from detect.data.datasets import to_network_layout
 from detect.data.images.letterbox import letterbox
@@ -161,15 +162,16 @@ def quantize_onnx(onnx_path: Path, data: str, calib_images: int, settings: Expor
     # option despite its name), whose count must divide the batches'.
     most = max(1, CALIB_CHUNK_IMAGES // len(batches[0]))
     chunk = max(size for size in range(1, most + 1) if len(batches) % size == 0)
-    quantization.quantize_static(
-        model, output, _strided_reader(batches), quant_format=quantization.QuantFormat.QDQ, per_channel=True,
-        activation_type=quantization.QuantType.QUInt8, weight_type=quantization.QuantType.QInt8,
-        # min-max ranges: percentile and entropy calibration were no better on yolov5n and 5-12x slower (docs/deploy.md)
-        nodes_to_exclude=kept, calibrate_method=quantization.CalibrationMethod.MinMax,
-        extra_options={"CalibStridedMinMax": chunk})
-    quantized = onnx.load(str(output))
-    carry_int8_metadata(model, quantized)
-    onnx.save(quantized, str(output))
+    with replacing(output, keep_suffix=True) as temporary:
+        quantization.quantize_static(
+            model, temporary, _strided_reader(batches), quant_format=quantization.QuantFormat.QDQ, per_channel=True,
+            activation_type=quantization.QuantType.QUInt8, weight_type=quantization.QuantType.QInt8,
+            # min-max: percentile and entropy calibration were no better on yolov5n, 5-12x slower (docs/deploy.md)
+            nodes_to_exclude=kept, calibrate_method=quantization.CalibrationMethod.MinMax,
+            extra_options={"CalibStridedMinMax": chunk})
+        quantized = onnx.load(str(temporary))
+        carry_int8_metadata(model, quantized)
+        onnx.save(quantized, str(temporary))
     return output
 
 

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from detect.atomic_file import replacing, write_text
 from detect.errors import UserError
 from detect.exporters.onnx_export import INPUT_NAME, import_onnx
 from detect.exporters.torchscript import ExportSettings
@@ -18,10 +19,12 @@ LOGGER = logging.getLogger(__name__)
 METADATA_SUFFIX = ".om.json"  # <stem>.om.json beside <stem>.om; inference/runtimes/om_model.py reads it
 
 
-def atc_command(onnx_path: Path, soc_version: str, settings: ExportSettings) -> list[str]:
-    """The ATC command line for `onnx_path`: ONNX in (--framework=5), <stem>.om out beside it, a static NCHW input."""
+def atc_command(onnx_path: Path, soc_version: str, settings: ExportSettings, output: Path | None = None) -> list[str]:
+    """The ATC command line for `onnx_path`: ONNX in (--framework=5), <stem>.om out beside it (or `output`.om), a
+    static NCHW input."""
     height, width = settings.imgsz
-    return ["atc", f"--model={onnx_path}", "--framework=5", f"--output={onnx_path.with_suffix('')}",
+    output = onnx_path.with_suffix("") if output is None else output
+    return ["atc", f"--model={onnx_path}", "--framework=5", f"--output={output}",
             f"--soc_version={soc_version}", f"--input_shape={INPUT_NAME}:{settings.batch_size},3,{height},{width}",
             "--input_format=NCHW", "--log=error"]
 
@@ -30,9 +33,8 @@ def write_om_metadata(onnx_path: Path, soc_version: str) -> Path:
     """<stem>.om.json: the ONNX's metadata (names, stride, shape, "nms" when in the graph) and the chip."""
     onnx = import_onnx()
     metadata = {prop.key: json.loads(prop.value) for prop in onnx.load(str(onnx_path)).metadata_props}
-    path = onnx_path.with_suffix(METADATA_SUFFIX)
-    path.write_text(json.dumps({**metadata, "soc_version": soc_version}, indent=1))
-    return path
+    return write_text(onnx_path.with_suffix(METADATA_SUFFIX), json.dumps({**metadata, "soc_version": soc_version},
+                                                                         indent=1))
 
 
 def convert_om(onnx_path: Path, soc_version: str, settings: ExportSettings) -> Path | None:
@@ -48,11 +50,14 @@ def convert_om(onnx_path: Path, soc_version: str, settings: ExportSettings) -> P
                        "with CANN (source its set_env.sh), run:\n  %s", onnx_path, shlex.join(command))
         return None
     LOGGER.info("running %s", shlex.join(command))
-    result = subprocess.run([atc, *command[1:]], capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        output = (result.stderr.strip() or result.stdout.strip() or "no output").splitlines()
-        raise UserError(f"atc failed with exit code {result.returncode}: {output[-1]} (command: {shlex.join(command)})")
     om_path = onnx_path.with_suffix(".om")
-    if not om_path.is_file():
-        raise UserError(f"atc finished but wrote no {om_path} (command: {shlex.join(command)})")
+    with replacing(om_path, keep_suffix=True) as temporary:  # atc writes <output>.om: the temporary
+        written = atc_command(onnx_path, soc_version, settings, temporary.with_suffix(""))
+        result = subprocess.run([atc, *written[1:]], capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            output = (result.stderr.strip() or result.stdout.strip() or "no output").splitlines()
+            raise UserError(f"atc failed with exit code {result.returncode}: {output[-1]} (command: "
+                            f"{shlex.join(command)})")
+        if not temporary.is_file():
+            raise UserError(f"atc finished but wrote no {om_path} (command: {shlex.join(command)})")
     return om_path

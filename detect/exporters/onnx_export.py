@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from detect.atomic_file import Draft, replacing
 from detect.errors import UserError
 from detect.exporters.graph_nms import append_nms, check_candidates
 from detect.exporters.torchscript import ExportSettings
@@ -28,8 +29,16 @@ def import_onnx():
 
 def export_onnx(module: PredictModule, example: torch.Tensor, metadata: dict, settings: ExportSettings,
                 path: Path) -> Path:
-    """Export `module` to `path`, simplify it when asked, append the NMS of `settings.nms`, store `metadata` (with
-    "nms" when the graph has it) and check it; returns the path.
+    """Export `module` to `path` (written whole, by the one writer: atomic_file), as _write_onnx says."""
+    with replacing(path) as temporary:
+        _write_onnx(module, example, metadata, settings, temporary)
+    return path
+
+
+def _write_onnx(module: PredictModule, example: torch.Tensor, metadata: dict, settings: ExportSettings,
+                temporary: Path) -> None:
+    """Export `module` to `temporary`, simplify it when asked, append the NMS of `settings.nms`, store `metadata`
+    (with "nms" when the graph has it) and check it.
 
     The exporter is torch's TorchScript-based one (dynamo=False), on purpose: it writes the requested opset
     natively (ATC reads 11 to 15, the dynamo exporter writes 18 and converts down), and it needs no onnxscript.
@@ -43,12 +52,12 @@ def export_onnx(module: PredictModule, example: torch.Tensor, metadata: dict, se
     with torch.no_grad(), warnings.catch_warnings():
         # The legacy exporter warns that it is legacy on every call (torch >= 2.9); it is the one chosen, see above.
         warnings.simplefilter("ignore", DeprecationWarning)
-        torch.onnx.export(module, (example,), str(path), dynamo=False, opset_version=settings.opset,
+        torch.onnx.export(module, (example,), str(temporary), dynamo=False, opset_version=settings.opset,
                           input_names=[INPUT_NAME], output_names=[OUTPUT_NAME], dynamic_axes=dynamic_axes,
                           do_constant_folding=True)
     if settings.simplify:
-        simplify_onnx(path)
-    model = onnx.load(str(path))
+        simplify_onnx(temporary)
+    model = onnx.load(str(temporary))
     if settings.dynamic_batch and not settings.dynamic:
         # The exporter leaves the output's anchors and columns symbolic once the batch is; they are fixed by the
         # input shape, and a Triton config (or any reader) wants them as numbers.
@@ -62,8 +71,7 @@ def export_onnx(module: PredictModule, example: torch.Tensor, metadata: dict, se
     for key, value in metadata.items():
         model.metadata_props.add(key=key, value=json.dumps(value))
     onnx.checker.check_model(model)
-    onnx.save(model, str(path))
-    return path
+    onnx.save(model, str(temporary))
 
 
 def _fix_dims(value, sizes: torch.Size) -> None:
@@ -72,22 +80,25 @@ def _fix_dims(value, sizes: torch.Size) -> None:
         dim.dim_value = size
 
 
-def simplify_onnx(path: Path) -> None:
-    """Rewrite `path` with onnxruntime's basic graph optimisations (constant folding, redundant-node removal):
-    standard ONNX operators only, so ATC and any runtime still read it, and no extra package is needed."""
+def simplify_onnx(temporary: Path) -> None:
+    """Rewrite `temporary` (an ONNX being written) with onnxruntime's basic graph optimisations (constant folding,
+    redundant-node removal): standard ONNX operators only, so ATC and any runtime still read it, and no extra package
+    is needed."""
     import onnxruntime
 
     onnx = import_onnx()
-    simplified = path.with_suffix(".simplified.onnx")
     options = onnxruntime.SessionOptions()
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    options.optimized_model_filepath = str(simplified)
-    onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    model = onnx.load(str(simplified))
+    scratch = Draft(temporary.with_suffix(".simplified.onnx"))  # onnxruntime writes it, we read it, it goes
+    try:
+        options.optimized_model_filepath = str(scratch.temporary)
+        onnxruntime.InferenceSession(str(temporary), options, providers=["CPUExecutionProvider"])
+        model = onnx.load(str(scratch.temporary))
+    finally:
+        scratch.discard()
     # onnxruntime declares all of its operator domains; keep only those the graph uses (ATC knows the default one).
     used = {node.domain for node in model.graph.node}
     kept = [entry for entry in model.opset_import if entry.domain in used or entry.domain in ("", "ai.onnx")]
     del model.opset_import[:]
     model.opset_import.extend(kept)
-    onnx.save(model, str(path))
-    simplified.unlink()
+    onnx.save(model, str(temporary))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from detect.atomic_file import replacing
 from detect.backend.openvino_runtime import FOLDER_SUFFIX, RT_INFO_SECTION, import_openvino
 from detect.exporters.torchscript import ExportSettings
 
@@ -29,7 +30,7 @@ def export_openvino(onnx_path: Path, settings: ExportSettings, path: Path | None
     for key, text in metadata.items():
         model.set_rt_info(text, [RT_INFO_SECTION, key])
     path = path or openvino_folder(onnx_path) / f"{onnx_path.stem}.xml"
-    path.parent.mkdir(exist_ok=True)
     # save_model compresses weights to fp16 unless told otherwise: keep an fp32 export fp32.
-    openvino.save_model(model, str(path), compress_to_fp16=settings.half)
+    with replacing(path, keep_suffix=True, companions=(".bin",)) as temporary:  # the .xml and its .bin
+        openvino.save_model(model, str(temporary), compress_to_fp16=settings.half)
     return path

@@ -9,6 +9,7 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
+from detect.atomic_file import replacing
 from detect.backend.openvino_runtime import RT_INFO_SECTION, import_nncf, import_openvino, shared_core
 from detect.exporters.int8 import calibration_set
 from detect.exporters.openvino_export import openvino_folder
@@ -50,6 +51,6 @@ def quantize_openvino(xml_path: Path, data: str, calib_images: int, settings: Ex
     quantized.set_rt_info(json.dumps(True), [RT_INFO_SECTION, "int8"])
     stem = f"{xml_path.stem}-int8"
     path = openvino_folder(xml_path.parent.with_name(f"{stem}.onnx")) / f"{stem}.xml"
-    path.parent.mkdir(exist_ok=True)
-    openvino.save_model(quantized, str(path), compress_to_fp16=False)
+    with replacing(path, keep_suffix=True, companions=(".bin",)) as temporary:  # the .xml and its .bin
+        openvino.save_model(quantized, str(temporary), compress_to_fp16=False)
     return path

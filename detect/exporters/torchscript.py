@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from detect.atomic_file import replacing
 from detect.errors import UserError
 from detect.exporters.graph_nms import NmsSettings
 from detect.models import DetectionModel, PredictModule
@@ -64,5 +65,6 @@ def export_torchscript(module: PredictModule, example: torch.Tensor, metadata: d
         # the way to get one (the graph has no data-dependent control flow), so its FutureWarning is noise here.
         warnings.simplefilter("ignore", FutureWarning)
         traced = torch.jit.trace(module, example, strict=False)
-        torch.jit.save(traced, str(path), _extra_files={TORCHSCRIPT_METADATA: json.dumps(metadata)})
+        with replacing(path) as temporary:
+            torch.jit.save(traced, str(temporary), _extra_files={TORCHSCRIPT_METADATA: json.dumps(metadata)})
     return path

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from detect.atomic_file import remove_file, write_text
 from detect.errors import UserError
 from detect.exporters.onnx_export import import_onnx
 from detect.exporters.openvino_export import export_openvino
@@ -109,6 +110,6 @@ def write_triton_model(onnx_path: Path, settings: ExportSettings, triton: Triton
     model_file = onnx_path
     if triton.backend == "openvino":
         model_file = export_openvino(onnx_path, settings, onnx_path.with_name(MODEL_FILES["openvino"]))
-        onnx_path.unlink()  # the OpenVINO backend loads model.xml; the ONNX would only be a stale copy
-    (folder / "config.pbtxt").write_text(config_text(folder.name, inputs, outputs, triton))
+        remove_file(onnx_path)  # the OpenVINO backend loads model.xml; the ONNX would only be a stale copy
+    write_text(folder / "config.pbtxt", config_text(folder.name, inputs, outputs, triton))
     return model_file

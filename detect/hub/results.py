@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
 import torch
 from PIL import Image
 
+from detect.atomic_file import write_image
 from detect.errors import UserError
 from detect.hub.images import unique_names
 from detect.inference.annotate import annotate
@@ -89,7 +89,7 @@ class HubResults:
         save_dir = make_run_dir(save_dir.parent, save_dir.name, exist_ok)
         for drawn, name in zip(self._drawn(labels), self.files):
             path = save_dir / name
-            if not cv2.imwrite(str(path), drawn):
+            if not write_image(path, drawn):
                 raise UserError(f"{path}: cannot write the annotated image")
         LOGGER.info("Saved %d image%s to %s", self.n, "s" * (self.n > 1), save_dir)
         return save_dir
@@ -132,8 +132,7 @@ class HubResults:
                               "im": crop})
                 if folder is not None:
                     path = free_path(folder / "crops" / class_folders[int(cls)] / name)
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    if not cv2.imwrite(str(path), crop):
+                    if not write_image(path, crop):
                         raise UserError(f"{path}: cannot write the crop")
         if folder is not None:
             LOGGER.info("Saved %d crop%s to %s", len(crops), "s" * (len(crops) != 1), folder / "crops")

@@ -9,6 +9,7 @@ import cv2
 import numpy as np
 import torch
 
+from detect.atomic_file import write_image
 from detect.data.dataset_plots import class_colour
 from detect.data.images.letterbox import fitted_size
 from detect.data.images.load import read_image
@@ -63,7 +64,6 @@ def plot_predictions(images: list[tuple[Path, torch.Tensor]], names: tuple[str, 
     rows = [np.concatenate(tiles[start:start + columns] + [np.full_like(tiles[0], 255)] *
                            (columns - len(tiles[start:start + columns])), axis=1)
             for start in range(0, len(tiles), columns)]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not cv2.imwrite(str(path), np.concatenate(rows, axis=0)):
+    if not write_image(path, np.concatenate(rows, axis=0)):
         raise UserError(f"{path}: cannot write the predictions plot")
     return path

@@ -16,6 +16,7 @@ import cv2
 import numpy as np
 import torch
 
+from detect.atomic_file import Draft, make_folder, write_image, write_text
 from detect.data.categories import yolo_category_ids
 from detect.errors import UserError
 from detect.inference.annotate import annotate
@@ -64,12 +65,12 @@ class PredictOutputs:
         self.save_dir, self.settings = save_dir, settings
         self.labels_dir = save_dir / "labels"
         if settings.save_txt:
-            self.labels_dir.mkdir(parents=True, exist_ok=True)
+            make_folder(self.labels_dir)
         self.category_ids = yolo_category_ids(names)  # COCO's ids for COCO's names, else k + 1 (data/categories.py)
         self.crop_folders = safe_names(names)  # a class name from a file is no path: '../x' is '.._x'
         self.json_rows: list[dict] = []
         self.saved: list[Path] = []  # annotated images and videos, in order
-        self._videos: dict[Path, cv2.VideoWriter] = {}  # source video or stream -> writer of its annotated copy
+        self._videos: dict[Path, tuple[cv2.VideoWriter, Draft]] = {}  # source video or stream -> its annotated copy
         self._crop_numbers: dict[Path, int] = {}  # folder/stem -> the number its next crop takes
         self.viewer = Viewer() if settings.view_img else None
 
@@ -88,7 +89,7 @@ class PredictOutputs:
             self._save_crops(frame.image, detections, stem)
         if settings.save_txt:
             text = yolo_txt(detections.rows, *frame.image.shape[:2], settings.save_conf)
-            (self.labels_dir / f"{stem}.txt").write_text(text)
+            write_text(self.labels_dir / f"{stem}.txt", text)
         if settings.save_json:
             self._add_json(frame, detections)
 
@@ -97,7 +98,7 @@ class PredictOutputs:
             self._video_writer(frame).write(annotated)
             return
         path = self.save_dir / frame.path.name
-        if not cv2.imwrite(str(path), annotated):
+        if not write_image(path, annotated):
             raise UserError(f"{path}: cannot write the annotated image")
         self.saved.append(path)
 
@@ -108,8 +109,7 @@ class PredictOutputs:
             if right <= left or bottom <= top:
                 continue  # a box wholly outside the image
             folder = self.save_dir / "crops" / self.crop_folders[cls]
-            folder.mkdir(parents=True, exist_ok=True)
-            cv2.imwrite(str(self._crop_path(folder, stem)), image[top:bottom, left:right])
+            write_image(self._crop_path(folder, stem), image[top:bottom, left:right])
 
     def _crop_path(self, folder: Path, stem: str) -> Path:
         """folder/<stem>.jpg, or <stem>2.jpg, <stem>3.jpg, ... when taken (yolov5's numbering; under --exist-ok, by
@@ -130,31 +130,36 @@ class PredictOutputs:
 
     def _video_writer(self, frame: Frame) -> cv2.VideoWriter:
         """The open writer for this frame's video or stream; a new video file closes the previous one."""
-        writer = self._videos.get(frame.path)
-        if writer is not None:
-            return writer
+        if frame.path in self._videos:
+            return self._videos[frame.path][0]
         if not frame.stream:
             self.close_videos()
         path = self.save_dir / f"{frame.path.stem}.mp4"
         height, width = frame.image.shape[:2]
-        writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), frame.fps or 30.0, (width, height))
+        draft = Draft(path, keep_suffix=True)  # named once whole, when the video closes
+        writer = cv2.VideoWriter(str(draft.temporary), cv2.VideoWriter_fourcc(*"mp4v"), frame.fps or 30.0,
+                                 (width, height))
         if not writer.isOpened():
+            draft.discard()
             raise UserError(f"{path}: OpenCV cannot write an mp4v video here")
-        self._videos[frame.path] = writer
+        self._videos[frame.path] = writer, draft
         self.saved.append(path)
         return writer
 
     def close_videos(self) -> None:
-        for writer in self._videos.values():
+        for writer, draft in self._videos.values():
             writer.release()
+            try:
+                draft.commit()
+            finally:
+                draft.discard()
         self._videos.clear()
 
     def finish(self) -> None:
         """Close the videos, write predictions.json when asked, and say where everything went."""
         self.close_videos()
         if self.settings.save_json:
-            json_path = self.save_dir / "predictions.json"
-            json_path.write_text(json.dumps(self.json_rows))
+            json_path = write_text(self.save_dir / "predictions.json", json.dumps(self.json_rows))
             LOGGER.info("detections saved to %s", json_path)
         if self.settings.save_txt:
             LOGGER.info("labels saved to %s", self.labels_dir)

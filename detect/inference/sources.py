@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from detect.atomic_file import protect, replacing
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS
 from detect.data.records import IMAGE_SUFFIXES
 from detect.data.storage.files import require_file
@@ -67,7 +68,10 @@ def open_source(source: str, vid_stride: int = 1, max_pixels: int = DEFAULT_MAX_
         if Path(url_file_name(source)).suffix.lower() in IMAGE_SUFFIXES + VIDEO_SUFFIXES:
             return _download(source, vid_stride, max_pixels)
         return _live([source], vid_stride)
-    return Source(file_frames(list_sources(source), vid_stride, max_pixels=max_pixels))
+    files = list_sources(source)
+    protect([source], "the --source")
+    protect(files, "a file --source reads")
+    return Source(file_frames(files, vid_stride, max_pixels=max_pixels))
 
 
 def _stream_list(path: str) -> list[str | int]:
@@ -137,7 +141,8 @@ def _download(url: str, vid_stride: int, max_pixels: int) -> Source:
     folder = tempfile.TemporaryDirectory(prefix="detect-source-")
     path = Path(folder.name) / url_file_name(url)
     try:
-        with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response, path.open("wb") as file:
+        with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response, replacing(path) as temporary, \
+                open(temporary, "wb") as file:
             shutil.copyfileobj(response, file)
     except (OSError, ValueError) as error:  # URLError and HTTPError are OSErrors; ValueError: a malformed URL
         folder.cleanup()

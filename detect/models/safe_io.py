@@ -44,7 +44,6 @@ def save_checkpoint(path: Path | str, payload: dict) -> Path:
     path = Path(path)
     for key, value in payload.items():
         _refuse_modules(value, str(key))
-    path.parent.mkdir(parents=True, exist_ok=True)
     try:
         # os.open applies the umask to 0o666 (mkstemp would make it 0600 whatever the umask).
         with replacing(path) as temporary, os.fdopen(

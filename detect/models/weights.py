@@ -6,6 +6,7 @@ import dataclasses
 import logging
 from pathlib import Path
 
+from detect.atomic_file import protect
 from detect.errors import UserError
 from detect.models import DetectionModel, parse_model_spec
 from detect.models.safe_io import MODEL_KEY, TRAINED_KEY, read_stored_model, stored_state
@@ -61,6 +62,7 @@ def load_model(weights: str | Path, refuse_nonfinite: bool = True) -> DetectionM
     (e.g. os.system) is refused in one line naming it.
     """
     path = resolve_weights(weights)
+    protect([path], "the weights")
     stored = read_stored_model(path)
     model = build_stored(parse_model_spec(stored.mapping, stored.yaml_source), stored, refuse_nonfinite)
     if stored.yolov5:

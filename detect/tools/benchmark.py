@@ -20,7 +20,7 @@ import torch
 import torchvision
 
 import detect
-from detect import cli
+from detect import atomic_file, cli
 from detect.backend.cpu import cpu_description
 from detect.config import NON_NEGATIVE, POSITIVE, option
 from detect.errors import UserError
@@ -162,8 +162,7 @@ def benchmark(args: BenchmarkSettings) -> None:
         return
     result = measure(args)
     path = Path(args.json) if args.json else default_json(result, args)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    atomic_file.write_text(path, json.dumps(result, indent=2) + "\n")
     print(table(result))
     print(f"written to {path}")
 

@@ -17,6 +17,7 @@ import signal
 import time
 from collections.abc import Sequence
 
+from detect.atomic_file import make_folder
 from detect.backend.profiler import ProfileSchedule, find_trace, format_summary, summarize
 from detect.data import Batch
 from detect.data.dataset_plots import plot_batch
@@ -162,7 +163,7 @@ class Profiler(Hook):
         self.schedule, self.profiler, self.stack = schedule, None, contextlib.ExitStack()
 
     def before_train(self, run: Run) -> None:
-        self.profiler = self.stack.enter_context(run.backend.profiler(self.folder(run), self.schedule))
+        self.profiler = self.stack.enter_context(run.backend.profiler(make_folder(self.folder(run)), self.schedule))
 
     def before_step(self, run: Run, index: int, batch: Batch) -> None:
         if self.profiler is not None:

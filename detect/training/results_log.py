@@ -4,9 +4,11 @@ and results.png drawn from the csv (ours or yolov5's)."""
 from __future__ import annotations
 
 import csv
+import io
 import logging
 from pathlib import Path
 
+from detect.atomic_file import append_text, write_text
 from detect.errors import UserError
 from detect.evaluation.evaluator import Metrics
 from detect.evaluation.metric_plots import save_figure
@@ -34,16 +36,12 @@ class ResultsLog:
         """A resumed run (first_epoch > 0) keeps the rows of the epochs before it and drops any later ones."""
         self.path = save_dir / "results.csv"
         kept = [row for row in self.rows() if row["epoch"] < first_epoch] if first_epoch and self.path.is_file() else []
-        with open(self.path, "w", newline="") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(COLUMNS)
-            writer.writerows([_format(row.get(column)) for column in COLUMNS] for row in kept)
+        write_text(self.path, _csv([COLUMNS, *([_format(row.get(column)) for column in COLUMNS] for row in kept)]))
         self.writer = _tensorboard_writer(save_dir)
 
     def add(self, row: dict[str, float]) -> None:
         """Write one epoch's values (keys from COLUMNS; a missing one is written empty)."""
-        with open(self.path, "a", newline="") as handle:
-            csv.writer(handle).writerow([_format(row.get(column)) for column in COLUMNS])
+        append_text(self.path, _csv([[_format(row.get(column)) for column in COLUMNS]]))
         if self.writer is not None:
             for column in COLUMNS[1:]:
                 if row.get(column) is not None:
@@ -126,6 +124,13 @@ def _format(value: float | None) -> str:
     if value is None:
         return ""
     return str(int(value)) if float(value).is_integer() and abs(value) < 1e9 else f"{value:.6g}"
+
+
+def _csv(rows) -> str:
+    """`rows` as csv.writer writes them (comma-separated, quoted where needed, each line ended by CR LF)."""
+    text = io.StringIO()
+    csv.writer(text).writerows(rows)
+    return text.getvalue()
 
 
 def _tensorboard_writer(save_dir: Path):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from detect.atomic_file import check_output_folder, make_folder, remove_file, write_text
 from detect.config import Hyp
 from detect.data import DataConfig, LabelledSplit
 from detect.run_dir import make_run_dir
@@ -56,12 +57,13 @@ class RunFolder:
     @classmethod
     def open(cls, place: RunPlace, context: DistContext) -> RunFolder:
         """The main rank makes the run's folder at `place` and tells the other ranks."""
+        check_output_folder(Path(place.project) / place.name, "run folder")  # every rank: none left waiting
         save_dir = None
         if context.is_main:
             save_dir = make_run_dir(place.project, place.name, place.exist_ok)
-            (save_dir / RUN_WEIGHTS).mkdir(exist_ok=True)
+            make_folder(save_dir / RUN_WEIGHTS)
             for leftover in (save_dir / RUN_WEIGHTS).glob(".*.tmp"):  # a save killed half-way left its temp file
-                leftover.unlink()
+                remove_file(leftover)
         return cls(Path(broadcast_object(context, str(save_dir))))
 
     def write_config(self, settings: TrainSettings, hyp: Hyp, data: DataConfig, context: DistContext) -> Path:
@@ -73,9 +75,7 @@ class RunFolder:
                      "splits": {split: [str(path) for path in paths] for split, paths in data.splits.items()}},
             "job": {"run_id": context.run_id, "world_size": context.world_size},
         }
-        path = self.save_dir / CONFIG_FILE
-        path.write_text(yaml.safe_dump(resolved, sort_keys=False))
-        return path
+        return write_text(self.save_dir / CONFIG_FILE, yaml.safe_dump(resolved, sort_keys=False))
 
     def write_problems(self, problems: list[str], split: LabelledSplit) -> Path | None:
         """bad_files.txt: what the label check skipped or fixed, and the files that failed during the run."""
@@ -86,7 +86,7 @@ class RunFolder:
         sections = [f"# label check ({len(check_lines)} lines, from {split.details_file})", *check_lines,
                     f"# during the run ({len(problems)} unreadable; training used other samples, validation left them out)",
                     *problems]
-        path.write_text("\n".join(sections) + "\n")
+        write_text(path, "\n".join(sections) + "\n")
         if problems:
             LOGGER.warning("%d files could not be read during the run; see %s", len(problems), path)
         return path

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from detect import atomic_file
 from detect import backend as backends
 from detect.backend.profiler import ProfileSchedule
 from detect.errors import Interrupted
@@ -93,6 +94,7 @@ class Trainer:
         self.profile, self.callbacks = profile, tuple(callbacks)
         self.problems: list[str] = []
 
+    @atomic_file.command()  # what a run reads (data, --weights, its best.pt) is its sources until it ends
     def fit(self) -> FitResult:
         """Train the run's epochs (from where a resumed run stopped); returns where the results are. SIGTERM and
         Ctrl-C are handled from the start: during the set-up they end it at once, then at the next step boundary or

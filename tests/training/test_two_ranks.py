@@ -11,6 +11,7 @@ import csv
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -116,8 +117,11 @@ def test_early_stopping_ends_every_rank_after_the_same_epoch(runs):
 
 
 def _written(finished: Finished, rank: int) -> collections.Counter:
-    """The files rank `rank` wrote, relative to the run folder, and how many times."""
-    return collections.Counter(str(Path(path).relative_to(finished.save_dir)) for path in finished.records[rank]["writes"])
+    """The files rank `rank` wrote, relative to the run folder, and how many times (a library writes the writer's
+    hidden temporary, .<name>.<12 hex>.tmp<suffix>, renamed to <name> once whole: detect/atomic_file)."""
+    temporary = re.compile(r"(^|/)\.([^/]*)\.[0-9a-f]{12}\.tmp(\.[^./]*)?$")
+    return collections.Counter(temporary.sub(r"\1\2", str(Path(path).relative_to(finished.save_dir)))
+                               for path in finished.records[rank]["writes"])
 
 
 def test_save_period_writes_each_epoch_once_on_the_main_rank(runs):

@@ -1,4 +1,5 @@
-"""A COCO instances json (instances_*.json): pixel boxes [left, top, width, height], iscrowd, categories by id.
+"""A COCO instances json (instances_*.json): pixel boxes [left, top, width, height], iscrowd, categories by id; its
+values read as tools type them (coco_values.py).
 
 What a file says that cannot be read one way only is refused in one line naming the id: two images or two categories
 with one id (whose boxes would go to either), an annotation whose category the file does not list. An annotation of
@@ -12,18 +13,18 @@ from pathlib import Path, PurePosixPath
 
 import numpy as np
 
-from detect.data.annotations.json_file import read_json
+from detect.data.annotations.coco_values import WHAT, read_coco_json
 from detect.data.annotations.parsed import ParsedLabels
 from detect.data.categories import json_categories
 from detect.errors import UserError, short_repr
 
-WHAT = "a COCO instances json"
 UNLISTED_IMAGE = "annotation of an image the json does not list"
+PLURAL = {"category": "categories", "image": "images"}
 
 
 def read_coco(path: Path) -> ParsedLabels:
     """Every box of the json; class names in category-id order (data/categories.json_categories)."""
-    data = read_json(path, WHAT)
+    data = read_coco_json(path)
     try:
         return _parse(data, path)
     except (ValueError, KeyError, TypeError, AttributeError) as error:
@@ -38,8 +39,8 @@ def _unique_ids(entries: list[dict], kind: str, path: Path) -> list[int]:
         for entry, number in zip(entries, ids):
             if number in seen:
                 first, second = (short_repr(item.get("file_name", item.get("name"))) for item in (seen[number], entry))
-                raise UserError(f"{path}: {kind}s {first} and {second} share id {number}: each {kind} needs an id of "
-                                f"its own (the boxes of {kind} {number} could belong to either)")
+                raise UserError(f"{path}: {PLURAL[kind]} {first} and {second} share id {number}: each {kind} needs an "
+                                f"id of its own (the boxes of {kind} {number} could belong to either)")
             seen[number] = entry
     return ids
 
@@ -68,8 +69,6 @@ def _parse(data: dict, path: Path) -> ParsedLabels:
             continue
         annotations.append(item)
     sizes = np.array([[image["width"], image["height"]] for image in images], np.float64).reshape(-1, 2)
-    if (sizes <= 0).any():
-        raise ValueError("an image with width or height <= 0")
     owners = np.array([row_of[int(item["image_id"])] for item in annotations], np.int64)
     ltwh = np.array([item["bbox"] for item in annotations], np.float64).reshape(-1, 4)
     corners = np.concatenate([ltwh[:, :2], ltwh[:, :2] + ltwh[:, 2:]], axis=1)

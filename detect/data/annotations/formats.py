@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from detect.data.annotations.coco_json import read_coco
+from detect.data.annotations.coco_values import ID_LIMIT
 from detect.data.annotations.cvat import read_cvat
 from detect.data.annotations.label_studio import read_label_studio
 from detect.data.annotations.parsed import ParsedLabels
@@ -153,7 +154,7 @@ def _classes(parsed: ParsedLabels, names: Sequence[str], counts: collections.Cou
     if parsed.category_ids is None:
         return classes, None
     id_of = {int(cls): category for category, cls in zip(parsed.category_ids, lookup.tolist()) if cls >= 0}
-    fresh = iter(range(max(parsed.category_ids, default=0) + 1, 2**31))
+    fresh = iter(fresh_ids(parsed.category_ids, len(names)))
     return classes, [id_of[cls] if cls in id_of else next(fresh) for cls in range(len(names))]
 
 
@@ -185,8 +186,15 @@ def _image_ids(json_ids: list[int], targets: np.ndarray, count: int) -> np.ndarr
     matched = np.zeros(count, bool)
     ids[targets[targets >= 0]] = np.array(json_ids, np.int64)[targets >= 0]
     matched[targets[targets >= 0]] = True
-    ids[~matched] = max(json_ids, default=0) + 1 + np.arange(int((~matched).sum()))
+    ids[~matched] = fresh_ids(json_ids, int((~matched).sum()))
     return ids
+
+
+def fresh_ids(taken: Sequence[int], count: int) -> list[int]:
+    """`count` ids that none of `taken` is: above them all, or below them all where that would pass 2**63 - 1."""
+    top = max(taken, default=0)
+    start = top + 1 if top + count < ID_LIMIT else min(taken) - count
+    return list(range(start, start + count))
 
 
 def names_of(source: AnnotationSource) -> tuple[str, ...]:

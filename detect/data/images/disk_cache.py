@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from detect.atomic_file import replacing
+from detect.atomic_file import make_folder, replacing
 from detect.data.images.load import load_resized, resized_shapes
 from detect.data.records import RecordTable
 from detect.data.storage.cache_places import cache_root, folder_writable, relocated
@@ -65,10 +65,8 @@ class DiskImages:
             LOGGER.debug("%s: rebuilt (%s)", cached, error)
         decoded = load_resized(Path(image), self.imgsz, self.augment, self.storage)
         try:
-            if self.root is not None:
-                os.makedirs(os.path.dirname(cached), exist_ok=True)
-            # atomic: ranks and workers may write the same image at once
-            with replacing(cached) as temporary, open(temporary, "wb") as handle:
+            # atomic: ranks and workers may write the same image at once; beside the image, inside a source folder
+            with replacing(cached, cache=True) as temporary, open(temporary, "wb") as handle:
                 np.save(handle, decoded, allow_pickle=False)
         except OSError as error:
             LOGGER.debug("%s: cannot write (%s), using the decoded image", cached, error)
@@ -100,7 +98,7 @@ def disk_images(records: RecordTable, imgsz: int | None, augment: bool, cache_di
     root = cache_root(beside, cache_dir)
     folder = beside if root is None else root
     with contextlib.suppress(OSError):  # a folder that cannot be made is named by the warning below
-        folder.mkdir(parents=True, exist_ok=True)
+        make_folder(folder, cache=True)
     heights, widths = resized_shapes(records.heights, records.widths, imgsz)
     stored = None if root is None else str(root)
     if not folder_writable(folder):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from detect.atomic_file import remove_file, replacing
 from detect.data.images.load import load_resized, read_failure, resized_shapes
 from detect.data.records import RecordTable
 from detect.data.storage.interface import Storage
@@ -97,12 +98,14 @@ def _shared_buffer(size: int, share: NodeShare) -> np.ndarray | None:
     path = SHARED_MEMORY / f"detect-{share.name}.cache"
     if share.local_rank == 0:
         try:
-            with open(path, "wb") as handle:
+            if not SHARED_MEMORY.is_dir():  # a machine without it: never made here (the writer makes folders)
+                raise FileNotFoundError(f"no folder {SHARED_MEMORY}")
+            with replacing(path) as temporary, open(temporary, "wb") as handle:
                 os.posix_fallocate(handle.fileno(), 0, size)
         except OSError as error:
             LOGGER.info("--cache ram: %s cannot hold %.2f GiB (%s): each rank of this node decodes and holds its own "
                         "copy", SHARED_MEMORY, size / 2**30, error)
-            path.unlink(missing_ok=True)
+            remove_file(path)
     share.barrier(f"{share.name} made")
     buffer = None
     if path.exists():
@@ -110,7 +113,7 @@ def _shared_buffer(size: int, share: NodeShare) -> np.ndarray | None:
             buffer = np.frombuffer(mmap.mmap(handle.fileno(), size), np.uint8)
     share.barrier(f"{share.name} mapped")
     if share.local_rank == 0:
-        path.unlink(missing_ok=True)  # the pages live on in the mappings (and forked workers'), freed with the last
+        remove_file(path)  # the pages live on in the mappings (and forked workers'), freed with the last
     return buffer
 
 

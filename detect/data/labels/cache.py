@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from detect.atomic_file import replacing
+from detect.atomic_file import make_folder, replacing, write_text
 from detect.data.labels.check import DEFAULT_BOUNDS, CheckedImages, ImageBounds
 from detect.data.storage.cache_places import CACHE_DIR_VARIABLE, folder_writable
 
@@ -108,7 +108,7 @@ def keep(path: Path, key: str, checked: CheckedImages | None, details: list[str]
         arrays, problems = {name: getattr(checked, name) for name in ARRAYS}, json.dumps(checked.problems)
         digest = checksum(key, problems, arrays)
     with contextlib.suppress(OSError):  # a folder that cannot be made is named by the warning below
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_folder(path.parent, cache=True)
     if not folder_writable(path.parent):
         LOGGER.warning("%s: folder is not writable, running without %s (--cache-dir or %s can name a writable one)",
                        path.parent, "the label-check details" if checked is None else "a label cache",
@@ -116,7 +116,7 @@ def keep(path: Path, key: str, checked: CheckedImages | None, details: list[str]
         return state, None
     if checked is not None:
         try:
-            with replacing(path) as temporary, open(temporary, "wb") as handle:
+            with replacing(path, cache=True) as temporary, open(temporary, "wb") as handle:
                 np.savez(handle, version=np.array(CACHE_VERSION), key=np.array(key), problems=np.array(problems),
                          checksum=np.array(digest), **arrays)
             state = "written"
@@ -127,7 +127,7 @@ def keep(path: Path, key: str, checked: CheckedImages | None, details: list[str]
         return state, None
     target = path.with_suffix(".problems.txt")
     try:
-        target.write_text("\n".join(details) + "\n")
+        write_text(target, "\n".join(details) + "\n", cache=True)
     except OSError as error:
         LOGGER.warning("%s: cannot write the label-check details (%s)", target, error)
         return state, None

@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 import yaml
 
+from detect import atomic_file
 from detect.data.categories import yolo_category_ids
 from detect.data.data_config import DataConfig
 from detect.data.labels.check import DEFAULT_BOUNDS, ImageBounds
@@ -56,18 +56,16 @@ def _yolo_targets(split: LabelledSplit, sources: tuple[Path, ...], out: Path, na
 
 def _write_yolo_split(split: LabelledSplit, targets: list[tuple[Path, Path]], copy: bool) -> None:
     """The images (links, or copies) and their .txt labels without crowd boxes (yolov5's .txt has no crowd flag; its
-    converter leaves them out too)."""
+    converter leaves them out too). The writer replaces what an earlier conversion left (a link or a copy) and any
+    link inside --out, and refuses a source (atomic_file)."""
     for record, (image, label) in zip(split.records, targets):
-        image.parent.mkdir(parents=True, exist_ok=True)
-        label.parent.mkdir(parents=True, exist_ok=True)
-        image.unlink(missing_ok=True)  # a link or copy of an earlier conversion: never a source (_refuse_overlap)
         if copy:
-            shutil.copy2(record.path, image)
+            atomic_file.copy_file(record.path, image)
         else:
-            image.symlink_to(Path(record.path).resolve())
+            atomic_file.link_file(image, Path(record.path).resolve())
         classes, boxes = record.train_boxes
-        label.write_text("".join(f"{int(cls)} {' '.join(f'{value:.6f}' for value in box)}\n"
-                                 for cls, box in zip(classes, boxes.tolist())))
+        atomic_file.write_text(label, "".join(f"{int(cls)} {' '.join(f'{value:.6f}' for value in box)}\n"
+                                              for cls, box in zip(classes, boxes.tolist())))
 
 
 def coco_dict(split: LabelledSplit) -> dict:
@@ -105,12 +103,28 @@ def _sources(config: DataConfig, splits: dict[str, LabelledSplit]) -> Iterable[P
                 yield Path(label_path_for(image)).parent
 
 
+def _identity(path: Path, known: dict[Path, tuple[int, int] | None]) -> tuple[int, int] | None:
+    """(device, inode) of folder `path`, None where it is missing (remembered in `known`)."""
+    if path not in known:
+        try:
+            info = os.stat(path)
+            known[path] = (info.st_dev, info.st_ino)
+        except OSError:
+            known[path] = None
+    return known[path]
+
+
 def _refuse_overlap(out: Path, given: Path, sources: Iterable[Path]) -> None:
-    """UserError when `out` (`given`, resolved) holds a source or lies inside one, links followed on both sides."""
+    """UserError when `out` (`given`, resolved) holds a source or lies inside one, links followed on both sides, and
+    a folder known by its identity (device, inode) as well as its path: a second mount of the dataset holds it too."""
+    known: dict[Path, tuple[int, int] | None] = {}
+    out_id = _identity(out, known)
     for source in sources:
         real = Path(os.path.realpath(source))
-        if real.is_relative_to(out) or out.is_relative_to(real):
-            where = "is" if real == out else "holds" if real.is_relative_to(out) else "lies inside"
+        holds = real.is_relative_to(out) or out_id is not None and any(
+            _identity(parent, known) == out_id for parent in (real, *real.parents))
+        if holds or out.is_relative_to(real):
+            where = "is" if real == out else "holds" if holds else "lies inside"
             named = given if given == out else f"{given} ({out})"
             raise UserError(f"--out {named}: {where} {source}, a source of the conversion, which it would overwrite; "
                             "choose a folder outside the dataset's images, labels and data yaml")
@@ -121,36 +135,39 @@ def _writable_out(out: Path) -> Path:
     out = Path(os.path.realpath(out))
     existing = next(folder for folder in (out, *out.parents) if os.path.lexists(folder))
     if not existing.is_dir():
-        what = "is a file" if existing == out else f"lies under {existing}, a file"
-        raise UserError(f"--out {out}: {what}, not a folder")
+        # a link that realpath could not follow leads back to itself
+        kind = "a link that leads back to itself (a loop)" if existing.is_symlink() else "a file, not a folder"
+        raise UserError(f"--out {out}: {'is' if existing == out else f'lies under {existing},'} {kind}")
     if not folder_writable(existing):
         raise UserError(f"--out {out}: {existing} cannot be written (no write permission)")
     return out
 
 
+@atomic_file.command()
 def convert(config: DataConfig, to: str, out: Path, copy: bool = False, cache_dir: str | None = None,
             bounds: ImageBounds = DEFAULT_BOUNDS) -> Path:
     """Write every split of `config` (checked within `bounds`) as `to` ("yolo" or "coco") under `out`; the data yaml
     written there."""
     given, out = out, _writable_out(out)
     splits = {name: load_split(config, name, cache_dir=cache_dir, bounds=bounds) for name in config.splits}
-    _refuse_overlap(out, given, _sources(config, splits))
+    sources = list(_sources(config, splits))
+    _refuse_overlap(out, given, sources)
+    atomic_file.protect(sources, "a source of the conversion", trees=True)
     targets = {name: _yolo_targets(split, config.splits[name], out, name) for name, split in splits.items()
                if to == "yolo"}
     spec: dict = {"path": str(out), "names": list(config.names)}
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        atomic_file.output_folder(out, "--out")
         for name, split in splits.items():
             if to == "yolo":
                 _write_yolo_split(split, targets[name], copy)
                 spec[name] = f"images/{name}"
             else:
                 listing = out / f"{name}.txt"
-                listing.write_text("".join(os.fsdecode(path) + "\n" for path in split.records.paths))
-                (out / f"{name}.json").write_text(json.dumps(coco_dict(split)))
+                atomic_file.write_text(listing, "".join(os.fsdecode(path) + "\n" for path in split.records.paths))
+                atomic_file.write_text(out / f"{name}.json", json.dumps(coco_dict(split)))
                 spec[name] = {"annotations": f"{name}.json", "images": listing.name, "format": "coco"}
-        target = out / "data.yaml"
-        target.write_text(yaml.safe_dump(spec, sort_keys=False, allow_unicode=True))
+        target = atomic_file.write_text(out / "data.yaml", yaml.safe_dump(spec, sort_keys=False, allow_unicode=True))
     except OSError as error:
         raise UserError(f"--out {out}: cannot write {error.filename or out} ({error.strerror or error})") from None
     LOGGER.info("%s: %d splits written as %s", target, len(splits), to)

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from pathlib import Path
 
 import numpy as np
 
+from detect import atomic_file
 from detect.data.annotations.formats import AnnotationSource, read_split_labels
 from detect.data.data_config import DataConfig
 from detect.data.records import label_path_for
@@ -40,9 +42,24 @@ class LabelSources:
     details: list[str] = dataclasses.field(default_factory=list)
 
 
+def _protect(config: DataConfig, split: str, images: list[str]) -> None:
+    """Register what the split reads as the command's sources (atomic_file): the data yaml, its label file, its
+    folders and lists, the folder of each image, and (for .txt labels) the folder of each label file, read whole."""
+    atomic_file.protect([config.source], "the data yaml")
+    annotated = [path for path in (getattr(config.annotations.get(split), "path", None), config.json_files.get(split))
+                 if path is not None]
+    atomic_file.protect(annotated, f"the '{split}' split's annotations", trees=True)
+    folders = {os.path.dirname(image) for image in images}
+    atomic_file.protect([*config.splits[split], *folders], f"the '{split}' split's images", trees=True)
+    if not any(map(os.path.exists, annotated)):  # .txt labels: a missing *_json is read so too
+        labels = {os.path.dirname(label_path_for(os.path.join(folder, "image.jpg"))) for folder in folders}
+        atomic_file.protect(sorted(labels - folders), f"the '{split}' split's labels", trees=True)
+
+
 def label_sources(config: DataConfig, split: str, images: list[str], storage: Storage) -> LabelSources:
     """`split`'s labels: its label file's (data/annotations; a *_json is a COCO label file), fetched first from a
-    bucket, or the .txt files beside the images."""
+    bucket, or the .txt files beside the images; all it reads registered as the command's sources."""
+    _protect(config, split, images)
     annotated, json_file = config.annotations.get(split), config.json_files.get(split)
     for path in (annotated.path if annotated else None, json_file):
         if path is not None and storage.holds(path):
@@ -53,7 +70,7 @@ def label_sources(config: DataConfig, split: str, images: list[str], storage: St
     elif json_file is not None:
         annotated = AnnotationSource(path=json_file, images=config.splits[split][0], format="coco")
     if annotated is None:
-        labels = [label_path_for(image) for image in images]
+        labels = list(map(label_path_for, images))  # no comprehension: one stay here (architecture.md)
         label_folder = Path(labels[0]).parent
         return LabelSources(labels, [None] * len(images), None, None, None, False,
                             label_folder.with_name(label_folder.name + CACHE_SUFFIX), images + labels)

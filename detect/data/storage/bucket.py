@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import Dataset
 
-from detect.atomic_file import replacing
+from detect.atomic_file import make_folder, remove_file, replacing
 from detect.data.storage.bucket_client import Bucket
 from detect.data.storage.cache_places import CACHE_DIR_VARIABLE, relocated
 from detect.data.storage.fetch_ahead import FetchAhead
@@ -57,7 +57,7 @@ class BucketStorage(Storage):
         self.folder = os.path.join(home, "remote", "objects", self.bucket.folder_name, "")
         self.meta = home / "remote" / "meta" / self.bucket.folder_name
         try:
-            self.meta.mkdir(parents=True, exist_ok=True)
+            make_folder(self.meta)
             self.cache = ObjectCache(home / "remote", limit_bytes())
         except OSError as error:
             raise UserError(f"{url}: cannot keep its files in {home / 'remote'} ({error.strerror or error}); "
@@ -156,7 +156,7 @@ class BucketStorage(Storage):
                 continue
             if local.st_size != found[0] or local.st_mtime_ns < found[1]:
                 LOGGER.info("%s: changed in the bucket, fetched again", path)
-                Path(path).unlink(missing_ok=True)
+                remove_file(path, cache=True)  # the local copy of an object: the split's images are these copies
         return keys, stats
 
     def cache_file(self, usual: Path, cache_dir: str | Path | None) -> Path:

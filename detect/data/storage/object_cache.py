@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from detect.atomic_file import TEMPORARY_SUFFIX, replacing
+from detect.atomic_file import TEMPORARY_SUFFIX, make_folder, remove_file, replacing
 from detect.errors import UserError
 
 LOGGER = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class ObjectCache:
         self.folder, self.limit = folder, limit
         self.objects = folder / "objects"
         for made in (self.objects, folder / "locks"):
-            made.mkdir(parents=True, exist_ok=True)
+            make_folder(made, cache=True)
 
     def path(self, name: str) -> str:
         """Where object `name` (a relative path) is kept."""
@@ -84,8 +84,7 @@ class ObjectCache:
             if touch(path):  # another worker or rank fetched it while this one waited
                 return path
             data = read()
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with replacing(path) as temporary:
+            with replacing(path, cache=True) as temporary:  # the split's images are these copies
                 temporary.write_bytes(data)
         self._account(len(data))
         return path
@@ -125,9 +124,8 @@ class ObjectCache:
         for _, size, path in files:
             if total <= LOW_WATER * self.limit:
                 break
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-                removed += 1
+            remove_file(path, cache=True)
+            removed += 1
             total -= size
         LOGGER.debug("%s: evicted %d files, %.1f MB kept", self.objects, removed, total / 2**20)
         return total

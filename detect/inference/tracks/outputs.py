@@ -14,6 +14,7 @@ from typing import TextIO
 import cv2
 import numpy as np
 
+from detect.atomic_file import Draft, open_stream
 from detect.errors import UserError
 from detect.inference.media import Frame
 from detect.inference.tracks.drawing import draw_tracks
@@ -62,7 +63,7 @@ class TrackOutputs:
         self.vid_stride, self.line_thickness = vid_stride, line_thickness
         self.sequences: dict[Hashable, TrackedSequence] = {}
         self._mot: dict[Hashable, TextIO] = {}
-        self._videos: dict[Hashable, tuple[cv2.VideoWriter, tuple[int, int]]] = {}
+        self._videos: dict[Hashable, tuple[cv2.VideoWriter, tuple[int, int], Draft]] = {}
 
     def sequence(self, frame: Frame) -> TrackedSequence:
         """The frame's sequence (made at its first frame), its frame count advanced to this frame."""
@@ -85,7 +86,7 @@ class TrackOutputs:
             sequence.ids.setdefault(track_id, cls)
         mot = self._mot.get(sequence.key)
         if mot is None:  # opened at the first frame read: a video that cannot be opened leaves no file
-            mot = self._mot[sequence.key] = (self.save_dir / f"{sequence.name}.txt").open("w")
+            mot = self._mot[sequence.key] = open_stream(self.save_dir / f"{sequence.name}.txt")
         mot.write(mot_lines(sequence.frames, tracks))
         mot.flush()  # a stopped run keeps every frame it tracked
         if self.save_videos:
@@ -100,16 +101,23 @@ class TrackOutputs:
                 self.close_videos()
             path = self.save_dir / f"{sequence.name}.mp4"
             size = (image.shape[1], image.shape[0])
-            writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), sequence.fps / self.vid_stride, size)
+            draft = Draft(path, keep_suffix=True)  # named once whole, when the video closes
+            writer = cv2.VideoWriter(str(draft.temporary), cv2.VideoWriter_fourcc(*"mp4v"),
+                                     sequence.fps / self.vid_stride, size)
             if not writer.isOpened():
+                draft.discard()
                 raise UserError(f"{path}: OpenCV cannot write an mp4v video here")
-            self._videos[sequence.key] = (writer, size)
-        writer, size = self._videos[sequence.key]
+            self._videos[sequence.key] = (writer, size, draft)
+        writer, size, _ = self._videos[sequence.key]
         writer.write(image if (image.shape[1], image.shape[0]) == size else cv2.resize(image, size))
 
     def close_videos(self) -> None:
-        for writer, _ in self._videos.values():
+        for writer, _, draft in self._videos.values():
             writer.release()
+            try:
+                draft.commit()
+            finally:
+                draft.discard()
         self._videos.clear()
 
     def finish(self) -> None:

@@ -59,11 +59,11 @@ def _write_json(folder: Path, name: str, category: Callable[[int], tuple[int, st
     return path
 
 
-def _val(data: Path, images: int) -> tuple[list[str], str]:
+def _val(data: Path, images: int, *flags: str) -> tuple[list[str], str]:
     """The 12 COCO stats `val --verbose` prints, and what it printed."""
     done = run_cli("detect.val", "--weights", str(YOLOV5N), "--data", str(data), "--imgsz", "320", "--device", "cpu",
-                   "--no-progress", "--verbose", "--project", str(data.parent / "runs"), timeout=300, memory_gb=6,
-                   merge_output=True)
+                   "--no-progress", "--verbose", "--project", str(data.parent / "runs"), *flags, timeout=300,
+                   memory_gb=6, merge_output=True)
     assert done.returncode == 0 and "Traceback" not in done.stdout, done.stdout[-3000:]
     assert re.search(rf"^{images} images$", done.stdout, re.MULTILINE), done.stdout[-3000:]
     return re.findall(r"^ *(?:AP|AR)\w*: (\d\.\d{4})$", done.stdout, re.MULTILINE), done.stdout
@@ -96,6 +96,31 @@ def test_a_tools_json_scores_as_the_txt_labels(folder: Path, txt_stats: list[str
     stats, printed = _val(_yaml(folder / f"{labels.stem}.yaml", "images.txt", labels), IMAGES)
     assert stats == txt_stats
     assert line is None or line in printed, printed[-3000:]
+
+
+# Values as tools and pandas type them (issue 58): read once into one form (data/annotations/coco_values.py), which is
+# what reaches the evaluator. Every other way of typing them is scored against the .txt labels in
+# tests/data/annotations/test_coco_values.py, with both evaluators, without a model.
+TYPED = {
+    # it was an empty class table and every stat -1.0000, exit 0
+    "category ids as strings": (lambda k: (str(k + 1), COCO_NAMES[k]), lambda n, m: m + 1),
+    # it was faster-coco-eval's TypeError: ids must be an int or an iterable of ints
+    "annotation ids as strings": (lambda k: (k + 1, COCO_NAMES[k]), lambda n, m: str(m + 1)),
+    # pandas' index: COCOeval reads annotation id 0 as "unmatched"
+    "annotation ids from 0 as floats": (lambda k: (float(k + 1), COCO_NAMES[k]), lambda n, m: float(m)),
+}
+
+
+@pytest.mark.parametrize(("case", "evaluator"), [(case, evaluator) for case in list(TYPED)[:2]
+                                                 for evaluator in ("pycocotools", "faster-coco-eval")]
+                         + [(list(TYPED)[2], "faster-coco-eval")])  # its box of id 0 was never matched
+def test_ids_as_tools_type_them_score_as_the_txt_labels(folder: Path, txt_stats: list[str], case: str,
+                                                        evaluator: str) -> None:
+    labels = _write_json(folder, case.replace(" ", "_"), *TYPED[case])
+    stats, printed = _val(_yaml(folder / f"{labels.stem}.yaml", "images.txt", labels), IMAGES, "--evaluator",
+                          evaluator)
+    assert stats == txt_stats, printed[-3000:]
+    assert ("numbered 1..209 for scoring" in printed) == (case == "annotation ids from 0 as floats")
 
 
 def test_images_the_folder_lacks_are_not_scored_and_counted(folder: Path) -> None:
