@@ -185,3 +185,8 @@ def test_hyp_anchors_must_round_to_1_to_10_per_level_or_be_0(tmp_path, value):
         load_hyp(path)
     path.write_text("anchors: 0.51\n")
     assert load_hyp(path).anchors == 0.51
+
+
+def test_the_first_runs_hyp_is_scratch_low_at_adamws_rate():
+    """The README's first run changes one value of yolov5's scratch-low, with --optimizer AdamW (docs/testing.md)."""
+    assert load_hyp("first-run.yaml") == dataclasses.replace(load_hyp("scratch-low.yaml"), lr0=0.002)
