@@ -65,7 +65,7 @@ def _val(data: Path, images: int, *flags: str) -> tuple[list[str], str]:
                    "--no-progress", "--verbose", "--project", str(data.parent / "runs"), *flags, timeout=300,
                    memory_gb=6, merge_output=True)
     assert done.returncode == 0 and "Traceback" not in done.stdout, done.stdout[-3000:]
-    assert re.search(rf"^{images} images$", done.stdout, re.MULTILINE), done.stdout[-3000:]
+    assert re.search(rf", val split: {images} images at 320 px$", done.stdout, re.MULTILINE), done.stdout[-3000:]
     return re.findall(r"^ *(?:AP|AR)\w*: (\d\.\d{4})$", done.stdout, re.MULTILINE), done.stdout
 
 
