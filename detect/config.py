@@ -246,9 +246,18 @@ ANCHORS_PER_LEVEL = Bound("0 (the model's anchors) or a number that rounds to 1-
                           lambda value: value == 0 or math.isfinite(value) and 1 <= round(value) <= 10)
 
 
-def _key(default: float, bound: Bound) -> Any:
-    """A hyp key: its default and the values it may take (Hyp checks them when made)."""
+def bounded(default: Any, bound: Bound | None = None) -> Any:
+    """A key of a config dataclass: its default and the values it may take (None: any), which `check_bounds` checks
+    when the dataclass is made."""
     return dataclasses.field(default=default, metadata={"bound": bound})
+
+
+def check_bounds(config: Any) -> None:
+    """ValueOutOfRange naming the first key of a dataclass made with `bounded` whose value is outside its bound."""
+    for field in dataclasses.fields(config):
+        value, bound = getattr(config, field.name), field.metadata.get("bound")
+        if bound is not None and not bound.accept(value):
+            raise ValueOutOfRange(f"key '{field.name}' must be {bound.what}, got {short_repr(value)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,53 +266,50 @@ class Hyp:
     (docs/yolov5.md, "Hyper-parameters"). Each key has its range (NaN and inf never fit): a value outside it is refused
     when the Hyp is made, from a file, a checkpoint's stored hyp or an --evolve proposal."""
 
-    lr0: float = _key(0.01, FINITE_POSITIVE)  # initial learning rate
-    lrf: float = _key(0.01, FINITE_NON_NEGATIVE)  # final learning rate, a fraction of lr0
-    momentum: float = _key(0.937, BELOW_ONE)  # SGD momentum, Adam's beta1 (torch refuses 1 and above)
-    weight_decay: float = _key(0.0005, FINITE_NON_NEGATIVE)
-    warmup_epochs: float = _key(3.0, FINITE_NON_NEGATIVE)  # fractions of an epoch count
-    warmup_momentum: float = _key(0.8, BELOW_ONE)
-    warmup_bias_lr: float = _key(0.1, FINITE_NON_NEGATIVE)
-    box: float = _key(0.05, FINITE_NON_NEGATIVE)  # loss gains: 0 turns that loss off
-    cls: float = _key(0.5, FINITE_NON_NEGATIVE)
-    cls_pw: float = _key(1.0, FINITE_POSITIVE)  # BCE positive weights
-    obj: float = _key(1.0, FINITE_NON_NEGATIVE)
-    obj_pw: float = _key(1.0, FINITE_POSITIVE)
-    iou_t: float = _key(0.20, PROBABILITY)  # an IoU
-    anchor_t: float = _key(4.0, AT_LEAST_ONE)  # a size ratio: below 1 no target matches any anchor
+    lr0: float = bounded(0.01, FINITE_POSITIVE)  # initial learning rate
+    lrf: float = bounded(0.01, FINITE_NON_NEGATIVE)  # final learning rate, a fraction of lr0
+    momentum: float = bounded(0.937, BELOW_ONE)  # SGD momentum, Adam's beta1 (torch refuses 1 and above)
+    weight_decay: float = bounded(0.0005, FINITE_NON_NEGATIVE)
+    warmup_epochs: float = bounded(3.0, FINITE_NON_NEGATIVE)  # fractions of an epoch count
+    warmup_momentum: float = bounded(0.8, BELOW_ONE)
+    warmup_bias_lr: float = bounded(0.1, FINITE_NON_NEGATIVE)
+    box: float = bounded(0.05, FINITE_NON_NEGATIVE)  # loss gains: 0 turns that loss off
+    cls: float = bounded(0.5, FINITE_NON_NEGATIVE)
+    cls_pw: float = bounded(1.0, FINITE_POSITIVE)  # BCE positive weights
+    obj: float = bounded(1.0, FINITE_NON_NEGATIVE)
+    obj_pw: float = bounded(1.0, FINITE_POSITIVE)
+    iou_t: float = bounded(0.20, PROBABILITY)  # an IoU
+    anchor_t: float = bounded(4.0, AT_LEAST_ONE)  # a size ratio: below 1 no target matches any anchor
     # hyp.VOC.yaml's and hyp.Objects365.yaml's: a new run's model gets round(anchors) anchors per level, computed from
     # the labels by AutoAnchor (the model yaml's and the weights' are dropped), as yolov5's train.py does. 0: not set.
-    anchors: float = _key(0.0, ANCHORS_PER_LEVEL)
-    fl_gamma: float = _key(0.0, FINITE_NON_NEGATIVE)  # 0: no focal loss
-    hsv_h: float = _key(0.015, FINITE_NON_NEGATIVE)  # augmentation gains, fractions and degrees: 0 turns one off
-    hsv_s: float = _key(0.7, FINITE_NON_NEGATIVE)
-    hsv_v: float = _key(0.4, FINITE_NON_NEGATIVE)
-    degrees: float = _key(0.0, FINITE_NON_NEGATIVE)
-    translate: float = _key(0.1, PROBABILITY)  # a fraction of the image side
-    scale: float = _key(0.5, BELOW_ONE)  # gain 1 +- scale: 1 would allow a zero-size image
-    shear: float = _key(0.0, SHEAR)
-    perspective: float = _key(0.0, FINITE_NON_NEGATIVE)
-    flipud: float = _key(0.0, PROBABILITY)  # probabilities
-    fliplr: float = _key(0.5, PROBABILITY)
-    mosaic: float = _key(1.0, PROBABILITY)
-    mixup: float = _key(0.0, PROBABILITY)
-    copy_paste: float = _key(0.0, PROBABILITY)
+    anchors: float = bounded(0.0, ANCHORS_PER_LEVEL)
+    fl_gamma: float = bounded(0.0, FINITE_NON_NEGATIVE)  # 0: no focal loss
+    hsv_h: float = bounded(0.015, FINITE_NON_NEGATIVE)  # augmentation gains, fractions and degrees: 0 turns one off
+    hsv_s: float = bounded(0.7, FINITE_NON_NEGATIVE)
+    hsv_v: float = bounded(0.4, FINITE_NON_NEGATIVE)
+    degrees: float = bounded(0.0, FINITE_NON_NEGATIVE)
+    translate: float = bounded(0.1, PROBABILITY)  # a fraction of the image side
+    scale: float = bounded(0.5, BELOW_ONE)  # gain 1 +- scale: 1 would allow a zero-size image
+    shear: float = bounded(0.0, SHEAR)
+    perspective: float = bounded(0.0, FINITE_NON_NEGATIVE)
+    flipud: float = bounded(0.0, PROBABILITY)  # probabilities
+    fliplr: float = bounded(0.5, PROBABILITY)
+    mosaic: float = bounded(1.0, PROBABILITY)
+    mixup: float = bounded(0.0, PROBABILITY)
+    copy_paste: float = bounded(0.0, PROBABILITY)
     # Ours: probability of each albumentations op (blur, median blur, gray, CLAHE); 0 turns the stage off.
-    albumentations_p: float = _key(0.01, PROBABILITY)
+    albumentations_p: float = bounded(0.01, PROBABILITY)
     # Ours: the AMP GradScaler (torch.amp defaults; torch refuses a growth factor of 1 or less).
-    amp_init_scale: float = _key(65536.0, FINITE_POSITIVE)
-    amp_growth_factor: float = _key(2.0, ABOVE_ONE)
-    amp_growth_interval: int = _key(2000, STEPS)
+    amp_init_scale: float = bounded(65536.0, FINITE_POSITIVE)
+    amp_growth_factor: float = bounded(2.0, ABOVE_ONE)
+    amp_growth_interval: int = bounded(2000, STEPS)
     # Ours: knowledge distillation (--teacher, docs/usage.md "Distillation"): the distillation term's gain, and the
     # share of the run's last epochs trained without it (mmyolo's RTMDet distillation stops for the last 20 of 300).
-    distill: float = _key(0.1, FINITE_NON_NEGATIVE)
-    distill_off: float = _key(0.0667, BELOW_ONE)
+    distill: float = bounded(0.1, FINITE_NON_NEGATIVE)
+    distill_off: float = bounded(0.0667, BELOW_ONE)
 
     def __post_init__(self) -> None:
-        for field in dataclasses.fields(self):
-            value, bound = getattr(self, field.name), field.metadata["bound"]
-            if not bound.accept(value):
-                raise ValueOutOfRange(f"key '{field.name}' must be {bound.what}, got {short_repr(value)}")
+        check_bounds(self)
 
 
 def load_hyp(name: str | Path = "scratch-low.yaml") -> Hyp:

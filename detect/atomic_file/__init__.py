@@ -7,6 +7,7 @@ from detect.atomic_file.places import Refused, WriteError, check_output_folder, 
 from detect.atomic_file.writes import (
     TEMPORARY_SUFFIX,
     Draft,
+    VideoFile,
     append_text,
     copy_file,
     link_file,
@@ -23,6 +24,6 @@ from detect.atomic_file.writes import (
     write_text,
 )
 
-__all__ = ["TEMPORARY_SUFFIX", "Draft", "Refused", "WriteError", "append_text", "check_output_folder", "command",
+__all__ = ["TEMPORARY_SUFFIX", "Draft", "Refused", "VideoFile", "WriteError", "append_text", "check_output_folder", "command",
            "copy_file", "link_file", "make_folder", "open_stream", "output_folder", "protect", "publish", "remove_file",
            "remove_folder", "remove_tree", "replace_folder", "replacing", "write_bytes", "write_image", "write_text"]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TextIO
 
 from detect.atomic_file.places import Refused, absolute_folder, real_folder, refuse_source, said, settle
+from detect.errors import UserError
 
 # Every temporary file ends so (unless it keeps its suffix for a library that reads it): a folder's listing can leave
 # out files being written (data/storage/object_cache.py).
@@ -102,6 +103,31 @@ def write_image(path: str | os.PathLike, image, params: Sequence[int] = (), cach
         return written
     finally:
         draft.discard()
+
+
+class VideoFile:
+    """An mp4v video at `path`, written into a draft beside it and named once whole when closed (a run stopped halfway
+    leaves no half video). OpenCV writes the frames of `size` (width, height) it is given."""
+
+    def __init__(self, path: str | os.PathLike, fps: float, size: tuple[int, int]) -> None:
+        import cv2  # only the writes of videos need it
+
+        self.size = size
+        self._draft = Draft(path, keep_suffix=True)
+        self._writer = cv2.VideoWriter(str(self._draft.temporary), cv2.VideoWriter_fourcc(*"mp4v"), fps, size)
+        if not self._writer.isOpened():
+            self._draft.discard()
+            raise UserError(f"{path}: OpenCV cannot write an mp4v video here")
+
+    def write(self, image) -> None:
+        self._writer.write(image)
+
+    def close(self) -> None:
+        self._writer.release()
+        try:
+            self._draft.commit()
+        finally:
+            self._draft.discard()
 
 
 def open_stream(path: str | os.PathLike) -> TextIO:

@@ -16,7 +16,7 @@ import cv2
 import numpy as np
 import torch
 
-from detect.atomic_file import Draft, make_folder, write_image, write_text
+from detect.atomic_file import VideoFile, make_folder, write_image, write_text
 from detect.data.categories import yolo_category_ids
 from detect.errors import UserError
 from detect.inference.annotate import annotate
@@ -70,7 +70,7 @@ class PredictOutputs:
         self.crop_folders = safe_names(names)  # a class name from a file is no path: '../x' is '.._x'
         self.json_rows: list[dict] = []
         self.saved: list[Path] = []  # annotated images and videos, in order
-        self._videos: dict[Path, tuple[cv2.VideoWriter, Draft]] = {}  # source video or stream -> its annotated copy
+        self._videos: dict[Path, VideoFile] = {}  # source video or stream -> its annotated copy
         self._crop_numbers: dict[Path, int] = {}  # folder/stem -> the number its next crop takes
         self.viewer = Viewer() if settings.view_img else None
 
@@ -128,31 +128,21 @@ class PredictOutputs:
                    "bbox": [round(value, 3) for value in box], "score": round(score, 5)}
             self.json_rows.append({**row, "frame": frame.index} if frame.video else row)
 
-    def _video_writer(self, frame: Frame) -> cv2.VideoWriter:
-        """The open writer for this frame's video or stream; a new video file closes the previous one."""
+    def _video_writer(self, frame: Frame) -> VideoFile:
+        """The open video for this frame's video or stream; a new video file closes the previous one."""
         if frame.path in self._videos:
-            return self._videos[frame.path][0]
+            return self._videos[frame.path]
         if not frame.stream:
             self.close_videos()
         path = self.save_dir / f"{frame.path.stem}.mp4"
         height, width = frame.image.shape[:2]
-        draft = Draft(path, keep_suffix=True)  # named once whole, when the video closes
-        writer = cv2.VideoWriter(str(draft.temporary), cv2.VideoWriter_fourcc(*"mp4v"), frame.fps or 30.0,
-                                 (width, height))
-        if not writer.isOpened():
-            draft.discard()
-            raise UserError(f"{path}: OpenCV cannot write an mp4v video here")
-        self._videos[frame.path] = writer, draft
+        self._videos[frame.path] = video = VideoFile(path, frame.fps or 30.0, (width, height))
         self.saved.append(path)
-        return writer
+        return video
 
     def close_videos(self) -> None:
-        for writer, draft in self._videos.values():
-            writer.release()
-            try:
-                draft.commit()
-            finally:
-                draft.discard()
+        for video in self._videos.values():
+            video.close()
         self._videos.clear()
 
     def finish(self) -> None:

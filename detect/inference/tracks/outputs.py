@@ -14,8 +14,7 @@ from typing import TextIO
 import cv2
 import numpy as np
 
-from detect.atomic_file import Draft, open_stream
-from detect.errors import UserError
+from detect.atomic_file import VideoFile, open_stream
 from detect.inference.media import Frame
 from detect.inference.tracks.drawing import draw_tracks
 from detect.inference.tracks.streams import Tracks
@@ -63,7 +62,7 @@ class TrackOutputs:
         self.vid_stride, self.line_thickness = vid_stride, line_thickness
         self.sequences: dict[Hashable, TrackedSequence] = {}
         self._mot: dict[Hashable, TextIO] = {}
-        self._videos: dict[Hashable, tuple[cv2.VideoWriter, tuple[int, int], Draft]] = {}
+        self._videos: dict[Hashable, VideoFile] = {}
 
     def sequence(self, frame: Frame) -> TrackedSequence:
         """The frame's sequence (made at its first frame), its frame count advanced to this frame."""
@@ -99,25 +98,14 @@ class TrackOutputs:
         if sequence.key not in self._videos:
             if not sequence.live:
                 self.close_videos()
-            path = self.save_dir / f"{sequence.name}.mp4"
-            size = (image.shape[1], image.shape[0])
-            draft = Draft(path, keep_suffix=True)  # named once whole, when the video closes
-            writer = cv2.VideoWriter(str(draft.temporary), cv2.VideoWriter_fourcc(*"mp4v"),
-                                     sequence.fps / self.vid_stride, size)
-            if not writer.isOpened():
-                draft.discard()
-                raise UserError(f"{path}: OpenCV cannot write an mp4v video here")
-            self._videos[sequence.key] = (writer, size, draft)
-        writer, size, _ = self._videos[sequence.key]
-        writer.write(image if (image.shape[1], image.shape[0]) == size else cv2.resize(image, size))
+            self._videos[sequence.key] = VideoFile(self.save_dir / f"{sequence.name}.mp4",
+                                                   sequence.fps / self.vid_stride, (image.shape[1], image.shape[0]))
+        video = self._videos[sequence.key]
+        video.write(image if (image.shape[1], image.shape[0]) == video.size else cv2.resize(image, video.size))
 
     def close_videos(self) -> None:
-        for writer, _, draft in self._videos.values():
-            writer.release()
-            try:
-                draft.commit()
-            finally:
-                draft.discard()
+        for video in self._videos.values():
+            video.close()
         self._videos.clear()
 
     def finish(self) -> None:

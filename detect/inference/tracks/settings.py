@@ -15,7 +15,8 @@ from detect.config import (
     POSITIVE,
     UNIT,
     Bound,
-    ValueOutOfRange,
+    bounded,
+    check_bounds,
     from_mapping,
     read_yaml,
     resolve_config,
@@ -24,11 +25,6 @@ from detect.errors import ConfigError, short_repr
 
 CMC_METHODS = ("sparseOptFlow", "orb", "sift", "ecc")  # BoT-SORT's camera motion estimates (trackers' CMCMethod)
 CMC_METHOD = Bound(f"one of {', '.join(CMC_METHODS)}", lambda value: value in CMC_METHODS)
-ANY = Bound("", lambda value: True)
-
-
-def _key(default: Any, bound: Bound = ANY) -> Any:
-    return dataclasses.field(default=default, metadata={"bound": bound})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,10 +32,7 @@ class _Checked:
     """Each field checked against its bound when made (from a yaml or in Python)."""
 
     def __post_init__(self) -> None:
-        for field in dataclasses.fields(self):
-            value, bound = getattr(self, field.name), field.metadata.get("bound", ANY)
-            if not bound.accept(value):
-                raise ValueOutOfRange(f"key '{field.name}' must be {bound.what}, got {short_repr(value)}")
+        check_bounds(self)
 
     def library_options(self) -> dict[str, Any]:
         """The keyword arguments of the library's tracker class (every field but `tracker`)."""
@@ -52,11 +45,11 @@ class ByteTrackSettings(_Checked):
     """trackers.ByteTrackTracker's settings."""
 
     tracker: str = "bytetrack"
-    lost_track_buffer: int = _key(30, NON_NEGATIVE)
-    track_activation_threshold: float = _key(0.25, UNIT)
-    minimum_consecutive_frames: int = _key(2, POSITIVE)
-    minimum_iou_threshold: float = _key(0.2, UNIT)
-    high_conf_det_threshold: float = _key(0.25, UNIT)
+    lost_track_buffer: int = bounded(30, NON_NEGATIVE)
+    track_activation_threshold: float = bounded(0.25, UNIT)
+    minimum_consecutive_frames: int = bounded(2, POSITIVE)
+    minimum_iou_threshold: float = bounded(0.2, UNIT)
+    high_conf_det_threshold: float = bounded(0.25, UNIT)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,12 +57,12 @@ class OCSORTSettings(_Checked):
     """trackers.OCSORTTracker's settings."""
 
     tracker: str = "ocsort"
-    lost_track_buffer: int = _key(30, NON_NEGATIVE)
-    minimum_consecutive_frames: int = _key(2, POSITIVE)
-    minimum_iou_threshold: float = _key(0.2, UNIT)
-    direction_consistency_weight: float = _key(0.2, FINITE_NON_NEGATIVE)
-    high_conf_det_threshold: float = _key(0.25, UNIT)
-    delta_t: int = _key(3, POSITIVE)
+    lost_track_buffer: int = bounded(30, NON_NEGATIVE)
+    minimum_consecutive_frames: int = bounded(2, POSITIVE)
+    minimum_iou_threshold: float = bounded(0.2, UNIT)
+    direction_consistency_weight: float = bounded(0.2, FINITE_NON_NEGATIVE)
+    high_conf_det_threshold: float = bounded(0.25, UNIT)
+    delta_t: int = bounded(3, POSITIVE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,17 +70,17 @@ class BoTSORTSettings(_Checked):
     """trackers.BoTSORTTracker's settings (camera motion compensation reads the frames)."""
 
     tracker: str = "botsort"
-    lost_track_buffer: int = _key(30, NON_NEGATIVE)
-    track_activation_threshold: float = _key(0.25, UNIT)
-    minimum_consecutive_frames: int = _key(2, POSITIVE)
-    minimum_iou_threshold_first_assoc: float = _key(0.2, UNIT)
-    minimum_iou_threshold_second_assoc: float = _key(0.5, UNIT)
-    minimum_iou_threshold_unconfirmed_assoc: float = _key(0.3, UNIT)
-    high_conf_det_threshold: float = _key(0.25, UNIT)
-    enable_cmc: bool = _key(True)
-    cmc_method: str = _key("sparseOptFlow", CMC_METHOD)
-    cmc_downscale: int = _key(2, POSITIVE)
-    instant_first_frame_activation: bool = _key(True)
+    lost_track_buffer: int = bounded(30, NON_NEGATIVE)
+    track_activation_threshold: float = bounded(0.25, UNIT)
+    minimum_consecutive_frames: int = bounded(2, POSITIVE)
+    minimum_iou_threshold_first_assoc: float = bounded(0.2, UNIT)
+    minimum_iou_threshold_second_assoc: float = bounded(0.5, UNIT)
+    minimum_iou_threshold_unconfirmed_assoc: float = bounded(0.3, UNIT)
+    high_conf_det_threshold: float = bounded(0.25, UNIT)
+    enable_cmc: bool = bounded(True)
+    cmc_method: str = bounded("sparseOptFlow", CMC_METHOD)
+    cmc_downscale: int = bounded(2, POSITIVE)
+    instant_first_frame_activation: bool = bounded(True)
 
 
 TrackerSettings = ByteTrackSettings | OCSORTSettings | BoTSORTSettings
