@@ -17,7 +17,7 @@ else
 fi
 git clone -q "$repo" "$work/detect"
 cd "$work/detect"
-command=$(grep -m1 '^python -m detect.train ' README.md | sed 's/ *#.*//')
+command=$(grep -m1 -o 'python -m detect.train [^#]*' README.md | sed 's/ *$//')  # the first line's run
 echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//') x $(nproc); load average before:" \
      "$(cut -d' ' -f1-3 /proc/loadavg); commit $(git rev-parse --short HEAD)"
 python3 -m venv .venv
