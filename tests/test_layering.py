@@ -258,3 +258,42 @@ def test_train_one_epoch_stays_short():
     node = next(node for node in ast.walk(ast.parse((PACKAGE / "training" / "epoch.py").read_text()))
                 if isinstance(node, ast.FunctionDef) and node.name == "train_one_epoch")
     assert node.end_lineno - node.lineno + 1 <= MAX_EPOCH_LINES
+
+
+# docs/architecture.md, "Training's set-up path": the settings are read in training/recipe.py alone, and the set-up's
+# functions take at most 4 parameters (a fifth is a sign that a value of the recipe or a typed group is missing).
+RESOLVING_MODULE = PACKAGE / "training" / "recipe.py"
+SET_UP_MODULES = [RESOLVING_MODULE, PACKAGE / "training" / "build.py", PACKAGE / "training" / "step.py",
+                  PACKAGE / "models" / "transfer.py"]
+MAX_SET_UP_PARAMETERS = 4
+
+
+def setting_reads(source: str) -> list[tuple[int, str]]:
+    """(line, 'settings.<name>') for each read of a setting: an attribute of a name or attribute called `settings`
+    (writing the settings whole, `settings.to_dict()`, is no read of one)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr != "to_dict" and (
+                isinstance(node.value, ast.Name) and node.value.id == "settings"
+                or isinstance(node.value, ast.Attribute) and node.value.attr == "settings"):
+            found.append((node.lineno, f"settings.{node.attr}"))
+    return found
+
+
+def test_setting_reads_are_found():
+    assert setting_reads("run.settings.epochs\nsettings.imgsz\nsettings.to_dict()\nrun.loop.epochs") == [
+        (1, "settings.epochs"), (2, "settings.imgsz")]
+
+
+def test_training_reads_its_settings_in_the_recipe_alone():
+    found = [f"{path.relative_to(PACKAGE.parent)}:{line} {read}" for path in sorted((PACKAGE / "training").rglob("*.py"))
+             if path != RESOLVING_MODULE for line, read in setting_reads(path.read_text())]
+    assert not found, f"settings read outside {RESOLVING_MODULE.name}: {found}"
+
+
+def test_set_up_functions_take_at_most_four_parameters():
+    wide = [f"{path.name}:{node.lineno} {node.name}" for path in SET_UP_MODULES
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and FIGURES.parameter_count(node) > MAX_SET_UP_PARAMETERS]
+    assert not wide, f"set-up functions over {MAX_SET_UP_PARAMETERS} parameters: {wide}"

@@ -25,8 +25,8 @@ from detect.inference.sources import Source
 from detect.inference.streams import stream_name
 from detect.models import build_model
 from detect.models.safe_io import save_checkpoint
+from detect.models.stored import TrainedWith
 from detect.models.weights import model_state
-from detect.models.yolo import TrainedWith
 from tests.inference.stream_server import StreamServer
 
 NAMES = ["cat", "dog", "bird"]

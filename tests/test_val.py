@@ -19,8 +19,8 @@ from detect.evaluation import scoring, val_loop
 from detect.inference import predictor as inference_predictor
 from detect.models import build_model
 from detect.models.safe_io import save_checkpoint
+from detect.models.stored import TrainedWith
 from detect.models.weights import model_state
-from detect.models.yolo import TrainedWith
 from detect.ops.nms import non_max_suppression
 from tests.data.helpers import write_sample, write_yaml
 from tests.shared_data import COCO128, COCO128_JSON, YOLOV5N, needs_shared

@@ -3,7 +3,7 @@ weights loading, ours and ultralytics/yolov5's (weights.py, yolov5_pickle.py).""
 
 from detect.models.spec import ModelSpec, load_model_spec, parse_model_spec
 from detect.models.summary import ModelSummary, summarize
-from detect.models.yolo import DetectionModel, PredictModule, build_model, model_max_stride
+from detect.models.yolo import DetectionModel, PredictModule, build_model
 
 __all__ = ["DetectionModel", "ModelSpec", "ModelSummary", "PredictModule", "build_model", "load_model_spec",
-           "model_max_stride", "parse_model_spec", "summarize"]
+           "parse_model_spec", "summarize"]

@@ -16,7 +16,7 @@ import torch
 
 from detect.atomic_file import replacing
 from detect.errors import UserError
-from detect.models.yolo import StoredModel, TrainedWith
+from detect.models.stored import StoredModel, TrainedWith
 from detect.models.yolov5_pickle import YOLOV5_TASKS, YoloV5Checkpoint, known_global, other_task, read_yolov5_pickle
 from detect.models.yolov5_yaml import mapping_from_yolov5
 
@@ -177,7 +177,7 @@ def read_stored_model(path: Path) -> StoredModel:
         if not isinstance(state, dict) or "config" not in state:
             raise UserError(f"{path}: a checkpoint without a model in it")
         return stored_state(state, str(path))
-    checkpoint = read_yolov5_checkpoint(path)
+    checkpoint = read_yolov5_pickle(path)  # (a file, not TorchScript: checked above)
     anchors, state_dict = checkpoint.pixel_anchors(), checkpoint.fp32_state_dict()
     yaml_source = f"{path} (yolov5 yaml)"
     mapping = mapping_from_yolov5(checkpoint.yaml, yaml_source, anchors, checkpoint.csp_activation)

@@ -12,7 +12,7 @@ import torch
 
 from detect.models.spec import ModelSpec, load_model_spec, with_anchors_per_level
 from detect.models.weights import load_model
-from detect.models.yolo import DetectionModel, build_model, model_max_stride
+from detect.models.yolo import DetectionModel, build_model
 from detect.ops.anchors import check_anchors, evolve_anchors, label_sizes
 
 LOGGER = logging.getLogger(__name__)
@@ -20,40 +20,30 @@ LOGGER = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class ModelSource:
-    """What a new run's model is made from, read and checked before anything is written: the yaml's architecture
-    (else the weights'), and the weights model whose fitting tensors it takes."""
+    """A new run's model, built before anything is written: the yaml's architecture (else the weights'), for the
+    data's classes, holding every weights tensor whose name and shape fit."""
 
     spec: ModelSpec
-    weights: DetectionModel | None
-    weights_name: str | None
-    anchors_from_weights: bool  # no yaml: the weights' anchors too (as yolov5)
-    max_stride: int  # image sides are multiples of it
-
-    @property
-    def anchors_to_compute(self) -> bool:
-        """The yaml (or the hyp) says `anchors: N`, a number per level: AutoAnchor computes them from the labels."""
-        return isinstance(self.spec.anchors, int) and not self.anchors_from_weights
+    model: DetectionModel
+    anchors_to_compute: bool  # the yaml (or the hyp) says `anchors: N`, a number per level: AutoAnchor computes them
 
     @classmethod
-    def read(cls, cfg: str | None, weights: str | None, anchors_per_level: float = 0) -> ModelSource:
-        """Parse the model yaml `cfg` and load `weights` (a bad one is a UserError naming it); `anchors_per_level`
-        (a hyp's `anchors`, 0: none) replaces the architecture's anchors by that many for AutoAnchor."""
+    def read(cls, cfg: str | None, weights: str | None, anchors_per_level: float, names: list[str]) -> ModelSource:
+        """Parse the model yaml `cfg`, load `weights` (a bad one is a UserError naming it) and build the model for
+        `names`; `anchors_per_level` (a hyp's `anchors`, 0: none) replaces the architecture's anchors by that many
+        for AutoAnchor. Without a yaml the weights' anchors are taken too (as yolov5)."""
         loaded = load_model(weights) if weights else None
         spec = with_anchors_per_level(load_model_spec(cfg) if cfg else loaded.spec, anchors_per_level)
-        return cls(spec, loaded, weights, cfg is None and not anchors_per_level, model_max_stride(spec))
-
-    def build(self, names: list[str]) -> DetectionModel:
-        """A model for len(names) classes with every weights tensor whose name and shape fit."""
-        model = build_model(self.spec, num_classes=len(names), names=list(names))
-        if self.weights is None:
-            return model
-        target = model.state_dict()
-        fitting = {name: tensor for name, tensor in self.weights.state_dict().items()
-                   if name in target and tensor.shape == target[name].shape
-                   and (self.anchors_from_weights or not name.endswith("anchors"))}
-        model.load_state_dict(fitting, strict=False)
-        LOGGER.info("transferred %d/%d tensors from %s", len(fitting), len(target), self.weights_name)
-        return model
+        anchors_from_weights = cfg is None and not anchors_per_level
+        model = build_model(spec, num_classes=len(names), names=list(names))
+        if loaded is not None:
+            target = model.state_dict()
+            fitting = {name: tensor for name, tensor in loaded.state_dict().items()
+                       if name in target and tensor.shape == target[name].shape
+                       and (anchors_from_weights or not name.endswith("anchors"))}
+            model.load_state_dict(fitting, strict=False)
+            LOGGER.info("transferred %d/%d tensors from %s", len(fitting), len(target), weights)
+        return cls(spec, model, isinstance(spec.anchors, int) and not anchors_from_weights)
 
 
 def freeze_layers(model: DetectionModel, freeze: tuple[int, ...]) -> int:

@@ -10,7 +10,8 @@ from detect.atomic_file import protect
 from detect.errors import UserError
 from detect.models import DetectionModel, parse_model_spec
 from detect.models.safe_io import MODEL_KEY, TRAINED_KEY, read_stored_model, stored_state
-from detect.models.yolo import TrainedWith, build_stored
+from detect.models.stored import TrainedWith
+from detect.models.yolo import build_stored
 
 LOGGER = logging.getLogger(__name__)
 LOOKUP_DIR = Path("weights")  # a bare --weights name: the working directory, then ./weights/ (weights/README.md)

@@ -3,18 +3,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
 
-from detect.config import IMAGE_SIZE
-from detect.errors import UserError, short_repr
-from detect.models.head import MAX_CLASSES, Detect, check_classes
+from detect.errors import UserError
+from detect.models.head import Detect, check_classes
 from detect.models.layers import (
     ACTIVATIONS,
     C3,
@@ -30,6 +27,7 @@ from detect.models.layers import (
     GhostConv,
 )
 from detect.models.spec import BottleneckArgs, LayerSpec, ModelSpec, load_model_spec
+from detect.models.stored import StoredModel, TrainedWith
 
 LOGGER = logging.getLogger(__name__)
 
@@ -205,61 +203,11 @@ class PredictModule(nn.Module):
         return self.model.predict(images)
 
 
-def model_max_stride(spec: ModelSpec) -> int:
-    """The largest level stride of the model `spec` describes, measured on the meta device (nothing allocated)."""
-    with torch.device("meta"):
-        return DetectionModel(spec).max_stride
-
-
 def build_model(cfg: str | Path | ModelSpec, num_classes: int | None = None,
                 names: list[str] | None = None) -> DetectionModel:
     """A model from a yaml name (configs/models/), a path or a parsed spec; `num_classes` overrides nc."""
     spec = cfg if isinstance(cfg, ModelSpec) else load_model_spec(cfg)
     return DetectionModel(spec, num_classes, names)
-
-
-def check_class_count(spec: ModelSpec, num_classes: int) -> None:
-    """More classes than a Detect head may predict as one UserError before anything else is done (the build refuses
-    them at the head, saying what it would take); nothing is built when they fit."""
-    if num_classes > MAX_CLASSES:
-        build_model(spec, num_classes)
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainedWith:
-    """What a weights file records of the training that made it: the image side it trained at and its data yaml as the
-    run was given it (None: not recorded, as in yolov5's release weights)."""
-
-    imgsz: int | None = None
-    data: str | None = None
-
-    @classmethod
-    def read(cls, values: Any, source: str) -> TrainedWith:
-        """The record as a checkpoint of ours holds it ({"imgsz": int, "data": str}, either None); anything else is a
-        UserError naming `source`."""
-        if isinstance(values, dict):
-            imgsz, data = values.get("imgsz"), values.get("data")
-            if (imgsz is None or type(imgsz) is int and IMAGE_SIZE.accept(imgsz)) and (data is None or
-                                                                                  isinstance(data, str)):
-                return cls(imgsz, data)
-        raise UserError(f"{source}: its record of the training ({short_repr(values)}) is not an image size "
-                        f"({IMAGE_SIZE.what}) and a data yaml")
-
-
-@dataclasses.dataclass(frozen=True)
-class StoredModel:
-    """A model as a weights file holds it, ours or yolov5's: our yaml mapping, its classes and its tensors. Errors name
-    the file (`source`), a yolov5 file's with what of it was read (`yaml_source`, `tensors_source`)."""
-
-    mapping: dict
-    names: list[str]
-    num_classes: int
-    state_dict: dict[str, torch.Tensor]
-    source: str
-    yaml_source: str
-    tensors_source: str
-    yolov5: bool = False
-    trained: TrainedWith = TrainedWith()
 
 
 def check_fit(model: DetectionModel, state_dict: dict, source: str | Path) -> None:

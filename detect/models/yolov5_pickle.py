@@ -17,7 +17,7 @@ import torch
 
 from detect.config import IMAGE_SIZE
 from detect.errors import UserError, short_repr
-from detect.models.yolo import TrainedWith
+from detect.models.stored import TrainedWith
 
 logger = logging.getLogger(__name__)
 

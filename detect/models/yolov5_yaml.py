@@ -81,7 +81,6 @@ def mapping_from_yolov5(yaml: dict, source: str, anchors: list[list[float]] | No
     """Our model mapping of a yolov5 model yaml. `anchors` (pixels per level) replaces the yaml's, as a checkpoint's
     AutoAnchor result does; `csp_activation` is the one its BottleneckCSP blocks use (the yaml does not say: it is
     LeakyReLU(0.1) up to yolov5 v6.0, see layers.BottleneckCSP)."""
-    refuse_unknown_keys(yaml, KEYS, f"{source}:", "known in a yolov5 model yaml")
     for key in ("backbone", "head"):
         if not isinstance(yaml.get(key), list):
             raise ConfigError(f"{source}: key '{key}' must be a list of [from, number, module, args] rows, "
@@ -100,5 +99,6 @@ def mapping_from_yolov5(yaml: dict, source: str, anchors: list[list[float]] | No
         data["activation"] = ACTIVATIONS[activation]
     for key in ("backbone", "head"):
         data[key] = [_layer(row, f"{source}: {key}[{i}]", csp_activation) for i, row in enumerate(yaml[key])]
+    refuse_unknown_keys(yaml, KEYS, f"{source}:", "known in a yolov5 model yaml")
     return data
 

@@ -53,12 +53,12 @@ def build_run(recipe: RunRecipe, phases: PhaseTimes) -> Run:
         model, ema = _model_and_ema(recipe, train_loader)
     backend = _amp_checked(recipe.backend, model, recipe)
     parts = in_job(build_parts(model, backend, recipe.step, ema), context, recipe.sync_bn)
-    scheduler = build_scheduler(parts.optimizer, recipe.step.optim, recipe.epochs)
+    scheduler = build_scheduler(parts.optimizer, recipe.step.optim, recipe.loop.epochs)
     if point:
         _restore(point.checkpoint, model, parts, scheduler)
     sizes = multi_scale_sizes(recipe.imgsz, model.max_stride) if recipe.multi_scale else None
     optim, batch_size = recipe.step.optim, recipe.step.batch_size
-    plan = IterationPlan(optim, batch_size, warmup_iterations(optim, len(train_loader)), recipe.epochs, sizes,
+    plan = IterationPlan(optim, batch_size, warmup_iterations(optim, len(train_loader)), recipe.loop.epochs, sizes,
                          recipe.seed)
     with phases.time("label check"):
         validation = _validation(recipe, model, ema)
@@ -69,7 +69,7 @@ def build_run(recipe: RunRecipe, phases: PhaseTimes) -> Run:
             with phases.time("plots"):
                 plot_label_stats(train_loader.records, train_loader.names, folder.save_dir / "labels.png")
     patient_barrier(context, "labels.png")  # the others wait here, not in the first step's collectives
-    return Run(recipe.settings, recipe.hyp, folder, train_loader, model, parts, plan, scheduler, counters, Control(),
+    return Run(recipe.settings, recipe.hyp, recipe.loop, folder, train_loader, model, parts, plan, scheduler, counters, Control(),
                validation, results, phases, dict(point.checkpoint.tracking) if point else {})
 
 
@@ -114,8 +114,7 @@ def _model_and_ema(recipe: RunRecipe, loader: Loader) -> tuple[DetectionModel, M
     """The model on the device (and its EMA on the main rank): a new run's from its source with AutoAnchor's anchors,
     a resumed run's architecture from its checkpoint (its weights come back in _restore)."""
     point, context, backend = recipe.point, recipe.context, recipe.backend
-    model = recipe.source.build(loader.names) if point is None else model_from_state(point.checkpoint.model,
-                                                                                      str(point.path))
+    model = recipe.source.model if point is None else model_from_state(point.checkpoint.model, str(point.path))
     freeze_layers(model, recipe.freeze)
     model = model.to(backend.device)
     if backend.channels_last:
@@ -170,7 +169,7 @@ def _amp_checked(backend: backends.Backend, model: DetectionModel, recipe: RunRe
     if backend.amp_timed and precision.amp is None:
         amp = dataclasses.replace(precision, amp=True).backend()
         speed = main_rank_answer(context, "AMP timing", lambda: amp_speed(
-            model, amp, recipe.rank_batch, recipe.imgsz, cache_home(recipe.split_check.cache_dir)))
+            model, amp, recipe.loop.rank_batch, recipe.imgsz, cache_home(recipe.split_check.cache_dir)))
         backend, why = (amp, f"{speed}; --no-amp for fp32") if speed.faster else (backend, f"{speed}; --amp forces it")
     if not backend.amp_enabled or precision.amp is not None:
         _log_precision(backend, precision, why)

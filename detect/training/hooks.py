@@ -34,7 +34,7 @@ LOGGER = logging.getLogger(__name__)
 
 
 class Hook:
-    """Override any of these; each gets the run (training/run.py Run: settings, folder, model, control, ...)."""
+    """Override any of these; each gets the run (training/run.py Run: settings, loop, folder, model, control, ...)."""
 
     def before_train(self, run: Run) -> None:
         """Once, after the run is set up (a resumed run: restored), before its first step."""
@@ -196,10 +196,10 @@ class ResultsLogger(Hook):
 
     def after_epoch(self, run: Run, epoch: int, row: dict[str, float]) -> None:
         run.results.add(row)
-        LOGGER.info("%s", epoch_line(epoch, run.settings.epochs, row))
+        LOGGER.info("%s", epoch_line(epoch, run.loop.epochs, row))
 
     def after_train(self, run: Run, metrics: Metrics | None) -> None:
-        if not run.settings.noplots and not run.control.stop_asked():
+        if run.loop.plots and not run.control.stop_asked():
             with run.phases.time("plots"):
                 run.results.plot()
         run.results.close()
@@ -216,15 +216,15 @@ class Checkpointer(Hook):
                         run.counters.batch, len(run.train_loader))
 
     def after_epoch(self, run: Run, epoch: int, row: dict[str, float]) -> None:
-        settings, folder = run.settings, run.folder
-        if settings.nosave and epoch + 1 != settings.epochs:
+        loop, folder = run.loop, run.folder
+        if not loop.save_each_epoch and epoch + 1 != loop.epochs:
             return
         with run.phases.time("saves"):
             run.save_last()
             weights_only = run.checkpoint(full=False).to_payload()
             if run.counters.best_epoch == epoch:
                 save_checkpoint(folder.best_path, weights_only)
-            if settings.save_period > 0 and (epoch + 1) % settings.save_period == 0:
+            if loop.save_period > 0 and (epoch + 1) % loop.save_period == 0:
                 save_checkpoint(folder.epoch_path(epoch + 1), weights_only)
 
 
@@ -237,7 +237,7 @@ class EarlyStopping(Hook):
 
     @staticmethod
     def should_stop(run: Run, epoch: int) -> bool:
-        patience, best_epoch = run.settings.patience, run.counters.best_epoch
+        patience, best_epoch = run.loop.patience, run.counters.best_epoch
         stop = bool(patience) and epoch - best_epoch >= patience
         if stop:
             LOGGER.info("stopping early: no improvement for %d epochs (best: epoch %d)", patience, best_epoch + 1)
@@ -249,8 +249,8 @@ class TeacherLines(Hook):
     every rank at once, so that copies of a --sync-bn model find their peers; the main rank speaks)."""
 
     def before_train(self, run: Run) -> None:
-        LOGGER.info("%s", run.parts.distill.describe(run.settings.epochs))
-        cost = time_teacher(run.parts, run.settings.batch_size // run.context.world_size, run.settings.imgsz)
+        LOGGER.info("%s", run.parts.distill.describe(run.loop.epochs))
+        cost = time_teacher(run.parts, run.loop.rank_batch, run.loop.trained.imgsz)
         LOGGER.info("distillation's cost: %s", cost)
 
 
@@ -259,10 +259,10 @@ def run_hooks(run: Run, profile: ProfileSchedule | None, callbacks: Sequence[Hoo
     user's callbacks."""
     hooks: list[Hook] = [signals, *([TeacherLines()] if run.parts.distill is not None else [])]
     if run.context.is_main:
-        settings = run.settings
-        hooks += [FirstBatchPlots()] if not settings.noplots else []
+        loop = run.loop
+        hooks += [FirstBatchPlots()] if loop.plots else []
         hooks += [Profiler(profile)] if profile is not None else []
-        hooks += [TimedSave(settings.save_minutes)] if settings.save_minutes > 0 else []
+        hooks += [TimedSave(loop.save_minutes)] if loop.save_minutes > 0 else []
         hooks += [ResultsLogger(), Checkpointer(), EarlyStopping(), *callbacks]
     return HookList(run, hooks)
 

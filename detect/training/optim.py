@@ -76,29 +76,29 @@ def parameter_groups(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Para
     return biases, decayed, norm_weights
 
 
-def build_optimizer(model: nn.Module, settings: OptimSettings, batch_size: int) -> torch.optim.Optimizer:
+def build_optimizer(model: nn.Module, optim: OptimSettings, batch_size: int) -> torch.optim.Optimizer:
     """SGD (Nesterov) / Adam / AdamW over three groups: [0] biases, [1] decayed weights, [2] Norm weights."""
     biases, decayed, norm_weights = parameter_groups(model)
     # Decay is scaled to the images per optimizer step, relative to the nominal batch
     # (docs/yolov5.md, "Optimizer and weight decay").
-    decay = settings.weight_decay * batch_size * accumulate_steps(batch_size) / NOMINAL_BATCH
+    decay = optim.weight_decay * batch_size * accumulate_steps(batch_size) / NOMINAL_BATCH
     # A list with one group dict (not bare parameters) lets a group be empty without torch refusing it.
     first = [{"params": biases}]
-    if settings.optimizer == "SGD":
-        optimizer = torch.optim.SGD(first, lr=settings.lr0, momentum=settings.momentum, nesterov=True)
+    if optim.optimizer == "SGD":
+        optimizer = torch.optim.SGD(first, lr=optim.lr0, momentum=optim.momentum, nesterov=True)
     else:
-        kind = torch.optim.Adam if settings.optimizer == "Adam" else torch.optim.AdamW
+        kind = torch.optim.Adam if optim.optimizer == "Adam" else torch.optim.AdamW
         # weight_decay=0 explicitly: AdamW would otherwise decay the biases by its default 0.01.
-        optimizer = kind(first, lr=settings.lr0, betas=(settings.momentum, ADAM_BETA2), weight_decay=0.0)
+        optimizer = kind(first, lr=optim.lr0, betas=(optim.momentum, ADAM_BETA2), weight_decay=0.0)
     optimizer.add_param_group({"params": decayed, "weight_decay": decay})
     optimizer.add_param_group({"params": norm_weights, "weight_decay": 0.0})
     return optimizer
 
 
-def lr_lambda(settings: OptimSettings, epochs: int) -> Callable[[float], float]:
+def lr_lambda(optim: OptimSettings, epochs: int) -> Callable[[float], float]:
     """lf(epoch), the factor on lr0: linear from 1 to lrf, or cosine with --cos-lr
     (docs/yolov5.md, "Learning-rate schedule and warmup")."""
-    lrf = settings.lrf
+    lrf = optim.lrf
 
     # Plain closures, not callable objects: LambdaLR.state_dict would pickle an object's fields into checkpoints.
     def linear(epoch: float) -> float:
@@ -107,21 +107,21 @@ def lr_lambda(settings: OptimSettings, epochs: int) -> Callable[[float], float]:
     def cosine(epoch: float) -> float:
         return (1 - math.cos(math.pi * epoch / epochs)) / 2 * (lrf - 1) + 1
 
-    return cosine if settings.cosine else linear
+    return cosine if optim.cosine else linear
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, settings: OptimSettings,
+def build_scheduler(optimizer: torch.optim.Optimizer, optim: OptimSettings,
                     epochs: int) -> torch.optim.lr_scheduler.LambdaLR:
     """LambdaLR with lr_lambda, stepped once per epoch; it sets each group's "initial_lr" to lr0."""
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda=lr_lambda(settings, epochs))
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda=lr_lambda(optim, epochs))
 
 
-def warmup_iterations(settings: OptimSettings, batches_per_epoch: int) -> int:
+def warmup_iterations(optim: OptimSettings, batches_per_epoch: int) -> int:
     """Iterations of warmup: max(round(warmup_epochs * batches per epoch), 100)."""
-    return max(round(settings.warmup_epochs * batches_per_epoch), MIN_WARMUP_ITERATIONS)
+    return max(round(optim.warmup_epochs * batches_per_epoch), MIN_WARMUP_ITERATIONS)
 
 
-def apply_warmup(optimizer: torch.optim.Optimizer, settings: OptimSettings, iteration: int, warmup_iters: int,
+def apply_warmup(optimizer: torch.optim.Optimizer, optim: OptimSettings, iteration: int, warmup_iters: int,
                  lr_factor: float, batch_size: int) -> int:
     """Set warmup LRs and momentum for `iteration` (while <= warmup_iters); return its accumulate steps."""
     if iteration > warmup_iters:
@@ -131,10 +131,10 @@ def apply_warmup(optimizer: torch.optim.Optimizer, settings: OptimSettings, iter
     def interpolate(start: float, end: float) -> float:
         return float(np.interp(iteration, ramp, [start, end]))
 
-    momentum = interpolate(settings.warmup_momentum, settings.momentum)
+    momentum = interpolate(optim.warmup_momentum, optim.momentum)
     for index, group in enumerate(optimizer.param_groups):
         # The bias group falls from warmup_bias_lr, the others rise from 0, to lr0 * lf(epoch).
-        start = settings.warmup_bias_lr if index == 0 else 0.0
+        start = optim.warmup_bias_lr if index == 0 else 0.0
         group["lr"] = interpolate(start, group["initial_lr"] * lr_factor)
         if "momentum" in group:  # SGD; yolov5 leaves Adam's betas alone during warmup
             group["momentum"] = momentum

@@ -7,6 +7,7 @@ is refused as TrainSettings is made.)"""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import math
@@ -24,8 +25,8 @@ from detect.data.loader import default_workers
 from detect.data.tiles.windows import TileSettings
 from detect.errors import UserError
 from detect.inference.slicing import SliceSettings
+from detect.models.stored import TrainedWith
 from detect.models.transfer import AnchorFit, ModelSource
-from detect.models.yolo import check_class_count
 from detect.training.distill import MODES, Distillation, Teacher
 from detect.training.distributed import DistContext, host_cores, init_process_group, one_voice
 from detect.training.optim import OptimSettings
@@ -65,11 +66,28 @@ class SplitCheck:
 
 
 @dataclasses.dataclass(frozen=True)
+class LoopRecipe:
+    """What the epoch loop, the evaluations and the hooks follow once the run is built."""
+
+    epochs: int
+    trained: TrainedWith  # the image size and data yaml the weights record and the run's last lines name
+    rank_batch: int  # this rank's share of the global batch
+    validate_each_epoch: bool  # else the last epoch alone (--noval)
+    save_each_epoch: bool  # else last.pt at the last epoch alone (--nosave)
+    save_period: int  # epoch<N>.pt every N epochs (0 or less: none)
+    save_minutes: float  # last.pt inside an epoch every M minutes (0: none)
+    patience: int  # epochs without a better fitness before the run ends (0: never)
+    plots: bool
+    progress: bool
+    collective_timeout: float  # seconds a collective may wait (--dist-timeout)
+
+
+@dataclasses.dataclass(frozen=True)
 class RunRecipe:
     """A run as this rank builds it: what it joined and read, then every value of its set-up, resolved."""
 
-    settings: TrainSettings  # the run's own (imgsz fitted, AutoBatch's batch, a resumed run's): checkpoints and
-    #                          config.yaml keep them, the trainer and the hooks read them
+    settings: TrainSettings  # the run's own (imgsz fitted, AutoBatch's batch, a resumed run's), as checkpoints and
+    #                          config.yaml keep them
     hyp: Hyp
     context: DistContext  # this rank in the job it joined
     backend: backends.Backend  # this rank's device, before the AMP check
@@ -79,7 +97,6 @@ class RunRecipe:
     teacher: Teacher | None  # --teacher, checked against the student (a new run) or last.pt's hash (a resumed run)
     precision: PrecisionRequest
     imgsz: int  # fitted to the model's largest stride
-    rank_batch: int  # this rank's share of the global batch
     split_check: SplitCheck
     train_loading: TrainLoaderSettings
     val_loading: ValLoaderSettings  # the model's stride is set when it is built
@@ -89,7 +106,7 @@ class RunRecipe:
     step: StepRecipe
     sync_bn: bool
     multi_scale: bool
-    epochs: int
+    loop: LoopRecipe
     seed: int
     folder: RunPlace
     label_plots: bool  # labels.png: a new run's, unless --noplots
@@ -97,23 +114,26 @@ class RunRecipe:
 
 def resolve_run(settings: TrainSettings, context: DistContext, resume: Resume = NEW_RUN,
                 overrides: dict[str, Any] | None = None) -> RunRecipe:
-    """This rank's recipe, in order: a new run's batch, model and image size checked (before the process group:
-    every rank can tell alone), this rank's device and the job's process group, where the run resumes from (a resumed
-    run's stored settings and device, `overrides` replacing some), the data yaml checked against the model, the
-    teacher checked against both, AutoBatch's batch, this rank's host cores; then every value the set-up builds
-    from."""
-    hyp, source = None, None
+    """This rank's recipe, in order: a new run's batch and hyp checked (before the process group: every rank can tell
+    alone), this rank's device and the job's process group, where the run resumes from (a resumed run's stored
+    settings and device, `overrides` replacing some), the data yaml, a new run's model built for its classes and
+    checked against the settings, the teacher checked against both, AutoBatch's batch, this rank's host cores; then
+    every value the set-up builds from."""
+    hyp = None
     if not resume.asked:
         check_batch_size(settings, context)  # a bad flag must not leave ranks waiting
-        settings, hyp, source = _new_run(settings)
+        hyp = _new_hyp(settings)
     settings, context, backend, point = _join(settings, context, resume, overrides or {})
     data = load_data_config(settings.data)
-    if source is not None:
-        check_class_count(source.spec, len(data.names))  # before the label check
+    names = [SINGLE_CLASS_NAME] if settings.single_cls else list(data.names)
+    source = None
+    if point is None:
+        backend.seed(settings.seed + context.rank)  # the model's first weights, as build_run seeds what follows
+        settings, source = _new_model(settings, hyp, names)
     check_sources(data, ("train", "val"))  # every rank validates its share
-    teacher = _teacher(settings, source, point, data)
-    if settings.batch_size == AUTO_BATCH:  # measured with the new run's model on this device (one device)
-        model = source.build(data.names).to(backend.device).train()
+    teacher = _teacher(settings, source, point, names)
+    if settings.batch_size == AUTO_BATCH:  # measured with a copy of the new run's model on this device (one device)
+        model = copy.deepcopy(source.model).to(backend.device).train()
         settings = dataclasses.replace(settings, batch_size=fit_batch_size(model, backend, settings.imgsz))
         del model
         backend.empty_cache()
@@ -122,14 +142,18 @@ def resolve_run(settings: TrainSettings, context: DistContext, resume: Resume = 
                      cores)
 
 
-def _new_run(settings: TrainSettings) -> tuple[TrainSettings, Hyp, ModelSource]:
-    """A new run's hyp and model, and the settings checked against them: a model given, --freeze within its layers,
-    AutoAnchor on for anchors it must compute; --imgsz fitted to its largest stride (yolov5's rule for training: a
-    multiple of it, at least twice it)."""
-    hyp = load_hyp(settings.hyp)
+def _new_hyp(settings: TrainSettings) -> Hyp:
+    """A new run's hyp, once a model is given."""
     if settings.cfg is None and settings.weights is None:
         raise UserError("give a model: --cfg yolov5s.yaml (from scratch) and/or --weights FILE (fine-tune)")
-    source = ModelSource.read(settings.cfg, settings.weights, hyp.anchors)
+    return load_hyp(settings.hyp)
+
+
+def _new_model(settings: TrainSettings, hyp: Hyp, names: list[str]) -> tuple[TrainSettings, ModelSource]:
+    """A new run's model for the data's classes, and the settings checked against it: --freeze within its layers,
+    AutoAnchor on for anchors it must compute; --imgsz fitted to its largest stride (yolov5's rule for training: a
+    multiple of it, at least twice it)."""
+    source = ModelSource.read(settings.cfg, settings.weights, hyp.anchors, names)
     layers = len(source.spec.layers)
     if max(settings.freeze) >= layers:
         raise UserError(f"--freeze {' '.join(map(str, settings.freeze))}: the model has {layers} layers (0-"
@@ -138,12 +162,12 @@ def _new_run(settings: TrainSettings) -> tuple[TrainSettings, Hyp, ModelSource]:
         raise UserError(f"--noautoanchor: {settings.hyp if hyp.anchors else settings.cfg} gives `anchors: "
                         f"{source.spec.anchors}` (a count), which AutoAnchor computes from the labels: drop "
                         "--noautoanchor")
-    stride = source.max_stride
+    stride = source.model.max_stride
     imgsz = max(math.ceil(settings.imgsz / stride) * stride, 2 * stride)
     if imgsz != settings.imgsz:
         LOGGER.warning("--imgsz %d: the model needs a multiple of its largest stride %d, at least %d: training at %d",
                        settings.imgsz, stride, 2 * stride, imgsz)
-    return dataclasses.replace(settings, imgsz=imgsz), hyp, source
+    return dataclasses.replace(settings, imgsz=imgsz), source
 
 
 def _join(settings: TrainSettings, context: DistContext, resume: Resume,
@@ -189,7 +213,7 @@ class _Joined:
 
 
 def _teacher(settings: TrainSettings, source: ModelSource | None, point: ResumePoint | None,
-             data: DataConfig) -> Teacher | None:
+             names: list[str]) -> Teacher | None:
     """--teacher read as safely as --weights and checked: a new run's against its student and the data's classes
     (--single-cls: one), a resumed run's against the hash its last.pt keeps."""
     if settings.teacher is None:
@@ -198,7 +222,6 @@ def _teacher(settings: TrainSettings, source: ModelSource | None, point: ResumeP
     if point is not None:
         teacher.check_unchanged(point.checkpoint.distill, point.path)
     else:
-        names = [SINGLE_CLASS_NAME] if settings.single_cls else list(data.names)
         teacher.check_fits(source.spec, names, settings.distill or MODES[0])
     return teacher
 
@@ -218,6 +241,7 @@ def _resolved(joined: _Joined, cores: list[int] | None) -> RunRecipe:
     than the rank's share of the cores (its --cpu-affinity cores when pinned), nor than its batch."""
     settings, context, hyp = joined.settings, joined.context, joined.hyp
     rank_batch = settings.batch_size // context.world_size
+    loop = _loop(settings, rank_batch)
     share = default_workers(context.world_size) if cores is None else min(8, len(cores))
     workers = min(settings.workers, share, rank_batch)
     tiles = tile_settings(settings, joined.data.tile)
@@ -236,14 +260,21 @@ def _resolved(joined: _Joined, cores: list[int] | None) -> RunRecipe:
     anchors = None if joined.point is not None or settings.noautoanchor else AnchorFit(
         settings.imgsz, hyp.anchor_t, settings.seed, joined.source.anchors_to_compute)
     return RunRecipe(
-        **vars(joined), precision=precision, imgsz=settings.imgsz, rank_batch=rank_batch,
+        **vars(joined), precision=precision, imgsz=settings.imgsz,
         split_check=SplitCheck(settings.single_cls, settings.cache_dir, ImageBounds(settings.max_pixels,
                                                                                    settings.max_boxes)),
         train_loading=train_loading, val_loading=val_loading, slicing=slicing, freeze=settings.freeze, anchors=anchors,
         step=StepRecipe(hyp, optim, settings.batch_size, settings.imgsz, settings.label_smoothing, distill),
-        sync_bn=settings.sync_bn, multi_scale=settings.multi_scale, epochs=settings.epochs, seed=settings.seed,
+        sync_bn=settings.sync_bn, multi_scale=settings.multi_scale, loop=loop, seed=settings.seed,
         folder=RunPlace(settings.project, settings.name, settings.exist_ok or joined.point is not None),
         label_plots=joined.point is None and not settings.noplots)
+
+
+def _loop(settings: TrainSettings, rank_batch: int) -> LoopRecipe:
+    """What the loop follows, from the run's settings."""
+    return LoopRecipe(settings.epochs, TrainedWith(settings.imgsz, settings.data), rank_batch, not settings.noval,
+                      not settings.nosave, settings.save_period, settings.save_minutes, settings.patience,
+                      not settings.noplots, settings.progress, settings.dist_timeout)
 
 
 def precision_request(settings: TrainSettings, context: DistContext) -> PrecisionRequest:

@@ -18,11 +18,11 @@ from detect.inference.slicing import SlicedPredictor, SliceSettings
 from detect.models import DetectionModel
 from detect.models.safe_io import save_checkpoint
 from detect.models.weights import model_state
-from detect.models.yolo import TrainedWith
 from detect.training.control import Control
 from detect.training.distributed import DistContext
 from detect.training.optim import IterationPlan
 from detect.training.phase_times import PhaseTimes
+from detect.training.recipe import LoopRecipe
 from detect.training.results_log import ResultsLog
 from detect.training.resume import Counters, TrainingCheckpoint, rng_state
 from detect.training.run_folder import RunFolder
@@ -54,8 +54,9 @@ class Validation:
 class Run:
     """What one training run holds once set up, on every rank; `parts.ema` and `results` on the main rank only."""
 
-    settings: TrainSettings
+    settings: TrainSettings  # as checkpoints and trackers keep them
     hyp: Hyp
+    loop: LoopRecipe  # what the loop, the evaluations and the hooks follow
     folder: RunFolder
     train_loader: Loader
     model: DetectionModel  # what checkpoints save; the steps call parts.train_model (DDP around it under torchrun)
@@ -83,7 +84,7 @@ class Run:
         """The run as a checkpoint; `full` adds what resuming needs (optimizer, scaler, scheduler, every RNG, the
         projectors of a run with a teacher: best.pt holds the student alone)."""
         ema, parts = self.parts.ema, self.parts
-        trained = TrainedWith(self.settings.imgsz, self.settings.data)  # what val, predict and export default to
+        trained = self.loop.trained  # what val, predict and export default to
         return TrainingCheckpoint(
             model=model_state(self.model, trained), ema=model_state(ema.module, trained), ema_updates=ema.updates,
             counters=self.counters, settings=self.settings, hyp=self.hyp,

@@ -110,7 +110,7 @@ class Trainer:
                 self.train_epochs(run, hooks)
                 result = self.finish(run, run.counters.epoch - first_epoch)
             except RuntimeError as error:  # a collective that timed out or lost its peers: one line, not a traceback
-                failure = collective_failure(run.context, error, run.settings.dist_timeout)
+                failure = collective_failure(run.context, error, run.loop.collective_timeout)
                 if failure is None:
                     raise
                 raise failure from None
@@ -128,15 +128,15 @@ class Trainer:
     def next_steps(run: Run, result: FitResult) -> str:
         """The run's last lines: what its weights scored, on which data and at which size, what that means, and the
         commands that take them on (each at the size the weights record, so none needs --imgsz)."""
-        settings, metrics, weights = run.settings, result.metrics, result.best or result.last
+        trained, metrics, weights = run.loop.trained, result.metrics, result.best or result.last
         slicing = run.validation.slicing
         sliced = f" --slice {slicing.size}" if slicing is not None else ""
         images = Path(os.fsdecode(run.validation.loader.records.paths[0])).parent
         scored = (f"{weights.name} scored mAP@0.5 {metrics.map50:.3f} (mAP@0.5:0.95 {metrics.map50_95:.3f}) on the "
-                  f"val split of {settings.data} at {settings.imgsz} px: {score_meaning(metrics.map50)}. Next:")
+                  f"val split of {trained.data} at {trained.imgsz} px: {score_meaning(metrics.map50)}. Next:")
         return "\n".join([
             scored,
-            f"  python -m detect.val --weights {weights} --data {settings.data}{sliced}   # the scores again",
+            f"  python -m detect.val --weights {weights} --data {trained.data}{sliced}   # the scores again",
             f"  python -m detect.predict --weights {weights} --source {images}{sliced}   # boxes drawn: runs/predict",
             f'  python -m detect.export --weights {weights} --include onnx   # pip install -e ".[export]" first'])
 
@@ -144,11 +144,11 @@ class Trainer:
         """Epoch by epoch: train, validate, end the epoch (counters, schedule, hooks), until the last epoch or an early
         stop. A signal stops at the next step boundary, or at the next batch of the validation, with last.pt written
         (Interrupted); one that came in the epoch's last validation batch or its end stops once the epoch is saved."""
-        for epoch in range(run.counters.epoch, run.settings.epochs):
+        for epoch in range(run.counters.epoch, run.loop.epochs):
             hooks.before_epoch(epoch)
             with run.phases.time("training"):
                 stats = train_one_epoch(run.parts, run.train_loader, run.plan, run.counters, hooks,
-                                        show_progress=run.context.is_main and run.settings.progress)
+                                        show_progress=run.context.is_main and run.loop.progress)
             if stats.stopped:
                 raise self.stopped(run, f"at epoch {epoch + 1}, batch {run.counters.batch}/{len(run.train_loader)}")
             with run.phases.time("validation"):
@@ -163,7 +163,7 @@ class Trainer:
                 "the all-reduce that ends an epoch").tolist()
             if end_training:
                 return
-            if stop and epoch + 1 < run.settings.epochs:  # (after the last epoch the final evaluation stops)
+            if stop and epoch + 1 < run.loop.epochs:  # (after the last epoch the final evaluation stops)
                 raise self.stopped_after_epoch(run, epoch)
 
     def validate(self, run: Run, epoch: int) -> Metrics | None:
@@ -171,14 +171,14 @@ class Trainer:
         of the val batches, the main rank scores them all (None elsewhere). A stop asked meanwhile ends the pass at the
         next batch, with last.pt written at the epoch's last batch (Interrupted)."""
         validation, context = run.validation, run.context
-        if run.settings.noval and epoch + 1 != run.settings.epochs:
+        if not run.loop.validate_each_epoch and epoch + 1 != run.loop.epochs:
             return None
         broadcast_tensors(context, validation.model.state_dict().values())  # the main rank's EMA weights
         if validation.evaluator is not None:
             validation.evaluator.reset()
         try:
             with run.backend.validation_autocast():  # fp16 on accelerators with AMP, as yolov5 validates in training
-                options = PassOptions(run.settings.progress and context.is_main,
+                options = PassOptions(run.loop.progress and context.is_main,
                                       exchange=JobExchange.of(context, run.backend.device), stop=run.control.stop_asked)
                 result = evaluate(validation.predict(run.backend), validation.loader, run.backend,
                                   validation.evaluator, EvalSettings(), options)
@@ -207,7 +207,7 @@ class Trainer:
         """The end of a run whose stop came after the epoch's last validation batch, as soon as the epoch is saved:
         going on to the next epoch's loader start, first step and save would spend the few seconds a stop has
         (docs/scale.md, "Many nodes and preemption")."""
-        if run.context.is_main and run.settings.nosave:  # last.pt is otherwise written at the last epoch alone
+        if run.context.is_main and not run.loop.save_each_epoch:  # last.pt is otherwise written at the last epoch alone
             run.save_last()
         return self.stopped(run, f"after epoch {epoch + 1}")
 
@@ -244,17 +244,17 @@ class Trainer:
     def final_evaluation(run: Run, model: DetectionModel, weights: Path) -> Metrics | None:
         """The final evaluation of `weights` on every rank's shard (the main rank's metrics); a stop asked meanwhile
         ends it at the next batch (Interrupted: the training is done and saved)."""
-        context, settings = run.context, run.settings
+        context, loop = run.context, run.loop
         try:
-            options = PassOptions(settings.progress and context.is_main,
+            options = PassOptions(loop.progress and context.is_main,
                                   exchange=JobExchange.of(context, run.backend.device), stop=run.control.stop_asked)
             predict = run.validation.predict(run.backend, TorchInference(model, run.backend))
             return final_evaluation(predict, weights, run.validation.loader, run.validation.evaluator, run.backend,
-                                    run.folder.save_dir, not settings.noplots, options)
+                                    run.folder.save_dir, loop.plots, options)
         except EvaluationStopped:
-            message = (f"stopped in the final evaluation; the {settings.epochs} epochs are trained and saved: score "
-                       f"them with python -m detect.val --weights {weights} --data {settings.data} --imgsz "
-                       f"{settings.imgsz}") if context.is_main else ""
+            message = (f"stopped in the final evaluation; the {loop.epochs} epochs are trained and saved: score "
+                       f"them with python -m detect.val --weights {weights} --data {loop.trained.data} --imgsz "
+                       f"{loop.trained.imgsz}") if context.is_main else ""
             raise Interrupted(message, run.control.stop_signal or signal.SIGTERM) from None
 
     @staticmethod

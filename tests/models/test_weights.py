@@ -10,8 +10,8 @@ import torch
 from detect.errors import UserError
 from detect.models import build_model, safe_io
 from detect.models.safe_io import read_yolov5_checkpoint, save_checkpoint
+from detect.models.stored import TrainedWith
 from detect.models.weights import load_model, model_state
-from detect.models.yolo import TrainedWith
 from tests.models.yolov5_standins import standin_checkpoint
 from tests.shared_data import YOLOV5N, needs_shared
 
@@ -163,7 +163,7 @@ def test_yolov5_weights_that_do_not_fit_their_yaml_are_one_line(tmp_path, monkey
     standin_checkpoint(tmp_path / "v7.pt", "v7.0")
     checkpoint = read_yolov5_checkpoint(tmp_path / "v7.pt")
     checkpoint.state_dict["model.0.conv.weight"] = checkpoint.state_dict["model.0.conv.weight"][:8]
-    monkeypatch.setattr(safe_io, "read_yolov5_checkpoint", lambda path: checkpoint)
+    monkeypatch.setattr(safe_io, "read_yolov5_pickle", lambda path: checkpoint)
     with pytest.raises(UserError, match=r"v7\.pt \(yolov5\): the weights do not fit the model its yaml and 3 class names "
                                         r"describe: model\.0\.conv\.weight is \(8, 3, 6, 6\) in the file, "
                                         r"\(16, 3, 6, 6\) in the model$"):

@@ -11,8 +11,8 @@ import pytest
 from detect.inference.detector import Detector, PredictSettings
 from detect.models import build_model
 from detect.models.safe_io import save_checkpoint
+from detect.models.stored import TrainedWith
 from detect.models.weights import model_state
-from detect.models.yolo import TrainedWith
 from tests.serve.test_serve import IMAGES, LOW_CONF, assert_same_rows, predicted
 
 pytest.importorskip("fastapi", reason="the serve extra is not installed: pip install -e '.[serve]'")
