@@ -12,7 +12,7 @@ import torch
 
 from detect.models.spec import ModelSpec, load_model_spec, with_anchors_per_level
 from detect.models.weights import load_model
-from detect.models.yolo import DetectionModel, build_model
+from detect.models.yolo import DetectionModel
 from detect.ops.anchors import check_anchors, evolve_anchors, label_sizes
 
 LOGGER = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ class ModelSource:
         loaded = load_model(weights) if weights else None
         spec = with_anchors_per_level(load_model_spec(cfg) if cfg else loaded.spec, anchors_per_level)
         anchors_from_weights = cfg is None and not anchors_per_level
-        model = build_model(spec, num_classes=len(names), names=list(names))
+        model = DetectionModel(spec, len(names), list(names))
         if loaded is not None:
             target = model.state_dict()
             fitting = {name: tensor for name, tensor in loaded.state_dict().items()

@@ -1,9 +1,9 @@
-"""A training run's settings read once: checked against each other, the model, the job, the device and the data, and
-resolved into one frozen RunRecipe, from which training/build.py builds the run without reading a setting. Every
-check between settings that needs more than the flags themselves is here, each a one-line UserError made before
-anything is written: a new run's model checks before the process group (every rank can tell alone), the others once
-the job is joined and a resumed run's stored settings are known. (A pair of flags alone, --rect with --multi-scale,
-is refused as TrainSettings is made.)"""
+"""A training run's settings read once: checked against each other, the job, the device, and what the files they name
+hold (training/sources.py reads them), and resolved into one frozen RunRecipe, from which training/build.py builds
+the run without reading a setting. Every check between settings that needs more than the flags themselves is here,
+each a one-line UserError made before anything is written: the batch over the ranks and the hyp before the process
+group (every rank can tell alone), the others once the job is joined and a resumed run's stored settings are known.
+(A pair of flags alone, --rect with --multi-scale, is refused as TrainSettings is made.)"""
 
 from __future__ import annotations
 
@@ -17,10 +17,8 @@ from typing import Any
 from detect import backend as backends
 from detect.backend.autobatch import fit_batch_size
 from detect.config import Hyp, load_hyp
-from detect.data import AugmentSettings, DataConfig, TrainLoaderSettings, ValLoaderSettings, load_data_config
-from detect.data.data_config import check_sources
+from detect.data import AugmentSettings, DataConfig, TrainLoaderSettings, ValLoaderSettings
 from detect.data.labels.check import ImageBounds
-from detect.data.labels.split import SINGLE_CLASS_NAME
 from detect.data.loader import default_workers
 from detect.data.tiles.windows import TileSettings
 from detect.errors import UserError
@@ -33,6 +31,7 @@ from detect.training.optim import OptimSettings
 from detect.training.resume import ResumePoint, resume_point
 from detect.training.run_folder import RunPlace
 from detect.training.settings import AUTO_BATCH, NEW_RUN, Resume, TrainSettings
+from detect.training.sources import SourceFiles, Sources, read_sources
 from detect.training.step import StepRecipe
 
 LOGGER = logging.getLogger(__name__)
@@ -116,30 +115,29 @@ def resolve_run(settings: TrainSettings, context: DistContext, resume: Resume = 
                 overrides: dict[str, Any] | None = None) -> RunRecipe:
     """This rank's recipe, in order: a new run's batch and hyp checked (before the process group: every rank can tell
     alone), this rank's device and the job's process group, where the run resumes from (a resumed run's stored
-    settings and device, `overrides` replacing some), the data yaml, a new run's model built for its classes and
-    checked against the settings, the teacher checked against both, AutoBatch's batch, this rank's host cores; then
-    every value the set-up builds from."""
+    settings and device, `overrides` replacing some), what the files hold (the data yaml, a new run's model built for
+    its classes, the teacher), the model and the teacher checked against the settings and each other, AutoBatch's
+    batch, this rank's host cores; then every value the set-up builds from."""
     hyp = None
     if not resume.asked:
         check_batch_size(settings, context)  # a bad flag must not leave ranks waiting
         hyp = _new_hyp(settings)
     settings, context, backend, point = _join(settings, context, resume, overrides or {})
-    data = load_data_config(settings.data)
-    names = [SINGLE_CLASS_NAME] if settings.single_cls else list(data.names)
-    source = None
+    hyp = hyp or point.checkpoint.hyp
+    backend.seed(settings.seed + context.rank)  # a new run's first weights; build_run seeds what follows again
+    sources = read_sources(SourceFiles(settings.data, settings.cfg, settings.weights, hyp.anchors, settings.teacher,
+                                       settings.single_cls, new_run=point is None))
     if point is None:
-        backend.seed(settings.seed + context.rank)  # the model's first weights, as build_run seeds what follows
-        settings, source = _new_model(settings, hyp, names)
-    check_sources(data, ("train", "val"))  # every rank validates its share
-    teacher = _teacher(settings, source, point, names)
+        settings = _checked_new_model(settings, hyp, sources.model)
+    _check_teacher(settings, sources, point)
     if settings.batch_size == AUTO_BATCH:  # measured with a copy of the new run's model on this device (one device)
-        model = copy.deepcopy(source.model).to(backend.device).train()
+        model = copy.deepcopy(sources.model.model).to(backend.device).train()
         settings = dataclasses.replace(settings, batch_size=fit_batch_size(model, backend, settings.imgsz))
         del model
         backend.empty_cache()
     cores = host_cores(settings.cpu_affinity, settings.device, backend, context)
-    return _resolved(_Joined(settings, hyp or point.checkpoint.hyp, context, backend, point, source, data, teacher),
-                     cores)
+    joined = _Joined(settings, hyp, context, backend, point, sources.model, sources.data, sources.teacher)
+    return _resolved(joined, cores)
 
 
 def _new_hyp(settings: TrainSettings) -> Hyp:
@@ -149,11 +147,9 @@ def _new_hyp(settings: TrainSettings) -> Hyp:
     return load_hyp(settings.hyp)
 
 
-def _new_model(settings: TrainSettings, hyp: Hyp, names: list[str]) -> tuple[TrainSettings, ModelSource]:
-    """A new run's model for the data's classes, and the settings checked against it: --freeze within its layers,
-    AutoAnchor on for anchors it must compute; --imgsz fitted to its largest stride (yolov5's rule for training: a
-    multiple of it, at least twice it)."""
-    source = ModelSource.read(settings.cfg, settings.weights, hyp.anchors, names)
+def _checked_new_model(settings: TrainSettings, hyp: Hyp, source: ModelSource) -> TrainSettings:
+    """A new run's settings checked against its model: --freeze within its layers, AutoAnchor on for anchors it must
+    compute; --imgsz fitted to its largest stride (yolov5's rule for training: a multiple of it, at least twice it)."""
     layers = len(source.spec.layers)
     if max(settings.freeze) >= layers:
         raise UserError(f"--freeze {' '.join(map(str, settings.freeze))}: the model has {layers} layers (0-"
@@ -167,7 +163,7 @@ def _new_model(settings: TrainSettings, hyp: Hyp, names: list[str]) -> tuple[Tra
     if imgsz != settings.imgsz:
         LOGGER.warning("--imgsz %d: the model needs a multiple of its largest stride %d, at least %d: training at %d",
                        settings.imgsz, stride, 2 * stride, imgsz)
-    return dataclasses.replace(settings, imgsz=imgsz), source
+    return dataclasses.replace(settings, imgsz=imgsz)
 
 
 def _join(settings: TrainSettings, context: DistContext, resume: Resume,
@@ -212,18 +208,15 @@ class _Joined:
     teacher: Teacher | None
 
 
-def _teacher(settings: TrainSettings, source: ModelSource | None, point: ResumePoint | None,
-             names: list[str]) -> Teacher | None:
-    """--teacher read as safely as --weights and checked: a new run's against its student and the data's classes
-    (--single-cls: one), a resumed run's against the hash its last.pt keeps."""
-    if settings.teacher is None:
-        return None
-    teacher = Teacher.from_file(settings.teacher)
+def _check_teacher(settings: TrainSettings, sources: Sources, point: ResumePoint | None) -> None:
+    """--teacher checked: a new run's against its student and the data's classes (--single-cls: one), a resumed
+    run's against the hash its last.pt keeps."""
+    if sources.teacher is None:
+        return
     if point is not None:
-        teacher.check_unchanged(point.checkpoint.distill, point.path)
+        sources.teacher.check_unchanged(point.checkpoint.distill, point.path)
     else:
-        teacher.check_fits(source.spec, names, settings.distill or MODES[0])
-    return teacher
+        sources.teacher.check_fits(sources.model.spec, sources.names, settings.distill or MODES[0])
 
 
 def _distillation(settings: TrainSettings, hyp: Hyp, teacher: Teacher | None) -> Distillation | None:
