@@ -251,7 +251,7 @@ def _names_list(names: Any) -> list[str]:
 
 def read_yolov5_pickle(path: Path) -> YoloV5Checkpoint:
     """A yolov5 checkpoint's state dict, names, yaml and stride ('ema' weights when present), from a file that is not
-    TorchScript (torch.load would run it: safe_io.read_yolov5_checkpoint refuses it first)."""
+    TorchScript (torch.load would run it: safe_io refuses it first, in read_stored_model and read_yolov5_checkpoint)."""
     payload = _load_pickle(path)
     if not isinstance(payload, dict):
         raise UserError(f"{path} is not a yolov5 checkpoint (its pickle holds a {type(payload).__name__}, not a dict)")

@@ -69,8 +69,8 @@ def build_run(recipe: RunRecipe, phases: PhaseTimes) -> Run:
             with phases.time("plots"):
                 plot_label_stats(train_loader.records, train_loader.names, folder.save_dir / "labels.png")
     patient_barrier(context, "labels.png")  # the others wait here, not in the first step's collectives
-    return Run(recipe.settings, recipe.hyp, recipe.loop, folder, train_loader, model, parts, plan, scheduler, counters, Control(),
-               validation, results, phases, dict(point.checkpoint.tracking) if point else {})
+    return Run(recipe.settings, recipe.hyp, recipe.loop, folder, train_loader, model, parts, plan, scheduler, counters,
+               Control(), validation, results, phases, dict(point.checkpoint.tracking) if point else {})
 
 
 def _checked_split(data: DataConfig, split: str, check: SplitCheck, context: DistContext) -> LabelledSplit:
