@@ -28,7 +28,7 @@ def _recipe(settings: TrainSettings) -> SimpleNamespace:
     """What the AMP check reads of a run's recipe: the precision asked, the image size, this rank's batch and job, the
     cache folder."""
     return SimpleNamespace(precision=precision_request(settings, DistContext()), imgsz=settings.imgsz,
-                           rank_batch=settings.batch_size, context=DistContext(),
+                           loop=SimpleNamespace(rank_batch=settings.batch_size), context=DistContext(),
                            split_check=SimpleNamespace(cache_dir=settings.cache_dir))
 
 
