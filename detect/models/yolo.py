@@ -245,8 +245,11 @@ def check_finite(state_dict: dict, source: str | Path, refuse: bool = True) -> N
 
 def build_stored(spec: ModelSpec, stored: StoredModel, refuse_nonfinite: bool = True) -> DetectionModel:
     """The model `spec` (parsed from `stored.mapping`) describes, holding the stored tensors; tensors that do not fit
-    it, or (refuse_nonfinite) hold NaN or inf, are a UserError naming the file (check_fit, check_finite)."""
-    model = DetectionModel(spec, stored.num_classes, stored.names)
+    it, or (refuse_nonfinite) hold NaN or inf, are a UserError naming the file (check_fit, check_finite). Its first
+    weights, overwritten at once, draw on a copy of the global RNG: reading weights never moves what a seeded run
+    draws next (a new run's own layers, built after it)."""
+    with torch.random.fork_rng(devices=[]):
+        model = DetectionModel(spec, stored.num_classes, stored.names)
     check_fit(model, stored.state_dict, stored.tensors_source)
     model.load_state_dict(stored.state_dict)
     model.trained = stored.trained

@@ -27,6 +27,16 @@ def test_our_checkpoint_round_trips(tmp_path):
         torch.testing.assert_close(loaded.predict(images), model.predict(images))
 
 
+def test_reading_weights_leaves_the_global_rng_where_it_was(tmp_path):
+    # a fine-tuning run seeds, reads its weights, then builds its own head: the same draws as with no weights read
+    path = save_checkpoint(tmp_path / "best.pt", {"model": model_state(build_model("yolov5n.yaml", num_classes=3))})
+    torch.manual_seed(0)
+    load_model(path)
+    after_reading = torch.rand(4)
+    torch.manual_seed(0)
+    torch.testing.assert_close(after_reading, torch.rand(4), rtol=0, atol=0)
+
+
 def test_a_checkpoint_keeps_the_size_and_data_it_was_trained_with(tmp_path):
     model = build_model("yolov5n.yaml", num_classes=3)
     trained = TrainedWith(96, "data/shapes.yaml")
