@@ -128,15 +128,15 @@ def resolve_run(settings: TrainSettings, context: DistContext, resume: Resume = 
     sources = read_sources(SourceFiles(settings.data, settings.cfg, settings.weights, hyp.anchors, settings.teacher,
                                        settings.single_cls, new_run=point is None))
     if point is None:
-        settings = _checked_new_model(settings, hyp, sources.model)
+        settings = _checked_new_model(settings, hyp, sources.student)
     _check_teacher(settings, sources, point)
     if settings.batch_size == AUTO_BATCH:  # measured with a copy of the new run's model on this device (one device)
-        model = copy.deepcopy(sources.model.model).to(backend.device).train()
+        model = copy.deepcopy(sources.student.model).to(backend.device).train()
         settings = dataclasses.replace(settings, batch_size=fit_batch_size(model, backend, settings.imgsz))
         del model
         backend.empty_cache()
     cores = host_cores(settings.cpu_affinity, settings.device, backend, context)
-    joined = _Joined(settings, hyp, context, backend, point, sources.model, sources.data, sources.teacher)
+    joined = _Joined(settings, hyp, context, backend, point, sources.student, sources.data, sources.teacher)
     return _resolved(joined, cores)
 
 
@@ -216,7 +216,7 @@ def _check_teacher(settings: TrainSettings, sources: Sources, point: ResumePoint
     if point is not None:
         sources.teacher.check_unchanged(point.checkpoint.distill, point.path)
     else:
-        sources.teacher.check_fits(sources.model.spec, sources.names, settings.distill or MODES[0])
+        sources.teacher.check_fits(sources.student.spec, sources.names, settings.distill or MODES[0])
 
 
 def _distillation(settings: TrainSettings, hyp: Hyp, teacher: Teacher | None) -> Distillation | None:

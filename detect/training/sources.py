@@ -32,7 +32,7 @@ class Sources:
 
     data: DataConfig
     names: list[str]
-    model: ModelSource | None
+    student: ModelSource | None
     teacher: Teacher | None
 
 
@@ -41,7 +41,7 @@ def read_sources(files: SourceFiles) -> Sources:
     against the head before the labels are), the teacher read as safely as --weights; a bad file is one UserError."""
     data = load_data_config(files.data)
     names = [SINGLE_CLASS_NAME] if files.single_cls else list(data.names)
-    model = ModelSource.read(files.cfg, files.weights, files.anchors_per_level, names) if files.new_run else None
+    student = ModelSource.read(files.cfg, files.weights, files.anchors_per_level, names) if files.new_run else None
     check_sources(data, ("train", "val"))
     teacher = Teacher.from_file(files.teacher) if files.teacher is not None else None
-    return Sources(data, names, model, teacher)
+    return Sources(data, names, student, teacher)
