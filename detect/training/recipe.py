@@ -95,7 +95,6 @@ class RunRecipe:
     data: DataConfig
     teacher: Teacher | None  # --teacher, checked against the student (a new run) or last.pt's hash (a resumed run)
     precision: PrecisionRequest
-    imgsz: int  # fitted to the model's largest stride
     split_check: SplitCheck
     train_loading: TrainLoaderSettings
     val_loading: ValLoaderSettings  # the model's stride is set when it is built
@@ -109,6 +108,11 @@ class RunRecipe:
     seed: int
     folder: RunPlace
     label_plots: bool  # labels.png: a new run's, unless --noplots
+
+    @property
+    def imgsz(self) -> int:
+        """The training image side, fitted to the model's largest stride (the one the weights record)."""
+        return self.loop.trained.imgsz
 
 
 def resolve_run(settings: TrainSettings, context: DistContext, resume: Resume = NEW_RUN,
@@ -253,7 +257,7 @@ def _resolved(joined: _Joined, cores: list[int] | None) -> RunRecipe:
     anchors = None if joined.point is not None or settings.noautoanchor else AnchorFit(
         settings.imgsz, hyp.anchor_t, settings.seed, joined.source.anchors_to_compute)
     return RunRecipe(
-        **vars(joined), precision=precision, imgsz=settings.imgsz,
+        **vars(joined), precision=precision,
         split_check=SplitCheck(settings.single_cls, settings.cache_dir, ImageBounds(settings.max_pixels,
                                                                                    settings.max_boxes)),
         train_loading=train_loading, val_loading=val_loading, slicing=slicing, freeze=settings.freeze, anchors=anchors,
