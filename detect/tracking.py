@@ -169,8 +169,7 @@ class MlflowLogger(Hook):
     def before_train(self, run: Run) -> None:
         """The run's key (before any last.pt is written, so that a stop at any second keeps it) and the thread."""
         run.tracking.setdefault(RUN_KEY, uuid.uuid4().hex)
-        settings = run.settings
-        params = {**settings.to_dict(), **{f"hyp.{key}": value for key, value in dataclasses.asdict(run.hyp).items()}}
+        params = {**run.settings.to_dict(), **{f"hyp.{key}": value for key, value in dataclasses.asdict(run.hyp).items()}}
         # A resumed run's earlier epochs, read before it adds any.
         rows = [(int(row["epoch"]), _metrics(row)) for row in run.results.rows()]
         self.sender.start()
@@ -247,11 +246,11 @@ class MlflowLogger(Hook):
             check_reachable(uri)
             set_up_new_store(uri)
             self.entities, self.client = entities, MlflowClient(tracking_uri=uri)
-            experiment_id = self._experiment(run.settings.project, artifact_location)
+            experiment_id = self._experiment(run.folder.project, artifact_location)
             run_key = run.tracking[RUN_KEY]
             self.run_id = (self._continued(run.tracking.get(RUN_ID), uri, run_key)
                            or self._found(experiment_id, run_key)
-                           or self._created(experiment_id, run.settings.project, run.folder.save_dir.name, run_key))
+                           or self._created(experiment_id, run.folder.project, run.folder.save_dir.name, run_key))
             if not self.client.get_run(self.run_id).data.params:  # new, or made by an attempt stopped before these
                 self.client.log_batch(self.run_id, params=[self.entities.Param(key, str(value)[:6000])
                                                            for key, value in params.items()])

@@ -37,6 +37,7 @@ class RunFolder:
     """One run's folder; only the main rank writes in it."""
 
     save_dir: Path
+    project: str  # the --project it is under, as given (the tracker's experiment)
 
     @property
     def weights_dir(self) -> Path:
@@ -64,7 +65,7 @@ class RunFolder:
             make_folder(save_dir / RUN_WEIGHTS)
             for leftover in (save_dir / RUN_WEIGHTS).glob(".*.tmp"):  # a save killed half-way left its temp file
                 remove_file(leftover)
-        return cls(Path(broadcast_object(context, str(save_dir))))
+        return cls(Path(broadcast_object(context, str(save_dir))), place.project)
 
     def write_config(self, settings: TrainSettings, hyp: Hyp, data: DataConfig, context: DistContext) -> Path:
         """config.yaml: the options, the hyp, the dataset as resolved, and the torchrun job it belongs to."""
