@@ -20,7 +20,14 @@ from detect.exporters.int8 import DEFAULT_CALIB_IMAGES
 from detect.exporters.torchscript import ExportSettings
 from detect.exporters.triton import BACKENDS as TRITON_BACKENDS
 from detect.exporters.triton import TritonSettings
-from detect.inference.model import IMGSZ_DEFAULT_HELP, PYTORCH, exported_names, format_named, input_size
+from detect.inference.model import (
+    IMGSZ_DEFAULT_HELP,
+    PYTORCH,
+    check_imgsz_flag,
+    exported_names,
+    format_named,
+    input_size,
+)
 from detect.models import build_model
 from detect.models.weights import YOLOV5_DEFAULT_WEIGHTS, load_model, resolve_weights
 from detect.run_dir import check_folder
@@ -85,8 +92,7 @@ class ExportRunSettings(Settings):
         super().__post_init__()
         if self.output_dir is not None:
             check_folder(self.output_dir, "--output-dir")
-        if self.imgsz is not None and len(self.imgsz) > 2:
-            raise UserError(f"--imgsz {' '.join(map(str, self.imgsz))}: one side or height width")
+        check_imgsz_flag(self.imgsz)
         if self.check and (self.cfg or not self.data):
             raise UserError("--check scores --weights on --data's val split: give --weights (not --cfg) and --data")
         if self.nms and self.opset < 11:

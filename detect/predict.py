@@ -13,9 +13,8 @@ from detect import atomic_file, cli
 from detect import backend as backends
 from detect.config import IMAGE_SIZE, NON_NEGATIVE, POSITIVE, UNIT, option, options_from_dict
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS, MAX_PIXELS_HELP
-from detect.errors import UserError
 from detect.inference.detector import Detector, PredictSettings
-from detect.inference.model import IMGSZ_DEFAULT_HELP
+from detect.inference.model import IMGSZ_DEFAULT_HELP, check_imgsz_flag
 from detect.inference.predict_outputs import OutputSettings, PredictOutputs, predict_frames
 from detect.inference.sample_images import SAMPLES_DIR
 from detect.inference.slicing import SliceSettings, SlicingFlags
@@ -67,8 +66,7 @@ class PredictRunSettings(SlicingFlags):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_run_folder(self.project, self.name)
-        if self.imgsz is not None and len(self.imgsz) > 2:
-            raise UserError(f"--imgsz {' '.join(map(str, self.imgsz))}: one side or height width")
+        check_imgsz_flag(self.imgsz)
 
     def output_settings(self) -> OutputSettings:
         """What the run folder gets, and whether frames are shown."""

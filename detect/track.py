@@ -16,7 +16,7 @@ from detect.config import IMAGE_SIZE, NON_NEGATIVE, POSITIVE, UNIT, option, opti
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS, MAX_PIXELS_HELP
 from detect.errors import UserError
 from detect.inference.detector import Detector, PredictSettings
-from detect.inference.model import IMGSZ_DEFAULT_HELP
+from detect.inference.model import IMGSZ_DEFAULT_HELP, check_imgsz_flag
 from detect.inference.slicing import SliceSettings, SlicingFlags
 from detect.inference.sources import open_source
 from detect.inference.tracks.loop import track_frames
@@ -62,8 +62,7 @@ class TrackRunSettings(SlicingFlags):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_run_folder(self.project, self.name)
-        if self.imgsz is not None and len(self.imgsz) > 2:
-            raise UserError(f"--imgsz {' '.join(map(str, self.imgsz))}: one side or height width")
+        check_imgsz_flag(self.imgsz)
 
     def detector_settings(self) -> PredictSettings:
         return PredictSettings(imgsz=self.imgsz and (self.imgsz[0], self.imgsz[-1]), conf_threshold=self.conf_thres,

@@ -114,6 +114,12 @@ DEFAULT_IMGSZ = 640  # yolov5's inference size: for a model whose file records n
 IMGSZ_DEFAULT_HELP = f"default: the size the model was trained at (an export: exported at), else {DEFAULT_IMGSZ}"
 
 
+def check_imgsz_flag(imgsz: Sequence[int] | None) -> None:
+    """--imgsz of the inference commands: one side or height width (each side within IMAGE_SIZE, the flag's bound)."""
+    if imgsz is not None and len(imgsz) > 2:
+        raise UserError(f"--imgsz {' '.join(map(str, imgsz))}: one side or height width")
+
+
 @dataclasses.dataclass(frozen=True)
 class InputSize:
     """The (h, w) a model runs at, and why (the end of "at 320x320 px, ...")."""

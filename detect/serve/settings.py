@@ -12,7 +12,7 @@ from detect.config import IMAGE_SIZE, POSITIVE, UNIT, Bound, option
 from detect.data.images.pixels import DEFAULT_MAX_PIXELS, MAX_PIXELS
 from detect.errors import UserError
 from detect.inference.detector import PredictSettings
-from detect.inference.model import IMGSZ_DEFAULT_HELP
+from detect.inference.model import IMGSZ_DEFAULT_HELP, check_imgsz_flag
 from detect.inference.slicing import SliceSettings, SlicingFlags
 
 API_KEY_VARIABLE = "DETECT_API_KEY"
@@ -68,8 +68,7 @@ class ServeSettings(SlicingFlags):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.imgsz is not None and len(self.imgsz) > 2:
-            raise UserError(f"--imgsz {' '.join(map(str, self.imgsz))}: one side or height width")
+        check_imgsz_flag(self.imgsz)
         if not is_loopback(self.host) and not self.key and not self.insecure:
             raise UserError(f"--host {self.host} would serve anyone who can reach it without a key: give --api-key "
                             f"(or ${API_KEY_VARIABLE}), or --insecure to serve it open")

@@ -3,6 +3,7 @@ predict contract; a static export pads its batch; its metadata names the classes
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -150,3 +151,12 @@ def test_validation_size_is_rounded_up_to_the_models_stride(caplog):
     assert inference.stride == 64 and val_input_size(128, inference.stride) == 128 and not caplog.records
     assert val_input_size(100, inference.stride) == 128
     assert "--imgsz 100 is not a multiple of the model's stride 64: evaluating at 128" in caplog.text
+
+
+@pytest.mark.parametrize("command, required", [("predict", []), ("track", ["--source", "clip.mp4"]), ("export", []),
+                                               ("serve.__main__", ["--weights", "yolov5n.pt"])])
+def test_each_inference_command_takes_one_side_or_height_width(command, required):
+    parse_args = importlib.import_module(f"detect.{command}").parse_args
+    assert parse_args([*required, "--imgsz", "320", "256"]).imgsz == (320, 256)
+    with pytest.raises(UserError, match=r"^--imgsz 320 320 320: one side or height width$"):
+        parse_args([*required, "--imgsz", "320", "320", "320"])
