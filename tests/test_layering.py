@@ -260,11 +260,11 @@ def test_train_one_epoch_stays_short():
     assert node.end_lineno - node.lineno + 1 <= MAX_EPOCH_LINES
 
 
-# docs/architecture.md, "Training's set-up path": the settings are read in training/recipe.py alone, and the set-up's
+# docs/architecture.md, "Training's set-up path": the settings are read in training/setup/recipe.py alone, and the set-up's
 # functions take at most 4 parameters (a fifth is a sign that a value of the recipe or a typed group is missing).
-RESOLVING_MODULE = PACKAGE / "training" / "recipe.py"
-SET_UP_MODULES = [RESOLVING_MODULE, PACKAGE / "training" / "build.py", PACKAGE / "training" / "step.py",
-                  PACKAGE / "models" / "transfer.py"]
+SET_UP = PACKAGE / "training" / "setup"
+RESOLVING_MODULE = SET_UP / "recipe.py"
+SET_UP_MODULES = [*sorted(SET_UP.glob("*.py")), PACKAGE / "training" / "step.py", PACKAGE / "models" / "transfer.py"]
 MAX_SET_UP_PARAMETERS = 4
 
 

@@ -1,6 +1,6 @@
 """A new training run's model, from plain values: what it is made from (`ModelSource`: a yaml's architecture, else the
 weights', and the weights' tensors that fit), the layers kept frozen, and AutoAnchor's anchors for the labels' sizes
-(the training set-up resolves the settings into these values: training/recipe.py)."""
+(the training set-up resolves the settings into these values: training/setup/recipe.py)."""
 
 from __future__ import annotations
 

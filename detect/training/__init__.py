@@ -1,4 +1,4 @@
-"""Training: the run's settings, its set-up (build.py), the run it sets up (run.py) with its results log
+"""Training: the run's settings, its set-up (setup/), the run it sets up (run.py) with its results log
 (results_log.py) and phase times (phase_times.py), the training step written once (step.py), the epoch loop
 (epoch.py) and how it talks with the hooks (control.py), the Trainer, checkpoints and resume, distributed
 (torchrun).

@@ -22,11 +22,11 @@ from detect.training.control import Control
 from detect.training.distributed import DistContext
 from detect.training.optim import IterationPlan
 from detect.training.phase_times import PhaseTimes
-from detect.training.recipe import LoopRecipe
 from detect.training.results_log import ResultsLog
 from detect.training.resume import Counters, TrainingCheckpoint, rng_state
 from detect.training.run_folder import RunFolder
 from detect.training.settings import TrainSettings
+from detect.training.setup.recipe import LoopRecipe
 from detect.training.step import TrainingParts
 
 

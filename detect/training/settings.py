@@ -1,6 +1,6 @@
 """What a training run was asked to do: yolov5's train.py options as one frozen, checked dataclass, the one home of
 their names, defaults, ranges and help; the train CLI's flags and the Python API are made from it; and what --resume
-asks for. Their checks against the model, the job, the device and the data are training/recipe.py's."""
+asks for. Their checks against the model, the job, the device and the data are training/setup/recipe.py's."""
 
 from __future__ import annotations
 

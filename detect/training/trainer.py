@@ -25,7 +25,6 @@ from detect.evaluation.val_loop import EvalSettings, EvaluationStopped, PassOpti
 from detect.inference.runtimes.torch_model import TorchInference
 from detect.models import DetectionModel
 from detect.models.weights import load_model, model_from_state, model_state
-from detect.training.build import build_run
 from detect.training.distributed import (
     DistContext,
     any_rank,
@@ -39,10 +38,11 @@ from detect.training.distributed import (
 from detect.training.epoch import EpochStats, train_one_epoch
 from detect.training.hooks import Hook, HookList, SignalStop, run_hooks
 from detect.training.phase_times import PhaseTimes
-from detect.training.recipe import resolve_run
 from detect.training.results_log import epoch_row
 from detect.training.run import Run
 from detect.training.settings import NEW_RUN, Resume, TrainSettings
+from detect.training.setup.build import build_run
+from detect.training.setup.recipe import resolve_run
 
 LOGGER = logging.getLogger(__name__)
 

@@ -16,10 +16,10 @@ from detect.backend.amp_check import check_amp, image_batch
 from detect.inference.sample_images import sample_images
 from detect.models import build_model
 from detect.models.weights import load_model
-from detect.training import build as build_module
 from detect.training.distributed import DistContext
-from detect.training.recipe import PrecisionRequest, precision_request
 from detect.training.settings import TrainSettings
+from detect.training.setup import build as build_module
+from detect.training.setup.recipe import PrecisionRequest, precision_request
 from tests.npu_standin import npu_backend
 from tests.shared_data import ABSENT_REASON, SHARED_PRESENT, YOLOV5N
 

@@ -12,8 +12,8 @@ from detect.backend.autobatch import DEFAULT_BATCH, PROBE_BATCHES, fit_batch_siz
 from detect.errors import UserError
 from detect.models import build_model
 from detect.training.distributed import DistContext
-from detect.training.recipe import check_batch_size
 from detect.training.settings import TrainSettings
+from detect.training.setup.recipe import check_batch_size
 from tests.npu_standin import npu_backend
 
 GIB = 2**30

@@ -10,8 +10,8 @@ from detect.backend import BackendUnavailable, DeviceRequest, parse_devices
 from detect.backend import npu as npu_module
 from detect.errors import UserError
 from detect.training.distributed import DistContext
-from detect.training.recipe import precision_request
 from detect.training.settings import TrainSettings
+from detect.training.setup.recipe import precision_request
 from tests import npu_standin
 
 

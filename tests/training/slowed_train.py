@@ -18,7 +18,8 @@ from detect import cli, train
 from detect.data.labels import check, checked
 from detect.evaluation import val_loop
 from detect.models import safe_io
-from detect.training import build, hooks
+from detect.training import hooks
+from detect.training.setup import build
 
 MARKER = Path(os.environ.get("MARKER", "marker"))
 SECONDS = float(os.environ.get("SLOWED_SECONDS", "0.5"))

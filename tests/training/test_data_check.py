@@ -9,9 +9,9 @@ import pytest
 
 from detect import train
 from detect.data.labels.check import DEFAULT_BOUNDS
-from detect.training import build
 from detect.training.distributed import DistContext
-from detect.training.recipe import SplitCheck
+from detect.training.setup import build
+from detect.training.setup.recipe import SplitCheck
 from tests.data.helpers import write_yaml
 from tests.training.helpers import tiny_dataset, train_args
 

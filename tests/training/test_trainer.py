@@ -20,16 +20,16 @@ import yaml
 from detect import train, val
 from detect.errors import UserError
 from detect.training import epoch as train_epoch
-from detect.training import recipe as recipe_module
-from detect.training.build import build_run
 from detect.training.distributed import DistContext
 from detect.training.epoch import train_one_epoch
 from detect.training.hooks import EarlyStopping
 from detect.training.phase_times import PhaseTimes
-from detect.training.recipe import precision_request, resolve_run
 from detect.training.resume import TrainingCheckpoint
 from detect.training.run_folder import RunFolder, RunPlace
 from detect.training.settings import NEW_RUN, NEWEST_RUN, Resume, TrainSettings
+from detect.training.setup import recipe as recipe_module
+from detect.training.setup.build import build_run
+from detect.training.setup.recipe import precision_request, resolve_run
 from tests.training.helpers import tiny_dataset, train_args
 
 

@@ -58,7 +58,7 @@ def test_noautoanchor_with_anchors_as_a_number_is_refused(data, tmp_path, capsys
 
 def test_a_p6_yolov5_yaml_trains_at_a_multiple_of_stride_64(data, tmp_path, caplog):
     cfg = yolov5_file(tmp_path, p6("n"), "yolov5n6")
-    with caplog.at_level(logging.WARNING, logger="detect.training.recipe"):
+    with caplog.at_level(logging.WARNING, logger="detect.training.setup.recipe"):
         assert train.main(train_args(data, tmp_path, "--cfg", cfg, epochs=1)) == 0
     assert any("--imgsz 64: the model needs a multiple of its largest stride 64, at least 128: training at 128"
                in r.message for r in caplog.records)

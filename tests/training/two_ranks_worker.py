@@ -37,9 +37,10 @@ from matplotlib.figure import Figure
 
 from detect import cli, train
 from detect.backend.profiler import ProfileSchedule
-from detect.training import build, hooks, trainer
+from detect.training import hooks, trainer
 from detect.training.hooks import Hook, HookList
 from detect.training.resume import TrainingCheckpoint
+from detect.training.setup import build
 
 RANK = int(os.environ.get("RANK", "0"))
 UNREACHABLE_FITNESS = 2.0  # fitness is a weighted mean of mAPs, at most 1

@@ -83,7 +83,7 @@ class DistillPart:
         return total * self.gain
 
     def in_job(self, context: DistContext) -> None:
-        """Every rank's projectors start as the main rank's (each rank seeded its own: training/build.py)."""
+        """Every rank's projectors start as the main rank's (each rank seeded its own: training/setup/build.py)."""
         broadcast_tensors(context, self.projectors.parameters(), "the broadcast of the main rank's projectors")
 
     def average_gradients(self, context: DistContext) -> None:

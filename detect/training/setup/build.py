@@ -1,4 +1,4 @@
-"""Build a training run from its recipe (training/recipe.py: the settings resolved once), reading no setting: the
+"""Build a training run from its recipe (training/setup/recipe.py: the settings resolved once), reading no setting: the
 labels checked and the loaders, the run folder, the model with its EMA and AutoAnchor's anchors, the AMP check, the
 step's parts and schedule, a resumed run's state, validation, and what the main rank writes first; `build_run` returns
 one frozen `Run` (training/run.py)."""
@@ -30,11 +30,11 @@ from detect.training.control import Control
 from detect.training.distributed import DistContext, broadcast_object, gather_objects, main_rank_answer, patient_barrier
 from detect.training.optim import IterationPlan, ModelEMA, build_scheduler, warmup_iterations
 from detect.training.phase_times import PhaseTimes
-from detect.training.recipe import PrecisionRequest, RunRecipe, SplitCheck
 from detect.training.results_log import ResultsLog
 from detect.training.resume import Counters, TrainingCheckpoint, restore_rng_state
 from detect.training.run import Run, Validation
 from detect.training.run_folder import RunFolder
+from detect.training.setup.recipe import PrecisionRequest, RunRecipe, SplitCheck
 from detect.training.step import TrainingParts, build_parts, in_job
 
 LOGGER = logging.getLogger(__name__)

@@ -1,9 +1,9 @@
 """A training run's settings read once: checked against each other, the job, the device, and what the files they name
-hold (training/sources.py reads them), and resolved into one frozen RunRecipe, from which training/build.py builds
-the run without reading a setting. Every check between settings that needs more than the flags themselves is here,
-each a one-line UserError made before anything is written: the batch over the ranks and the hyp before the process
-group (every rank can tell alone), the others once the job is joined and a resumed run's stored settings are known.
-(A pair of flags alone, --rect with --multi-scale, is refused as TrainSettings is made.)"""
+hold (sources.py reads them), and resolved into one frozen RunRecipe, from which build.py builds the run without
+reading a setting. Every check between settings that needs more than the flags themselves is here, each a one-line
+UserError made before anything is written: the batch over the ranks and the hyp before the process group (every rank
+can tell alone), the others once the job is joined and a resumed run's stored settings are known. (A pair of flags
+alone, --rect with --multi-scale, is refused as TrainSettings is made.)"""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from detect.training.optim import OptimSettings
 from detect.training.resume import ResumePoint, resume_point
 from detect.training.run_folder import RunPlace
 from detect.training.settings import AUTO_BATCH, NEW_RUN, Resume, TrainSettings
-from detect.training.sources import SourceFiles, Sources, read_sources
+from detect.training.setup.sources import SourceFiles, Sources, read_sources
 from detect.training.step import StepRecipe
 
 LOGGER = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """What a training run reads before it is built, from the files its settings name (`SourceFiles`): the data yaml, its
 train and val sources looked for, a new run's model built for the data's classes, and the teacher of --teacher.
-training/recipe.py asks for them once the job is joined and checks them against the settings and each other."""
+training/setup/recipe.py asks for them once the job is joined and checks them against the settings and each other."""
 
 from __future__ import annotations
 
