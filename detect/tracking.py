@@ -169,7 +169,8 @@ class MlflowLogger(Hook):
     def before_train(self, run: Run) -> None:
         """The run's key (before any last.pt is written, so that a stop at any second keeps it) and the thread."""
         run.tracking.setdefault(RUN_KEY, uuid.uuid4().hex)
-        params = {**run.settings.to_dict(), **{f"hyp.{key}": value for key, value in dataclasses.asdict(run.hyp).items()}}
+        hyp = {f"hyp.{key}": value for key, value in dataclasses.asdict(run.hyp).items()}
+        params = {**run.settings.to_dict(), **hyp}
         # A resumed run's earlier epochs, read before it adds any.
         rows = [(int(row["epoch"]), _metrics(row)) for row in run.results.rows()]
         self.sender.start()

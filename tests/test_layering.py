@@ -260,8 +260,9 @@ def test_train_one_epoch_stays_short():
     assert node.end_lineno - node.lineno + 1 <= MAX_EPOCH_LINES
 
 
-# docs/architecture.md, "Training's set-up path": the settings are read in training/setup/recipe.py alone, and the set-up's
-# functions take at most 4 parameters (a fifth is a sign that a value of the recipe or a typed group is missing).
+# docs/architecture.md, "Training's set-up path": the settings are read in training/setup/recipe.py alone, and the
+# set-up's functions take at most 4 parameters (a fifth is a sign that a value of the recipe or a typed group is
+# missing).
 SET_UP = PACKAGE / "training" / "setup"
 RESOLVING_MODULE = SET_UP / "recipe.py"
 SET_UP_MODULES = [*sorted(SET_UP.glob("*.py")), PACKAGE / "training" / "step.py", PACKAGE / "models" / "transfer.py"]

@@ -115,7 +115,7 @@ IMGSZ_DEFAULT_HELP = f"default: the size the model was trained at (an export: ex
 
 
 def check_imgsz_flag(imgsz: Sequence[int] | None) -> None:
-    """--imgsz of the inference commands: one side or height width (each side within IMAGE_SIZE, the flag's bound)."""
+    """--imgsz of the inference commands: one side or height width (the flag's bound, IMAGE_SIZE, checks each side)."""
     if imgsz is not None and len(imgsz) > 2:
         raise UserError(f"--imgsz {' '.join(map(str, imgsz))}: one side or height width")
 
