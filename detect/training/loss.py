@@ -69,12 +69,12 @@ def last_write(index: Tensor, values: Tensor, valid: Tensor, size: int) -> Tenso
 class DetectionLoss(nn.Module):
     """YOLOv5's CIoU box, objectness and class loss of raw head outputs against padded targets."""
 
-    def __init__(self, settings: LossSettings, anchors: Tensor, num_classes: int, matched_only: bool = False):
+    def __init__(self, loss_settings: LossSettings, anchors: Tensor, num_classes: int, matched_only: bool = False):
         super().__init__()
         num_levels = anchors.shape[0]
         if num_levels > len(BALANCE_OTHER):
             raise ValueError(f"{num_levels} detection levels: the objectness balance is known for at most 5")
-        self.recipe = settings
+        self.loss_settings = loss_settings
         # The model's live buffer (nl, na, 2), grid units: AutoAnchor rewrites it in place, so hold it, never copy.
         self.anchors = anchors
         self.num_classes = num_classes
@@ -91,7 +91,8 @@ class DetectionLoss(nn.Module):
             box = box + level_box
             obj = obj + level_obj * self.balance[level]
             cls = cls + level_cls
-        box, obj, cls = box * self.recipe.box_gain, obj * self.recipe.obj_gain, cls * self.recipe.cls_gain
+        gains = self.loss_settings
+        box, obj, cls = box * gains.box_gain, obj * gains.obj_gain, cls * gains.cls_gain
         return (box + obj + cls) * raw[0].shape[0], torch.stack((box, obj, cls)).detach()
 
     def _level(self, output: Tensor, targets: Tensor, anchors: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -124,7 +125,7 @@ class DetectionLoss(nn.Module):
         box = torch.where(mask, 1 - ciou, 0).sum() / count
         obj_target = last_write(index, ciou.detach().clamp(min=0), mask, batch * num_anchors * ny * nx)
         obj = self._bce(output[..., 4].float(), obj_target.view(batch, num_anchors, ny, nx),
-                        self.recipe.obj_pos_weight).mean()
+                        self.loss_settings.obj_pos_weight).mean()
         if self.num_classes == 1:  # yolov5 has no class loss for one class
             return box, obj, torch.zeros_like(obj)
         return box, obj, self._class_loss(rows[:, 5:], classes, mask, count)
@@ -137,7 +138,7 @@ class DetectionLoss(nn.Module):
         size = targets.new_tensor([nx, ny])
         centre, box_size = targets[..., 1:3] * size, targets[..., 3:5] * size  # (B, M, 2) grid units
         ratio = box_size[:, :, None] / anchors  # (B, M, na, 2)
-        matched = (torch.maximum(ratio, 1 / ratio).amax(-1) < self.recipe.anchor_threshold)
+        matched = (torch.maximum(ratio, 1 / ratio).amax(-1) < self.loss_settings.anchor_threshold)
         matched = matched & (targets[..., 0] >= 0)[..., None]
         # Neighbours: x-1 when frac(gx) < 0.5 and gx > 1, x+1 when frac(nx - gx) < 0.5 and nx - gx > 1; same in y.
         beyond = size - centre
@@ -158,8 +159,8 @@ class DetectionLoss(nn.Module):
     def _class_loss(self, logits: Tensor, classes: Tensor, mask: Tensor, count: Tensor) -> Tensor:
         """Class BCE of (C, nc) candidate logits against smoothed one-hot targets (classes (C,)), mean over matches x
         classes."""
-        negative = 0.5 * self.recipe.label_smoothing  # yolov5's smoothed targets: 1 - eps/2 and eps/2
-        positive, pos_weight = 1 - negative, self.recipe.cls_pos_weight
+        negative = 0.5 * self.loss_settings.label_smoothing  # yolov5's smoothed targets: 1 - eps/2 and eps/2
+        positive, pos_weight = 1 - negative, self.loss_settings.cls_pos_weight
         # Every class is scored against the negative target and the true class then corrected to the positive one,
         # so no (C, nc) target is built and the mask applies to one sum per candidate.
         true_logit = logits.gather(1, classes.long().clamp(min=0)[:, None])[:, 0]
@@ -171,7 +172,7 @@ class DetectionLoss(nn.Module):
         """Element-wise BCE with logits and pos_weight (torch's BCEWithLogitsLoss formula), in focal form (alpha
         0.25, docs/yolov5.md, "Loss") when focal_gamma > 0. torchvision's sigmoid_focal_loss has no pos_weight."""
         loss = (1 - target) * logits - (1 + (pos_weight - 1) * target) * F.logsigmoid(logits)
-        gamma = self.recipe.focal_gamma
+        gamma = self.loss_settings.focal_gamma
         if gamma > 0:
             prob = logits.sigmoid()
             agreement = target * prob + (1 - target) * (1 - prob)
